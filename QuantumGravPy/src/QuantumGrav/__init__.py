@@ -1,0 +1,1 @@
+"""QuantumGrav: graph neural networks on causal sets, on one process or many."""
