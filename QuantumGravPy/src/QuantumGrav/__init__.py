@@ -1,1 +1,25 @@
-"""QuantumGrav: graph neural networks on causal sets, on one process or many."""
+"""QuantumGrav: graph neural networks on causal sets, on one process or many.
+
+``import QuantumGrav as QG`` gives the whole user-facing API.
+"""
+
+from .config import apply_overrides, dump_config, get_loader, load_config, validate_config
+from .data import CausalSetDataset, split_indices
+from .distributed import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
+from .errors import ConfigError, UserError
+from .launch import TrainingFailed, launch, run_job
+from .logging_utils import get_logger, setup_logging
+from .models import GNNClassifier, build_model, count_parameters
+from .train_ddp import TrainerDDP
+from .training import Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "apply_overrides", "dump_config", "get_loader", "load_config", "validate_config",
+    "CausalSetDataset", "split_indices",
+    "cleanup_ddp", "find_free_port", "get_rank", "get_world_size", "initialize_ddp", "is_main_process",
+    "ConfigError", "UserError", "TrainingFailed", "launch", "run_job",
+    "get_logger", "setup_logging", "GNNClassifier", "build_model", "count_parameters",
+    "TrainerDDP", "Trainer",
+]

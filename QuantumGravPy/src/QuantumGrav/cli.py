@@ -1,0 +1,73 @@
+"""Command line: ``python -m QuantumGrav train|doctor``.
+
+Bad input (config, data, command line, environment) prints one ``error:`` line and
+exits with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import UserError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own exit code is 2 as well
+        self.print_usage(sys.stderr)
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m QuantumGrav", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    train = commands.add_parser("train", help="generate data (cached), train, test; print a summary")
+    train.add_argument("--config", default="configs/train.yaml", help="YAML config (default: %(default)s)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config value, e.g. --set training.num_epochs=3 (repeatable)")
+    train.add_argument("--nproc", type=int, default=None,
+                       help="processes on this machine (default: parallel.world_size); ignored under torchrun")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    # torch.distributed.launch (legacy) passes --local-rank / --local_rank to every worker.
+    train.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, help=argparse.SUPPRESS)
+    doctor = commands.add_parser("doctor", help="check Python, torch, PyG, CUDA/NCCL/gloo, ports, wandb")
+    doctor.add_argument("--nproc", type=int, default=2, help="processes you plan to run (default: %(default)s)")
+    doctor.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process")
+    doctor.add_argument("--port", type=int, default=None, help="rendezvous port to check (default: a free one)")
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    import os
+
+    from .config import load_config
+    from .distributed import is_main_process
+    from .launch import run_from_entry_point
+    from .training import summarise_run
+
+    if args.local_rank is not None:
+        os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
+    overrides = list(args.overrides) + ([f"training.resume={args.resume}"] if args.resume else [])
+    config = load_config(args.config, overrides)
+    result = run_from_entry_point(config, args.nproc)
+    if result is not None and is_main_process() and result.get("test") is not None:
+        print(summarise_run(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "doctor":
+            from .doctor import run_doctor
+
+            return run_doctor(nproc=args.nproc, num_workers=args.num_workers, port=args.port)
+        return _train(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

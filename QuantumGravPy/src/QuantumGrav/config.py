@@ -1,0 +1,496 @@
+"""YAML configs: the `!pyobject` loader, validation with key paths, overrides.
+
+A config is a plain nested dict (the seeds index it as ``config["parallel"]["world_size"]``).
+``load_config`` reads YAML (or takes a dict), applies ``section.key=value`` overrides,
+checks every key against the schema below, fills defaults and returns the resolved dict.
+Every problem is reported as ``key.path: expected ..., got ...`` in one ConfigError.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import yaml
+
+from .errors import ConfigError
+
+PYOBJECT_TAG = "!pyobject"
+
+
+# --------------------------------------------------------------------------- !pyobject
+@dataclass(frozen=True)
+class UnresolvedPyObject:
+    """A `!pyobject` path that did not import; validation reports it with its key path."""
+
+    path: str
+    reason: str
+
+
+def resolve_pyobject(path: str) -> Any:
+    """Import ``package.module.attr`` (attributes may be nested) and return the object."""
+    parts = path.strip().split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise ImportError(f"'{path}' is not a dotted Python path")
+    for split in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            obj = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name and not module_name.startswith(err.name):
+                raise  # the module exists but one of *its* imports is missing
+            continue
+        for attr in parts[split:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(f"no module named '{parts[0]}'")
+
+
+def _construct_pyobject(loader: yaml.Loader, node: yaml.Node) -> Any:
+    path = loader.construct_scalar(node)
+    try:
+        return resolve_pyobject(path)
+    except (ImportError, AttributeError) as err:
+        return UnresolvedPyObject(path, str(err))
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.add_constructor(PYOBJECT_TAG, _construct_pyobject)
+# YAML 1.1 reads `lr: 1e-3` as the string '1e-3' (it wants a dot); read it as a float.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def get_loader() -> type[yaml.SafeLoader]:
+    """The YAML loader that understands ``!pyobject dotted.path``: ``yaml.load(f, QG.get_loader())``."""
+    return _Loader
+
+
+def pyobject_path(obj: Any) -> str:
+    """``torch.optim.AdamW`` -> 'torch.optim.adamw.AdamW' style dotted path of a class or function."""
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _is_pyobject(value: Any) -> bool:
+    return callable(value) and hasattr(value, "__qualname__") and hasattr(value, "__module__")
+
+
+class _Dumper(yaml.SafeDumper):
+    def represent_data(self, data: Any) -> yaml.Node:  # classes/functions -> !pyobject
+        if _is_pyobject(data) and not isinstance(data, (str, bytes)):
+            return self.represent_scalar(PYOBJECT_TAG, pyobject_path(data))
+        if isinstance(data, tuple):
+            return self.represent_list(list(data))
+        return super().represent_data(data)
+
+
+def dump_config(config: Mapping[str, Any]) -> str:
+    """YAML text of a resolved config; `!pyobject` values round-trip through ``get_loader``."""
+    return yaml.dump(dict(config), Dumper=_Dumper, sort_keys=False, default_flow_style=None)
+
+
+def load_yaml_text(text: str) -> Any:
+    return yaml.load(text, _Loader)
+
+
+# --------------------------------------------------------------------------- field checks
+class _Invalid(Exception):
+    """Raised by a field check with 'expected ...' text; the caller adds the key path
+    and, unless ``names_value`` (the text already says what was got), the value."""
+
+    def __init__(self, message: str, names_value: bool = False):
+        super().__init__(message)
+        self.names_value = names_value
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, UnresolvedPyObject):
+        return f"!pyobject {value.path} (cannot import: {value.reason})"
+    if isinstance(value, str):
+        return repr(value)
+    if _is_pyobject(value):
+        return f"!pyobject {pyobject_path(value)}"
+    return repr(value) if not isinstance(value, (dict, list)) else f"{type(value).__name__} {value!r}"
+
+
+@dataclass
+class Field:
+    """One config key: its default and a check that returns the normalised value."""
+
+    check: Callable[[Any], Any]
+    default: Any = None
+    required: bool = False
+    nullable: bool = False
+    doc: str = ""
+
+    def validate(self, value: Any) -> Any:
+        if value is None and self.nullable:
+            return None
+        return self.check(value)
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        bounds = _bounds_text(minimum, maximum)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(f"expected an integer{bounds}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise _Invalid(f"expected an integer{bounds}")
+        return value
+
+    return check
+
+
+def number(minimum: float | None = None, maximum: float | None = None, *, exclusive_min: bool = False):
+    def check(value: Any) -> float:
+        lo = f" > {minimum}" if exclusive_min else (f" >= {minimum}" if minimum is not None else "")
+        hi = f" <= {maximum}" if maximum is not None else ""
+        text = f"expected a number{lo}{' and' if lo and hi else ''}{hi}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise _Invalid(text)
+        if minimum is not None and (value <= minimum if exclusive_min else value < minimum):
+            raise _Invalid(text)
+        if maximum is not None and value > maximum:
+            raise _Invalid(text)
+        return float(value)
+
+    return check
+
+
+def _bounds_text(minimum: Any, maximum: Any) -> str:
+    if minimum is not None and maximum is not None:
+        return f" between {minimum} and {maximum}"
+    if minimum is not None:
+        return f" >= {minimum}"
+    if maximum is not None:
+        return f" <= {maximum}"
+    return ""
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid("expected true or false")
+    return value
+
+
+def string(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _Invalid("expected a non-empty string")
+    return value
+
+
+def choice(*options: Any) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        # YAML reads a bare `off` as False; accept it where 'off' is an option.
+        if value is False and "off" in options:
+            return "off"
+        if value not in options:
+            raise _Invalid(f"expected one of {', '.join(repr(o) for o in options)}")
+        return value
+
+    return check
+
+
+def pyobject(value: Any) -> Any:
+    if isinstance(value, UnresolvedPyObject):
+        raise _Invalid(f"expected an importable Python object (!pyobject package.module.name); "
+                       f"'{value.path}' does not import: {value.reason}")
+    if not callable(value):
+        raise _Invalid("expected a Python class or function given as !pyobject package.module.name")
+    return value
+
+
+def list_of(item: Callable[[Any], Any], *, min_len: int = 0, length: int | None = None):
+    def check(value: Any) -> list:
+        what = f"a list of {length}" if length else "a list"
+        if not isinstance(value, (list, tuple)) or len(value) < min_len or (length and len(value) != length):
+            raise _Invalid(f"expected {what}{f' with at least {min_len} item(s)' if min_len else ''}")
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(item(v))
+            except _Invalid as err:
+                raise _Invalid(f"item {i}: {err}, got {_describe(v)}", names_value=True) from None
+        return out
+
+    return check
+
+
+def mapping(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise _Invalid("expected a mapping (key: value pairs)")
+    return dict(value)
+
+
+def port(value: Any) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)  # the seeds write master_port: "12355"
+    return integer(1, 65535)(value)
+
+
+# --------------------------------------------------------------------------- the schema
+def _data_schema() -> dict[str, Field]:
+    from .data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_TARGETS
+
+    d = DATA_DEFAULTS
+    fraction = number(0.0, 1.0, exclusive_min=True)
+    return {
+        "root": Field(string, d["root"], doc="cache directory for generated data sets"),
+        "num_samples": Field(integer(3), d["num_samples"]),
+        "n_min": Field(integer(4), d["n_min"]),
+        "n_max": Field(integer(4), d["n_max"]),
+        "dimensions": Field(list_of(choice(2, 3, 4), min_len=1), list(d["dimensions"])),
+        "classes": Field(list_of(choice(*VALID_CLASSES), min_len=1), list(d["classes"])),
+        "destroy_fraction": Field(fraction, d["destroy_fraction"]),
+        "edges": Field(choice(*VALID_EDGES), d["edges"]),
+        "target": Field(choice(*VALID_TARGETS), d["target"]),
+        "seed": Field(integer(0), d["seed"]),
+        "split": Field(list_of(fraction, length=3), list(d["split"])),
+        "split_seed": Field(integer(0), d["split_seed"]),
+    }
+
+
+def _wandb_schema() -> dict[str, Field]:
+    from .wandb_logger import WANDB_DEFAULTS, WANDB_MODES
+
+    d = WANDB_DEFAULTS
+    return {
+        "project": Field(string, d["project"]),
+        "name": Field(string, d["name"], nullable=True),
+        "entity": Field(string, d["entity"], nullable=True),
+        "group": Field(string, d["group"], nullable=True),
+        "mode": Field(choice(*WANDB_MODES), d["mode"]),
+        "tags": Field(list_of(string), list(d["tags"])),
+        "watch": {
+            "enabled": Field(boolean, d["watch"]["enabled"]),
+            "log": Field(choice("gradients", "parameters", "all"), d["watch"]["log"]),
+            "log_freq": Field(integer(1), d["watch"]["log_freq"]),
+        },
+    }
+
+
+def _loader_fields(batch_size: int, workers: int) -> dict[str, Field]:
+    return {
+        "batch_size": Field(integer(1), batch_size, doc="graphs per batch, per process"),
+        "num_workers": Field(integer(0), workers, doc="DataLoader worker processes, per process"),
+        "pin_memory": Field(boolean, False),
+        "prefetch_factor": Field(integer(1), None, nullable=True),
+        "drop_last": Field(boolean, False),
+    }
+
+
+def schema() -> dict[str, Any]:
+    """The full config schema: section -> key -> Field (nested dicts are sub-sections)."""
+    training = {
+        "seed": Field(integer(0), 42),
+        "device": Field(choice("auto", "cpu", "cuda"), "auto"),
+        "path": Field(string, "runs", doc="parent folder of the run directories"),
+        "run_name": Field(string, None, nullable=True),
+        "num_epochs": Field(integer(1), 20),
+        **_loader_fields(32, 0),
+        "shuffle": Field(boolean, True),
+        "optimizer_type": Field(pyobject, resolve_pyobject("torch.optim.AdamW")),
+        "optimizer_args": Field(list_of(lambda v: v), []),
+        "optimizer_kwargs": Field(mapping, {"lr": 1e-3, "weight_decay": 5e-5}),
+        "scheduler_type": Field(pyobject, None, nullable=True),
+        "scheduler_args": Field(list_of(lambda v: v), []),
+        "scheduler_kwargs": Field(mapping, {}),
+        "scheduler_interval": Field(choice("epoch", "step"), "epoch"),
+        "warmup_epochs": Field(integer(0), 0, doc="linear LR warmup before the schedule"),
+        "lr_scaling": Field(choice("none", "linear", "sqrt"), "none"),
+        "reference_batch_size": Field(integer(1), None, nullable=True),
+        "accumulation_steps": Field(integer(1), 1),
+        "amp": Field(choice("off", "fp16", "bf16"), "off"),
+        "grad_clip_norm": Field(number(0.0, exclusive_min=True), None, nullable=True),
+        "checkpoint_at": Field(integer(1), None, nullable=True, doc="also keep epoch_K.pt every K epochs"),
+        "memory_limit_mb": Field(number(0.0, exclusive_min=True), None, nullable=True),
+        "log_every_n_steps": Field(integer(1), 50),
+        "progress_bar": Field(choice("auto", True, False), "auto"),
+        "resume": Field(string, None, nullable=True, doc="run directory to continue"),
+    }
+    model = {
+        "type": Field(pyobject, None, nullable=True, doc="model class; default QuantumGrav.models.GNNClassifier"),
+        "conv": Field(pyobject, resolve_pyobject("torch_geometric.nn.GraphConv")),
+        "conv_kwargs": Field(mapping, {}),
+        "hidden_channels": Field(list_of(integer(1), min_len=1), [64, 64, 64]),
+        "norm": Field(choice("batch", "layer", "graph", "none"), "batch"),
+        "activation": Field(choice("relu", "gelu", "elu", "tanh", "leaky_relu"), "relu"),
+        "dropout": Field(number(0.0, 0.99), 0.1),
+        "pooling": Field(choice("mean", "max", "add", "mean_max"), "mean_max"),
+        "head_hidden": Field(list_of(integer(1)), [64]),
+        "kwargs": Field(mapping, {}, doc="extra constructor arguments of a custom model.type"),
+    }
+    return {
+        "training": training,
+        "model": model,
+        "validation": {**_loader_fields(64, 0), "mode": Field(choice("sharded", "rank0"), "sharded")},
+        "testing": _loader_fields(64, 0),
+        "early_stopping": {
+            "enabled": Field(boolean, True),
+            "metric": Field(choice("val_loss", "val_accuracy"), "val_loss"),
+            "mode": Field(choice("min", "max"), None, nullable=True, doc="default: min for loss, max for accuracy"),
+            "patience": Field(integer(1), 5),
+            "min_delta": Field(number(0.0), 0.0),
+        },
+        "criterion": Field(pyobject, resolve_pyobject("torch.nn.functional.cross_entropy")),
+        "data": _data_schema(),
+        "parallel": {
+            "world_size": Field(integer(1), 1),
+            "rank": Field(integer(0), None, nullable=True, doc="set by the launcher; leave null"),
+            "master_addr": Field(string, "localhost"),
+            "master_port": Field(port, None, nullable=True, doc="null: a free port is picked"),
+            "backend": Field(choice("nccl", "gloo"), None, nullable=True, doc="null: nccl on CUDA, else gloo"),
+            "timeout_s": Field(number(0.0, exclusive_min=True), 300.0),
+            "output_device": Field(integer(0), None, nullable=True),
+            "find_unused_parameters": Field(boolean, False),
+        },
+        "logger": {"wandb": _wandb_schema()},
+    }
+
+
+OPTIONAL_SECTIONS = {"logger.wandb"}  # absent (or null) means: feature off
+
+
+# --------------------------------------------------------------------------- validation
+def _walk(spec: Mapping[str, Any], given: Any, prefix: str, errors: list[str]) -> dict:
+    if not isinstance(given, dict):
+        errors.append(f"{prefix}: expected a mapping (section), got {_describe(given)}")
+        return {}
+    for key in given:
+        if key not in spec:
+            hint = difflib.get_close_matches(str(key), list(spec), n=1)
+            suggestion = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(spec)}"
+            errors.append(f"{prefix}{key}: unknown key{suggestion}")
+    resolved: dict[str, Any] = {}
+    for key, item in spec.items():
+        path = f"{prefix}{key}"
+        if isinstance(item, dict):
+            if path in OPTIONAL_SECTIONS and given.get(key) is None:
+                resolved[key] = None
+                continue
+            resolved[key] = _walk(item, given.get(key, {}), path + ".", errors)
+        elif key in given:
+            try:
+                resolved[key] = item.validate(given[key])
+            except _Invalid as err:
+                got = "" if err.names_value else f", got {_describe(given[key])}"
+                errors.append(f"{path}: {err}{got}")
+        elif item.required:
+            errors.append(f"{path}: required key is missing")
+        else:
+            resolved[key] = copy.deepcopy(item.default)
+    return resolved
+
+
+def _cross_checks(cfg: dict, errors: list[str]) -> None:
+    data, es = cfg["data"], cfg["early_stopping"]
+    if data and data.get("n_min", 0) > data.get("n_max", 0):
+        errors.append(f"data.n_min: expected n_min <= n_max, got n_min={data['n_min']} > n_max={data['n_max']}")
+    split = data.get("split")
+    if split and abs(sum(split) - 1.0) > 1e-6:
+        errors.append(f"data.split: expected three fractions that sum to 1, got {split} (sum {sum(split):.3f})")
+    if es and es.get("mode") is None and "metric" in es:
+        es["mode"] = "max" if es["metric"] == "val_accuracy" else "min"
+    lr = cfg["training"].get("optimizer_kwargs", {}).get("lr")
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
+        errors.append(f"training.optimizer_kwargs.lr: expected a number > 0, got {_describe(lr)}")
+
+
+def validate_config(config: Any) -> dict:
+    """Check ``config`` against the schema; return it resolved (defaults filled) or raise ConfigError."""
+    errors: list[str] = []
+    if not isinstance(config, dict):
+        raise ConfigError(f"config: expected a mapping of sections, got {_describe(config)}")
+    resolved = _walk(schema(), config, "", errors)
+    if not errors:
+        _cross_checks(resolved, errors)
+    if errors:
+        listing = "\n".join(f"  - {e}" for e in errors)
+        raise ConfigError(f"invalid config ({len(errors)} problem{'s' * (len(errors) > 1)}):\n{listing}")
+    return resolved
+
+
+# --------------------------------------------------------------------------- overrides
+def parse_override(text: str) -> tuple[str, Any]:
+    """'training.num_epochs=3' -> ('training.num_epochs', 3); the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set training.num_epochs=3")
+    try:
+        value = load_yaml_text(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({err.problem})") from None
+    return key.strip(), value
+
+
+def apply_overrides(config: dict, overrides: Iterable[str] | Mapping[str, Any] | None) -> dict:
+    """Return a copy of ``config`` with dotted-key overrides applied (strings or a mapping)."""
+    out = copy.deepcopy(config)
+    if not overrides:
+        return out
+    items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+    for dotted, value in items:
+        node = out
+        *parents, leaf = dotted.split(".")
+        for i, part in enumerate(parents):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(parents[: i + 1])}: cannot set '{dotted}', this key is not a section")
+            node = child
+        node[leaf] = value
+    return out
+
+
+def read_config_file(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist; pass an existing YAML file, e.g. configs/train.yaml")
+    try:
+        data = yaml.load(path.read_text(), _Loader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return data if data is not None else {}
+
+
+def load_config(source: str | Path | Mapping[str, Any] | None = None,
+                overrides: Iterable[str] | Mapping[str, Any] | None = None) -> dict:
+    """Read, override and validate a config. ``source`` is a YAML path, a dict, or None (defaults)."""
+    if source is None:
+        raw: Any = {}
+    elif isinstance(source, Mapping):
+        raw = copy.deepcopy(dict(source))
+    else:
+        raw = read_config_file(source)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: expected a mapping of sections at the top level, got {_describe(raw)}")
+    return validate_config(apply_overrides(raw, overrides))
+
+
+def find_unimportable(config: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """(key path, dotted path) of every callable a freshly spawned process could not import."""
+    found: list[tuple[str, str]] = []
+    if isinstance(config, dict):
+        for key, value in config.items():
+            found += find_unimportable(value, f"{prefix}{key}.")
+    elif isinstance(config, (list, tuple)):
+        for i, value in enumerate(config):
+            found += find_unimportable(value, f"{prefix}{i}.")
+    elif _is_pyobject(config):
+        path = pyobject_path(config)
+        if config.__module__ == "__main__" or "<locals>" in config.__qualname__ or "<lambda>" in path:
+            found.append((prefix.rstrip("."), path))
+    return found

@@ -1,0 +1,163 @@
+"""Everything that knows about ranks and process groups lives here.
+
+Rank handling is read from one place (nanoGPT's `is_main_process` idea):
+inside an initialised process group the group is the truth; before that,
+the launcher's environment (torchrun sets RANK/LOCAL_RANK/WORLD_SIZE) is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from .errors import UserError
+
+
+def get_rank() -> int:
+    """Global rank of this process (0 when not distributed)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+def get_world_size() -> int:
+    """Number of processes in the job (1 when not distributed)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def get_local_rank() -> int:
+    """Rank on this node: the index of the GPU this process drives."""
+    return int(os.environ.get("LOCAL_RANK", str(get_rank())))
+
+
+def is_main_process() -> bool:
+    """True on the one process that writes files, logs and decides."""
+    return get_rank() == 0
+
+
+# --------------------------------------------------------------------------- process group
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launched_by_torchrun() -> bool:
+    """torchrun (and torch.distributed.launch --use-env) export these for every worker."""
+    return all(v in os.environ for v in TORCHRUN_VARIABLES)
+
+
+def find_free_port(host: str = "localhost") -> int:
+    """A TCP port that is free right now (the OS picks it), for a single-node rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def default_backend(device_type: str | None = None) -> str:
+    """NCCL for CUDA tensors, gloo for CPU: the one rule for choosing the backend."""
+    uses_cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
+    return "nccl" if uses_cuda else "gloo"
+
+
+def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master_addr: str = "localhost",
+                   master_port: int | str | None = None, backend: str | None = None,
+                   timeout_s: float = 300.0) -> None:
+    """Join the process group of this job.
+
+    Under torchrun the launcher's environment is the truth and is not overwritten;
+    otherwise MASTER_ADDR/MASTER_PORT are set from the arguments. The timeout bounds
+    every collective: a rank that died makes the others fail after ``timeout_s``
+    instead of waiting for PyTorch's default of 30 minutes.
+    """
+    if dist.is_initialized():
+        return
+    if launched_by_torchrun():
+        rank, worldsize = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    else:
+        if rank is None or worldsize is None:
+            raise UserError("initialize_ddp: pass rank and worldsize, or start the script with torchrun")
+        if master_port is None:
+            raise UserError("initialize_ddp: master_port is missing; pass a free port "
+                            "(QuantumGrav.distributed.find_free_port()) or set parallel.master_port")
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = str(master_addr), str(master_port)
+        os.environ.setdefault("LOCAL_RANK", str(rank))
+    backend = backend or default_backend()
+    if backend == "nccl":
+        # Bind this process to its own GPU *before* NCCL starts: LOCAL_RANK, not the
+        # global rank, indexes the GPUs of this node.
+        torch.cuda.set_device(get_local_rank())
+    dist.init_process_group(backend=backend, rank=rank, world_size=worldsize,
+                             timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def cleanup_ddp() -> None:
+    """Leave the process group. Safe to call twice and after a failure (no barrier: a dead
+    peer would make it hang)."""
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+@dataclass
+class Runtime:
+    """Where this process stands in the job, and the few collectives the trainer uses.
+
+    Every cross-rank decision goes through ``sum_across_ranks`` (reduce) or
+    ``broadcast_from_main`` (decide on rank 0, then tell everyone): no rank leaves a
+    loop on its own, so no rank ever waits at a collective the others skipped.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    backend: str | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def _collective_device(self) -> torch.device:
+        # NCCL only moves CUDA tensors, gloo only CPU ones.
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    def sum_across_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum over ranks (sums and counts together; divide afterwards)."""
+        if not self.distributed:
+            return values
+        buffer = values.detach().to(self._collective_device, torch.float64).clone()
+        dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+        return buffer.to(values.device)
+
+    def broadcast_from_main(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (the others' argument is ignored)."""
+        if not self.distributed:
+            return obj
+        box = [obj if self.is_main else None]
+        dist.broadcast_object_list(box, src=0, device=self._collective_device)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Rank 0 runs the block first (e.g. generates and caches data), then the rest."""
+        if not self.is_main:
+            self.barrier()
+        yield
+        if self.is_main:
+            self.barrier()

@@ -1,0 +1,58 @@
+"""Early stopping whose whole state fits in a checkpoint, so a resumed run continues it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class EarlyStopping:
+    """Stop when ``metric`` has not improved by ``min_delta`` for ``patience`` epochs.
+
+    Only rank 0 updates it; its decision is broadcast by the trainer.
+    """
+
+    metric: str = "val_loss"
+    mode: str = "min"
+    patience: int = 5
+    min_delta: float = 0.0
+    enabled: bool = True
+    best_value: float = math.nan
+    best_epoch: int = -1
+    epochs_without_improvement: int = 0
+
+    def improved(self, value: float) -> bool:
+        if math.isnan(self.best_value):
+            return True
+        if self.mode == "min":
+            return value < self.best_value - self.min_delta
+        return value > self.best_value + self.min_delta
+
+    def update(self, value: float, epoch: int) -> bool:
+        """Record this epoch's value; True when it is the best so far."""
+        if self.improved(value):
+            self.best_value, self.best_epoch, self.epochs_without_improvement = value, epoch, 0
+            return True
+        self.epochs_without_improvement += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.enabled and self.epochs_without_improvement >= self.patience
+
+    def reason(self) -> str:
+        return (f"early stopping: {self.metric} did not improve by more than {self.min_delta} for "
+                f"{self.patience} epoch(s); best {self.metric}={self.best_value:.4f} at epoch {self.best_epoch}")
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+    @classmethod
+    def from_config(cls, es_cfg: dict) -> "EarlyStopping":
+        keys = ("metric", "mode", "patience", "min_delta", "enabled")
+        return cls(**{k: es_cfg[k] for k in keys})

@@ -1,0 +1,9 @@
+"""Errors a user can fix. The CLI prints their message (no traceback) and exits 2."""
+
+
+class UserError(Exception):
+    """Bad input (config, data, command line, environment): the message says what to change."""
+
+
+class ConfigError(UserError):
+    """The config is invalid. The message names each key path and what was expected."""

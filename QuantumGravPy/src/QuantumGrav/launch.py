@@ -1,0 +1,182 @@
+"""Start a training job: in this process, in N spawned processes, or as one torchrun worker.
+
+``run_job`` builds, trains, tests and tears down inside one process. ``launch`` starts
+N worker processes from anywhere, a Jupyter kernel included: the workers run library
+code only, so nothing defined in the notebook needs to be pickled or imported. If one
+worker fails, the others are stopped at once and the error is raised here with its rank.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_module
+import shutil
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from .config import find_unimportable, load_config
+from .distributed import cleanup_ddp, default_backend, find_free_port, initialize_ddp, launched_by_torchrun
+from .errors import UserError
+from .logging_utils import get_logger, setup_logging
+
+logger = get_logger("launch")
+
+
+class TrainingFailed(RuntimeError):
+    """A worker process raised; ``rank`` and the worker's traceback are attached."""
+
+    def __init__(self, rank: int, message: str, worker_traceback: str):
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank, self.worker_traceback = rank, worker_traceback
+
+
+def run_job(config: dict | str | Path) -> dict[str, Any]:
+    """Train and test in this process (a single process, or one rank of a DDP job)."""
+    from .train_ddp import TrainerDDP
+    from .training import Trainer
+
+    config = load_config(config)
+    trainer = TrainerDDP(rank=dist.get_rank(), config=config) if dist.is_initialized() else Trainer(config)
+    try:
+        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+        trainer.run_training(train_loader, val_loader)
+        test = trainer.run_test(test_loader)  # rank 0 evaluates; the others get None
+        return {"rank": trainer.runtime.rank, "run_dir": str(trainer.run_dir), "history": trainer.history,
+                "test": test, "summary": dict(trainer.summary)}
+    except UserError:
+        _remove_unfinished_run(trainer)
+        raise
+    finally:
+        trainer.close()
+
+
+def _remove_unfinished_run(trainer) -> None:
+    """A run that failed on bad input before its first checkpoint leaves nothing on disk."""
+    if trainer.runtime.is_main and not trainer.tcfg["resume"]:
+        if not (trainer.run_dir / "checkpoints" / "last.pt").exists():
+            shutil.rmtree(trainer.run_dir, ignore_errors=True)
+
+
+def check_spawnable(config: dict) -> None:
+    """Spawned processes import every class and function of the config by name: fail now, not there."""
+    unimportable = find_unimportable(config)
+    if unimportable:
+        listing = ", ".join(f"{key} = {path}" for key, path in unimportable)
+        raise UserError(f"{listing}: spawned worker processes cannot import objects defined in a notebook or "
+                        "script (__main__) or inside a function. Move it into a .py module next to the notebook "
+                        "(e.g. my_losses.py) and refer to it as !pyobject my_losses.compute_loss, or use nproc=1")
+
+
+def _check_devices(config: dict, nproc: int) -> None:
+    device = config["training"]["device"]
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        visible = torch.cuda.device_count()
+        if nproc > visible:
+            raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
+                            f"use nproc <= {visible}, or check CUDA_VISIBLE_DEVICES")
+
+
+def _backend(config: dict) -> str:
+    device = config["training"]["device"]
+    device_type = "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu"
+    return config["parallel"]["backend"] or default_backend(device_type)
+
+
+def _worker(rank: int, world_size: int, config: dict, port: int, results) -> None:
+    """Entry point of a spawned process (module level, so spawn can import it)."""
+    os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size))
+    # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    setup_logging(rank)
+    try:
+        parallel = config["parallel"]
+        initialize_ddp(rank, world_size, parallel["master_addr"], port, _backend(config), parallel["timeout_s"])
+        result = run_job(config)
+        results.put(("ok", rank, result if rank == 0 else None))
+    except BaseException as err:  # report every failure, with its rank, to the parent
+        get_logger("launch").error(f"{type(err).__name__}: {err}")
+        results.put(("error", rank, f"{type(err).__name__}: {err}", traceback.format_exc(),
+                     isinstance(err, UserError)))
+        raise SystemExit(1)
+    finally:
+        cleanup_ddp()
+
+
+def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | None = None) -> dict[str, Any]:
+    """Run the job on ``nproc`` processes of this machine and return rank 0's result.
+
+    Works from a terminal, a script and a Jupyter kernel. ``nproc=1`` runs in this process.
+    """
+    config = load_config(config)
+    nproc = nproc or config["parallel"]["world_size"]
+    if nproc < 1:
+        raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
+    if nproc == 1:
+        return run_job(config)
+    check_spawnable(config)
+    _check_devices(config, nproc)
+    config["parallel"]["world_size"] = nproc
+    port = port or config["parallel"]["master_port"] or find_free_port()
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results), name=f"rank{rank}")
+                 for rank in range(nproc)]
+    try:
+        for process in processes:
+            process.start()
+        return _supervise(processes, results)
+    finally:  # on success, on a worker's failure and on KeyboardInterrupt (a kernel interrupt)
+        _stop(processes)
+
+
+def _supervise(processes: list, results) -> dict[str, Any]:
+    """Wait for every rank; on the first failure raise it (the caller stops the rest)."""
+    finished: dict[int, Any] = {}
+    while len(finished) < len(processes):
+        try:
+            status, rank, *payload = results.get(timeout=0.2)
+        except queue_module.Empty:
+            dead = [p for p in processes if p.exitcode not in (None, 0) and int(p.name[4:]) not in finished]
+            if dead:  # killed without reporting (e.g. out of memory)
+                rank = int(dead[0].name[4:])
+                raise TrainingFailed(rank, f"process exited with code {dead[0].exitcode} without reporting", "")
+            continue
+        if status == "error":
+            message, worker_traceback, is_user_error = payload
+            if is_user_error:
+                raise UserError(f"rank {rank}: {message.split(': ', 1)[-1]}")
+            raise TrainingFailed(rank, message, worker_traceback)
+        finished[rank] = payload[0]
+    for process in processes:
+        process.join()
+    return finished[0]
+
+
+def _stop(processes: list, grace_s: float = 5.0) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(grace_s)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) -> dict[str, Any] | None:
+    """What scripts and the CLI call: one torchrun worker if torchrun started us, else ``launch``."""
+    config = load_config(config)
+    if not launched_by_torchrun():
+        return launch(config, nproc)
+    # torchrun started one copy of us per process and exported RANK, WORLD_SIZE, ...
+    setup_logging(int(os.environ["RANK"]))
+    try:
+        initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
+        return run_job(config)
+    finally:
+        cleanup_ddp()

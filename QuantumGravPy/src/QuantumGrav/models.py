@@ -1,0 +1,92 @@
+"""Graph classifiers built from the config's ``model:`` section.
+
+The model knows nothing about DDP (torchtitan's rule): wrapping, devices and
+gradient synchronisation are the trainer's business.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch_geometric import nn as pyg_nn
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
+# Convolutions whose constructor takes an MLP instead of (in, out) channel counts.
+_MLP_CONVS = {"GINConv", "GINEConv"}
+
+
+def make_conv(conv_cls: type, in_channels: int, out_channels: int, conv_kwargs: dict[str, Any]) -> nn.Module:
+    """One message-passing layer; GIN-style layers get a two-layer MLP as their `nn`."""
+    if conv_cls.__name__ in _MLP_CONVS:
+        mlp = nn.Sequential(nn.Linear(in_channels, out_channels), nn.ReLU(), nn.Linear(out_channels, out_channels))
+        return conv_cls(mlp, **conv_kwargs)
+    return conv_cls(in_channels, out_channels, **conv_kwargs)
+
+
+def make_norm(kind: str, channels: int) -> nn.Module:
+    if kind == "batch":
+        return pyg_nn.BatchNorm(channels)
+    if kind == "layer":
+        return nn.LayerNorm(channels)  # per node: independent of batch composition
+    if kind == "graph":
+        return pyg_nn.GraphNorm(channels)
+    return nn.Identity()
+
+
+class GNNClassifier(nn.Module):
+    """Message passing -> per-graph pooling -> MLP head, giving class logits per causal set."""
+
+    def __init__(self, in_channels: int, num_classes: int, *, conv: type = pyg_nn.GraphConv,
+                 conv_kwargs: dict | None = None, hidden_channels: list[int] = (64, 64, 64),
+                 norm: str = "batch", activation: str = "relu", dropout: float = 0.1,
+                 pooling: str = "mean_max", head_hidden: list[int] = (64,)):
+        super().__init__()
+        widths = [in_channels, *hidden_channels]
+        self.convs = nn.ModuleList(make_conv(conv, a, b, dict(conv_kwargs or {})) for a, b in zip(widths, widths[1:]))
+        self.norms = nn.ModuleList(make_norm(norm, b) for b in hidden_channels)
+        self.norm_kind = norm
+        self.activation = ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.pooling = pooling
+        pooled = hidden_channels[-1] * (2 if pooling == "mean_max" else 1)
+        head: list[nn.Module] = []
+        for width in head_hidden:
+            head += [nn.Linear(pooled, width), ACTIVATIONS[activation](), nn.Dropout(dropout)]
+            pooled = width
+        head.append(nn.Linear(pooled, num_classes))
+        self.head = nn.Sequential(*head)
+
+    def _pool(self, x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+        if self.pooling == "mean_max":
+            return torch.cat([pyg_nn.global_mean_pool(x, batch), pyg_nn.global_max_pool(x, batch)], dim=-1)
+        pool = {"mean": pyg_nn.global_mean_pool, "max": pyg_nn.global_max_pool, "add": pyg_nn.global_add_pool}
+        return pool[self.pooling](x, batch)
+
+    def forward(self, data) -> torch.Tensor:
+        x, edge_index = data.x, data.edge_index
+        batch = data.batch if getattr(data, "batch", None) is not None else x.new_zeros(x.size(0), dtype=torch.long)
+        for conv, norm in zip(self.convs, self.norms):
+            x = conv(x, edge_index)
+            x = norm(x, batch) if self.norm_kind == "graph" else norm(x)
+            x = self.dropout(self.activation(x))
+        return self.head(self._pool(x, batch))
+
+
+def build_model(model_cfg: dict[str, Any], in_channels: int, num_classes: int) -> nn.Module:
+    """The model the config describes; a custom ``model.type`` gets (in_channels, num_classes, **kwargs)."""
+    model_type = model_cfg.get("type") or GNNClassifier
+    if model_type is not GNNClassifier:
+        return model_type(in_channels, num_classes, **model_cfg.get("kwargs", {}))
+    keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden")
+    return GNNClassifier(in_channels, num_classes, **{k: model_cfg[k] for k in keys if k in model_cfg})
+
+
+def count_parameters(model: nn.Module) -> dict[str, float]:
+    """Total and trainable parameters and their size in MB, counted by hand (no wandb.watch needed)."""
+    model = getattr(model, "module", model)  # DDP-wrapped or not
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    size_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    return {"total_params": total, "trainable_params": trainable, "size_mb": round(size_mb, 3)}

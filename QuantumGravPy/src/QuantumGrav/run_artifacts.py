@@ -1,0 +1,148 @@
+"""The files of a run: directory, checkpoints, metrics CSV, summary, figures.
+
+Only rank 0 calls the writers. Every file is written to a temporary name and
+renamed, so an interrupted run never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+CHECKPOINT_DIR = "checkpoints"
+FIGURE_DIR = "figures"
+
+
+def create_run_dir(parent: str | Path, run_name: str | None = None) -> Path:
+    """A new, empty run directory under ``parent`` (a timestamped name unless given)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = run_name or f"run-{stamp}-{secrets.token_hex(2)}"
+    run_dir = Path(parent).expanduser().resolve() / name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        from .errors import UserError
+
+        raise UserError(f"run directory '{run_dir}' already exists and is not empty; choose another "
+                        f"training.run_name, or continue it with training.resume={run_dir}")
+    (run_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def _atomic_replace(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    _atomic_replace(Path(path), lambda tmp: Path(tmp).write_text(text))
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """``state`` holds only tensors, numbers, strings and containers: loadable with weights_only=True."""
+    _atomic_replace(Path(path), lambda tmp: torch.save(state, tmp))
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    from .errors import UserError
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint '{path}' does not exist; resume from a run directory that has "
+                        f"{CHECKPOINT_DIR}/last.pt")
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+class MetricsCSV:
+    """One row per epoch; the header is fixed by the first row written."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def rows(self) -> list[dict[str, str]]:
+        if not self.path.is_file():
+            return []
+        with self.path.open(newline="") as f:
+            return list(csv.DictReader(f))
+
+    def append(self, row: dict[str, Any]) -> None:
+        rows = self.rows()
+        columns = list(rows[0].keys()) if rows else list(row.keys())
+        self._write(columns, [*rows, {k: row.get(k, "") for k in columns}])
+
+    def keep_epochs_before(self, epoch: int) -> None:
+        """Drop rows of epochs >= ``epoch`` (written after the checkpoint a resume starts from)."""
+        rows = self.rows()
+        if rows:
+            self._write(list(rows[0].keys()), [r for r in rows if int(r["epoch"]) < epoch])
+
+    def _write(self, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
+        def write(tmp: str) -> None:
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(rows)
+
+        _atomic_replace(self.path, write)
+
+
+def plot_training_curves(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Loss, validation accuracy and learning rate per epoch, in one figure."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    epochs = [int(r["epoch"]) for r in rows]
+    series = lambda key: [float(r[key]) for r in rows]  # noqa: E731
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    axes[0].plot(epochs, series("train_loss"), label="train")
+    axes[0].plot(epochs, series("val_loss"), label="validation")
+    axes[0].set(xlabel="epoch", ylabel="loss", title="Loss")
+    axes[0].legend()
+    axes[1].plot(epochs, series("val_accuracy"), color="tab:green")
+    axes[1].set(xlabel="epoch", ylabel="accuracy", title="Validation accuracy", ylim=(0, 1))
+    axes[2].plot(epochs, series("lr"), color="tab:orange")
+    axes[2].set(xlabel="epoch", ylabel="learning rate", title="Learning rate")
+    fig.tight_layout()
+    _atomic_replace(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=90))
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_confusion_matrix(matrix: list[list[int]], class_names: list[str], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1.1 * len(class_names) + 2.5, 1.0 * len(class_names) + 2))
+    ax.imshow(matrix, cmap="Blues")
+    ax.set(xticks=range(len(class_names)), yticks=range(len(class_names)), xlabel="predicted", ylabel="true",
+           title="Test confusion matrix")
+    ax.set_xticklabels(class_names, rotation=45, ha="right")
+    ax.set_yticklabels(class_names)
+    for i, row in enumerate(matrix):
+        for j, count in enumerate(row):
+            ax.text(j, i, str(count), ha="center", va="center")
+    fig.tight_layout()
+    _atomic_replace(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=90))
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,499 @@
+"""The one training loop, shared by ``Trainer`` (one process) and ``TrainerDDP`` (many).
+
+Everything rank-specific goes through ``self.runtime`` (see distributed.Runtime):
+in one process its collectives are no-ops, so the code below reads the same for
+both and there is exactly one copy of the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler, Sampler
+from torch_geometric.loader import DataLoader
+
+from .config import dump_config, load_config
+from .data import CausalSetDataset, split_indices
+from .distributed import Runtime
+from .early_stopping import EarlyStopping
+from .errors import ConfigError, UserError
+from .logging_utils import get_logger, rank_zero_warn, setup_logging
+from .memory import MemoryMonitor
+from .models import build_model, count_parameters
+from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, create_run_dir, load_checkpoint,
+                            plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
+from .schedules import build_scheduler, derive_hyperparameters
+
+logger = get_logger("training")
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """'auto' -> CUDA when present. Each process drives GPU ``local_rank`` of its node."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("training.device: 'cuda' was asked for but no CUDA GPU is visible; "
+                          "use device: cpu (or auto), or check CUDA_VISIBLE_DEVICES")
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+class ShardSampler(Sampler[int]):
+    """Rank r evaluates items r, r+W, r+2W, ...: disjoint shards, no padding, nothing counted twice
+    (DistributedSampler pads with duplicates, which would bias validation metrics)."""
+
+    def __init__(self, num_items: int, rank: int, world_size: int):
+        self.indices = list(range(rank, num_items, world_size))
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def make_train_sampler(dataset, rank: int, world_size: int, shuffle: bool, seed: int) -> DistributedSampler:
+    """Rank ``rank``'s shard of the training set, reshuffled by ``set_epoch``.
+
+    Used even for one process: the permutation then depends only on (seed, epoch), so
+    a resumed run, and an N-process run taken together, see the same sample order.
+    """
+    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
+
+
+class Trainer:
+    """Train, validate and test a GNN on causal sets in one process.
+
+    ``prepare_dataloaders()``, ``run_training(train_loader, val_loader)`` and
+    ``run_test(test_loader)`` are the whole API; ``TrainerDDP`` has the same.
+    """
+
+    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None):
+        self.config = load_config(config)
+        self.tcfg = self.config["training"]
+        self.runtime = runtime or Runtime(device=resolve_device(self.tcfg["device"]))
+        self.device = self.runtime.device
+        if self.tcfg["amp"] == "fp16" and self.device.type != "cuda":
+            raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
+                              "use amp: bf16 on CPU, or amp: off")
+        self.epoch = 0
+        self.run_dir = self._open_run_dir()
+        setup_logging(self.runtime.rank, self.run_dir)
+        torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
+        self.dataset = self._load_dataset()
+        self.split = dict(zip(("train", "val", "test"), split_indices(
+            len(self.dataset), self.config["data"]["split"], self.config["data"]["split_seed"])))
+        core = build_model(self.config["model"], self.dataset.num_node_features, self.dataset.num_classes)
+        self.core_model = core.to(self.device)  # move to the device *before* any DDP wrapping
+        self.model = self._wrap_model(self.core_model)
+        self.criterion = self._build_criterion(self.config["criterion"])
+        self.derived = derive_hyperparameters(self.tcfg, self.runtime.world_size)
+        self.optimizer = self.tcfg["optimizer_type"](
+            self.core_model.parameters(), *self.tcfg["optimizer_args"],
+            **{**self.tcfg["optimizer_kwargs"], "lr": self.derived["lr"]})
+        self.scheduler = None  # built in run_training, when the number of steps per epoch is known
+        self.scaler = torch.amp.GradScaler("cuda") if self.tcfg["amp"] == "fp16" else None
+        self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
+        self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
+        self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
+        self.history: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {"run_dir": str(self.run_dir)}
+        self.start_epoch, self._resume_state, self._best_state = 0, None, None
+        self._checked_unused_parameters = False
+        self.experiment = None
+        if self.tcfg["resume"]:
+            self._restore(self.run_dir / CHECKPOINT_DIR / "last.pt")
+        if self.runtime.is_main:
+            self._write_resolved_config()
+            self.experiment = self._open_experiment_logger()
+
+    # ------------------------------------------------------------------ set-up pieces
+    def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # TrainerDDP wraps it in DistributedDataParallel
+
+    def _open_run_dir(self) -> Path:
+        """Rank 0 creates (or reopens) the run directory; every rank gets its path."""
+        path = None
+        if self.runtime.is_main:
+            if self.tcfg["resume"]:
+                path = Path(self.tcfg["resume"]).expanduser().resolve()
+                if not (path / CHECKPOINT_DIR / "last.pt").is_file():
+                    raise UserError(f"training.resume: '{path}' has no {CHECKPOINT_DIR}/last.pt; "
+                                    "pass the directory of an earlier run")
+            else:
+                path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"])
+        return Path(self.runtime.broadcast_from_main(str(path) if path else None))
+
+    def _load_dataset(self) -> CausalSetDataset:
+        # Rank 0 generates and caches; the others wait, then read the cache.
+        with self.runtime.main_process_first():
+            return CausalSetDataset.from_config(self.config["data"])
+
+    @staticmethod
+    def _build_criterion(criterion: Any):
+        return criterion() if isinstance(criterion, type) else criterion
+
+    def _write_resolved_config(self) -> None:
+        text = dump_config({**self.config, "derived": self.derived})
+        header = "# Resolved config of this run. 'derived' is recomputed by the trainer and ignored on load.\n"
+        from .run_artifacts import atomic_write_text
+
+        atomic_write_text(self.run_dir / "config.yaml", header + text)
+
+    def _open_experiment_logger(self):
+        wandb_cfg = (self.config.get("logger") or {}).get("wandb")
+        if not wandb_cfg:
+            return None
+        from .wandb_logger import WandbLogger
+
+        resume_id = (self._resume_state or {}).get("wandb_run_id") or None
+        return WandbLogger(wandb_cfg, self.run_dir, {**self.config, "derived": self.derived}, resume_id=resume_id)
+
+    # ------------------------------------------------------------------ data
+    def _subset(self, name: str):
+        return self.dataset.index_select(self.split[name])
+
+    def _loader(self, dataset, section: str, sampler: Sampler | None) -> DataLoader:
+        cfg = self.config[section]
+        extra = {"prefetch_factor": cfg["prefetch_factor"]} if cfg["num_workers"] and cfg["prefetch_factor"] else {}
+        return DataLoader(dataset, batch_size=cfg["batch_size"], sampler=sampler, shuffle=False,
+                          num_workers=cfg["num_workers"], pin_memory=cfg["pin_memory"] and self.device.type == "cuda",
+                          drop_last=cfg["drop_last"], persistent_workers=cfg["num_workers"] > 0, **extra)
+
+    def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
+        """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
+        rank, world = self.runtime.rank, self.runtime.world_size
+        train = self._subset("train")
+        train_sampler = make_train_sampler(train, rank, world, self.tcfg["shuffle"], self.tcfg["seed"])
+        val = self._subset("val")
+        val_sampler = ShardSampler(len(val), rank, world) if self.config["validation"]["mode"] == "sharded" else None
+        test = self._subset("test")
+        return (self._loader(train, "training", train_sampler), self._loader(val, "validation", val_sampler),
+                self._loader(test, "testing", None))
+
+    # ------------------------------------------------------------------ the loop
+    def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
+        """Train until ``num_epochs`` or early stopping; returns (train_history, val_history) on every rank."""
+        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, len(train_loader))
+        if self._resume_state and self._resume_state.get("scheduler") and self.scheduler is not None:
+            self.scheduler.load_state_dict(self._resume_state["scheduler"])
+        self._log_start_block(train_loader, val_loader)
+        stop_reason = f"completed {self.tcfg['num_epochs']} epochs"
+        for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
+            self.epoch = epoch
+            started = time.perf_counter()
+            train_stats = self._train_one_epoch(train_loader, epoch)
+            val_stats = self.evaluate(val_loader)
+            stop, reason = self._finish_epoch(epoch, train_stats, val_stats, time.perf_counter() - started)
+            if stop:  # the same decision on every rank: it was broadcast from rank 0
+                stop_reason = reason
+                break
+        self._finish_training(stop_reason)
+        train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
+        val_history = [{"epoch": r["epoch"], "loss": r["val_loss"], "accuracy": r["val_accuracy"]}
+                       for r in self.history]
+        return train_history, val_history
+
+    def _train_one_epoch(self, loader: DataLoader, epoch: int) -> dict[str, float]:
+        self.model.train()
+        if isinstance(loader.sampler, DistributedSampler):
+            # Without set_epoch every epoch would replay the same permutation on every rank.
+            loader.sampler.set_epoch(epoch)
+        # Dropout differs per rank and per epoch, yet a resumed run replays it exactly.
+        torch.manual_seed(self.tcfg["seed"] + 1000 * epoch + self.runtime.rank)
+        accumulation, num_batches = self.tcfg["accumulation_steps"], len(loader)
+        totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
+        started = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        for step, batch in enumerate(self._progress(loader, epoch)):
+            group_start = step - step % accumulation
+            group_size = min(accumulation, num_batches - group_start)
+            last_micro_step = step == group_start + group_size - 1
+            loss, graphs = self._forward_backward(batch, group_size, sync=last_micro_step)
+            totals += torch.stack([loss.detach().double() * graphs, torch.tensor(graphs, device=self.device,
+                                                                                 dtype=torch.float64)])
+            if last_micro_step:
+                self._optimizer_step()
+            if step % self.tcfg["log_every_n_steps"] == 0:
+                self.memory.check()
+        elapsed = time.perf_counter() - started
+        loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()  # exact mean over all ranks
+        return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
+
+    def _forward_backward(self, batch, group_size: int, sync: bool) -> tuple[torch.Tensor, int]:
+        batch = batch.to(self.device, non_blocking=True)
+        # Gradient accumulation: on all but the last micro-step of a group, skip DDP's
+        # gradient all-reduce (no_sync); gradients pile up locally and are reduced once.
+        no_sync = getattr(self.model, "no_sync", None)
+        context = no_sync() if (no_sync is not None and not sync) else contextlib.nullcontext()
+        with context:
+            with self._autocast():
+                loss = self.criterion(self.model(batch), batch.y.view(-1))
+            scaled = loss / group_size  # the mean over the whole group, as one batch of that size
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        if not self._checked_unused_parameters:
+            self._check_unused_parameters()
+        return loss, batch.num_graphs
+
+    def _autocast(self):
+        amp = self.tcfg["amp"]
+        if amp == "off":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
+
+    def _optimizer_step(self) -> None:
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+        if self.tcfg["grad_clip_norm"]:
+            torch.nn.utils.clip_grad_norm_(self.core_model.parameters(), self.tcfg["grad_clip_norm"])
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None and self.tcfg["scheduler_interval"] == "step":
+            self.scheduler.step()
+
+    def _check_unused_parameters(self) -> None:
+        """After the first backward: name parameters that got no gradient (DDP would otherwise
+        fail later with 'Expected to have finished reduction in the prior iteration')."""
+        self._checked_unused_parameters = True
+        if not isinstance(self.model, DistributedDataParallel):
+            return
+        unused = [n for n, p in self.core_model.named_parameters() if p.requires_grad and p.grad is None]
+        if unused and not self.config["parallel"]["find_unused_parameters"]:
+            raise ConfigError(
+                f"these model parameters received no gradient: {', '.join(unused)}. DDP must be told: set "
+                "parallel.find_unused_parameters: true (slower), or remove the parameters from the model")
+        if not unused and self.config["parallel"]["find_unused_parameters"]:
+            rank_zero_warn(logger, "parallel.find_unused_parameters is true but every parameter received a "
+                                   "gradient; set it to false: DDP is faster without the extra graph traversal")
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def _evaluate_local(self, loader: DataLoader) -> torch.Tensor:
+        """[loss sum, correct, count, confusion matrix (flattened)] over this rank's batches.
+
+        Uses the unwrapped model: DDP's forward would broadcast buffers, a collective
+        that hangs when ranks hold different numbers of evaluation batches.
+        """
+        num_classes = self.dataset.num_classes
+        totals = torch.zeros(3 + num_classes**2, device=self.device, dtype=torch.float64)
+        was_training = self.core_model.training
+        self.core_model.eval()
+        for batch in loader:
+            batch = batch.to(self.device, non_blocking=True)
+            with self._autocast():
+                logits = self.core_model(batch)
+            target = batch.y.view(-1)
+            loss = self.criterion(logits.float(), target)
+            predicted = logits.argmax(dim=-1)
+            totals[0] += loss.double() * target.numel()
+            totals[1] += (predicted == target).sum()
+            totals[2] += target.numel()
+            totals[3:] += torch.bincount(target * num_classes + predicted, minlength=num_classes**2).double()
+        self.core_model.train(was_training)
+        return totals
+
+    def _metrics_from_totals(self, totals: torch.Tensor) -> dict[str, Any]:
+        values = totals.tolist()
+        count = max(values[2], 1.0)
+        k = self.dataset.num_classes
+        confusion = [[int(values[3 + i * k + j]) for j in range(k)] for i in range(k)]
+        return {"loss": values[0] / count, "accuracy": values[1] / count, "count": int(values[2]),
+                "confusion": confusion}
+
+    def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
+        """Exact metrics (loss, accuracy, count, confusion) of the current model on ``loader``.
+
+        Sharded mode: every rank evaluates its shard and the sums and counts are reduced, then
+        divided (never an average of per-rank means). rank0 mode: rank 0 evaluates all of it and
+        the other ranks get None. Either way the numbers equal one process evaluating the split.
+        """
+        if self.config["validation"]["mode"] == "rank0":
+            # Rank 0 evaluates the whole split; the others go straight to the epoch's broadcast.
+            return self._metrics_from_totals(self._evaluate_local(loader)) if self.runtime.is_main else None
+        self._sync_buffers_from_main()
+        return self._metrics_from_totals(self.runtime.sum_across_ranks(self._evaluate_local(loader)))
+
+    def _sync_buffers_from_main(self) -> None:
+        # Each rank's last training forward updated its own BatchNorm running statistics;
+        # evaluate every shard with rank 0's, so the result equals one process evaluating rank 0's model.
+        if self.runtime.distributed:
+            for buffer in self.core_model.buffers():
+                torch.distributed.broadcast(buffer, src=0)
+
+    # ------------------------------------------------------------------ end of epoch (rank 0 decides)
+    def _finish_epoch(self, epoch: int, train: dict, val: dict | None, seconds: float) -> tuple[bool, str]:
+        decision = None
+        if self.runtime.is_main:
+            record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],
+                      "val_accuracy": val["accuracy"], "lr": self.optimizer.param_groups[0]["lr"],
+                      "epoch_time_s": seconds, "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9),
+                      **self.memory.snapshot()}
+            improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
+            self._save_checkpoints(epoch, improved)
+            self.metrics_csv.append(record)
+            if self.experiment:
+                self.experiment.log_epoch(record, epoch)
+            logger.info(f"epoch {epoch:3d}  train_loss {record['train_loss']:.4f}  val_loss {record['val_loss']:.4f}"
+                        f"  val_acc {record['val_accuracy']:.3f}  lr {record['lr']:.2e}"
+                        f"  {record['graphs_per_s']:.0f} graphs/s{'  *best*' if improved else ''}")
+            decision = (record, self.early_stopping.should_stop, self.early_stopping.reason())
+        # One broadcast per epoch carries rank 0's record and its stop decision to every rank.
+        record, stop, reason = self.runtime.broadcast_from_main(decision)
+        self.history.append(record)
+        if self.scheduler is not None and self.tcfg["scheduler_interval"] == "epoch":
+            self.scheduler.step()
+        return stop, reason
+
+    def _checkpoint_state(self, epoch: int) -> dict[str, Any]:
+        return {
+            "model": self.core_model.state_dict(),  # the plain model: loadable without DDP
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "epoch": epoch,
+            "early_stopping": self.early_stopping.state_dict(),
+            "config_yaml": dump_config(self.config),
+            "wandb_run_id": (self.experiment.run_id if self.experiment else None) or "",
+        }
+
+    def _save_checkpoints(self, epoch: int, improved: bool) -> None:
+        state = self._checkpoint_state(epoch)
+        folder = self.run_dir / CHECKPOINT_DIR
+        if improved:
+            save_checkpoint(folder / "best.pt", state)
+            self._best_state = {k: v.detach().cpu().clone() for k, v in state["model"].items()}
+        save_checkpoint(folder / "last.pt", state)
+        if self.tcfg["checkpoint_at"] and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
+            save_checkpoint(folder / f"epoch_{epoch}.pt", state)
+
+    def _restore(self, path: Path) -> None:
+        """Continue a run from its last checkpoint: weights, optimizer, early stopping, epoch."""
+        state = load_checkpoint(path, map_location=self.device)
+        self.core_model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.early_stopping.load_state_dict(state["early_stopping"])
+        self.start_epoch = state["epoch"] + 1
+        self._resume_state = state
+        best = path.parent / "best.pt"
+        if best.is_file():
+            self._best_state = load_checkpoint(best)["model"]
+        rows = [r for r in self.metrics_csv.rows() if int(r["epoch"]) < self.start_epoch]
+        self.history = [{k: (float(v) if k != "epoch" else int(v)) for k, v in r.items() if v != ""} for r in rows]
+        if self.runtime.is_main:
+            self.metrics_csv.keep_epochs_before(self.start_epoch)
+        logger.info(f"resuming {self.run_dir} at epoch {self.start_epoch}")
+
+    def _finish_training(self, stop_reason: str) -> None:
+        es = self.early_stopping
+        if self.runtime.is_main:
+            self.summary.update({"stop_reason": stop_reason, "stopped_at_epoch": self.epoch,
+                                 "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
+                                 "derived": self.derived})
+            write_json(self.run_dir / "summary.json", self.summary)
+            rows = self.metrics_csv.rows()
+            if rows:
+                figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png")
+                if self.experiment:
+                    self.experiment.log_images({"training_curves": figure})
+            logger.info(f"training finished at epoch {self.epoch}: {stop_reason}")
+
+    # ------------------------------------------------------------------ test
+    def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
+        """Evaluate the best model on the whole test split, on rank 0 only (no collectives, so it
+        may be called on rank 0 alone). Returns test and baseline metrics; None on other ranks."""
+        if not self.runtime.is_main:
+            return None
+        if self._best_state is not None:
+            self.core_model.load_state_dict(self._best_state)
+        test = self._metrics_from_totals(self._evaluate_local(test_loader))
+        from .baseline import evaluate_baseline
+
+        baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
+        result = {"test_loss": test["loss"], "test_accuracy": test["accuracy"], "num_test": test["count"],
+                  "baseline_accuracy": baseline["accuracy"], "baseline_method": baseline["method"],
+                  "confusion_matrix": test["confusion"], "class_names": list(self.dataset.class_names)}
+        self.summary.update(result)
+        write_json(self.run_dir / "summary.json", self.summary)
+        figure = plot_confusion_matrix(test["confusion"], result["class_names"],
+                                       self.run_dir / FIGURE_DIR / "confusion_matrix.png")
+        if self.experiment:
+            self.experiment.log_images({"confusion_matrix": figure})
+            self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
+        logger.info(f"test accuracy {test['accuracy']:.3f} (baseline on order invariants {baseline['accuracy']:.3f})")
+        return result
+
+    def close(self) -> None:
+        """Finish the experiment logger (W&B run). Safe to call twice."""
+        if self.experiment:
+            self.experiment.finish()
+            self.experiment = None
+
+    # ------------------------------------------------------------------ reporting
+    def _progress(self, loader: DataLoader, epoch: int):
+        setting = self.tcfg["progress_bar"]
+        interactive = sys.stderr.isatty() and not os.environ.get("CI")
+        if not self.runtime.is_main or setting is False or (setting == "auto" and not interactive):
+            return loader
+        from tqdm.auto import tqdm
+
+        return tqdm(loader, desc=f"epoch {epoch}", leave=False, unit="batch", dynamic_ncols=True)
+
+    def _log_start_block(self, train_loader: DataLoader, val_loader: DataLoader) -> None:
+        counts = count_parameters(self.core_model)
+        self.summary["parameters"] = counts
+        if not self.runtime.is_main:
+            return
+        if self.experiment:
+            self.experiment.log_model_info(counts)
+            self.experiment.watch(self.core_model)
+        d, rt = self.derived, self.runtime
+        sizes = {name: len(idx) for name, idx in self.split.items()}
+        lines = [
+            f"run directory     {self.run_dir}",
+            f"processes         world_size={rt.world_size}  backend={rt.backend or 'none (single process)'}"
+            f"  device={self.device}",
+            f"batch size        {self.tcfg['batch_size']} per process x {self.tcfg['accumulation_steps']} "
+            f"accumulation x {rt.world_size} processes = {d['effective_batch_size']} effective",
+            f"learning rate     {d['lr']:.3g} (base {d['base_lr']:.3g}, scaling {self.tcfg['lr_scaling']}, "
+            f"warmup {d['warmup_epochs']} epochs)  amp={self.tcfg['amp']}",
+            f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
+            f" {counts['size_mb']:.2f} MB)",
+            f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
+            f"{self.dataset.num_classes} classes: {', '.join(self.dataset.class_names)}",
+            f"epochs            {self.start_epoch}..{self.tcfg['num_epochs'] - 1}  "
+            f"({len(train_loader)} train batches per process per epoch)",
+        ]
+        logger.info("training set-up\n  " + "\n  ".join(lines))
+
+
+def summarise_run(result: dict[str, Any]) -> str:
+    """The one-screen summary the CLI prints."""
+    summary = result.get("summary", {})
+    lines = [
+        "",
+        "=== QuantumGrav run summary ===",
+        f"run directory   {summary.get('run_dir')}",
+        f"stopped         epoch {summary.get('stopped_at_epoch')}: {summary.get('stop_reason')}",
+        f"best epoch      {summary.get('best_epoch')}",
+    ]
+    test = result.get("test") or {}
+    if test:
+        lines += [f"test accuracy   {test['test_accuracy']:.3f}  (loss {test['test_loss']:.4f}, "
+                  f"{test['num_test']} causal sets)",
+                  f"baseline        {test['baseline_accuracy']:.3f}  ({test['baseline_method']})"]
+    lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")
+    return "\n".join(lines)
+
+

@@ -1,0 +1,126 @@
+"""Config loading: the !pyobject loader, defaults, overrides and one clear message per mistake."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import QuantumGrav as QG
+from QuantumGrav.config import dump_config, find_unimportable, parse_override
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_pyobject_tag_resolves_to_the_python_object():
+    config = yaml.load("opt: !pyobject torch.optim.AdamW\nloss: !pyobject torch.nn.functional.cross_entropy",
+                       QG.get_loader())
+    assert config["opt"] is torch.optim.AdamW
+    assert config["loss"] is torch.nn.functional.cross_entropy
+
+
+def test_exponent_without_dot_is_a_float():
+    assert yaml.load("lr: 1e-3", QG.get_loader())["lr"] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")))
+def test_shipped_configs_are_valid(path):
+    config = QG.load_config(path)
+    assert config["training"]["batch_size"] >= 1
+
+
+def test_defaults_are_filled_and_resolved_config_round_trips():
+    config = QG.load_config({"training": {"num_epochs": 3}})
+    assert config["training"]["num_epochs"] == 3
+    assert config["training"]["batch_size"] == 32
+    assert config["early_stopping"]["mode"] == "min"
+    again = QG.load_config(yaml.load(dump_config(config), QG.get_loader()))
+    assert again == config
+
+
+def test_overrides_from_strings_and_mappings():
+    config = QG.load_config(None, ["training.num_epochs=3", "model.conv=!pyobject torch_geometric.nn.GCNConv",
+                                   "data.dimensions=[2, 4]"])
+    assert config["training"]["num_epochs"] == 3
+    assert config["model"]["conv"].__name__ == "GCNConv"
+    assert config["data"]["dimensions"] == [2, 4]
+    assert QG.load_config(None, {"training.batch_size": 7})["training"]["batch_size"] == 7
+    assert parse_override("training.run_name=abc") == ("training.run_name", "abc")
+
+
+BAD_CONFIGS = [
+    ({"training": {"batch_size": 0}}, "training.batch_size: expected an integer >= 1, got 0"),
+    ({"training": {"batch_size": "32"}}, "training.batch_size: expected an integer >= 1, got '32'"),
+    ({"training": {"batch_sise": 8}}, "training.batch_sise: unknown key; did you mean 'batch_size'?"),
+    ({"trainig": {}}, "trainig: unknown key; did you mean 'training'?"),
+    ({"training": {"optimizer_type": "AdamW"}}, "training.optimizer_type: expected a Python class or function"),
+    ({"training": {"device": "gpu"}}, "training.device: expected one of 'auto', 'cpu', 'cuda', got 'gpu'"),
+    ({"training": {"amp": "fp8"}}, "training.amp: expected one of 'off', 'fp16', 'bf16', got 'fp8'"),
+    ({"training": {"optimizer_kwargs": {"lr": -1}}}, "training.optimizer_kwargs.lr: expected a number > 0"),
+    ({"model": {"dropout": 1.5}}, "model.dropout: expected a number >= 0.0 and <= 0.99, got 1.5"),
+    ({"model": {"hidden_channels": []}}, "model.hidden_channels: expected a list with at least 1 item(s)"),
+    ({"model": {"hidden_channels": [64, "x"]}}, "model.hidden_channels: item 1: expected an integer >= 1, got 'x'"),
+    ({"data": {"n_min": 100, "n_max": 50}}, "data.n_min: expected n_min <= n_max"),
+    ({"data": {"split": [0.5, 0.2, 0.2]}}, "data.split: expected three fractions that sum to 1"),
+    ({"data": {"dimensions": [5]}}, "data.dimensions: item 0: expected one of 2, 3, 4, got 5"),
+    ({"early_stopping": {"metric": "accuracy"}}, "early_stopping.metric: expected one of 'val_loss', 'val_accuracy'"),
+    ({"parallel": {"master_port": 70000}}, "parallel.master_port: expected an integer between 1 and 65535"),
+    ({"parallel": {"find_unused_parameters": "yes"}}, "parallel.find_unused_parameters: expected true or false"),
+    ({"training": []}, "training: expected a mapping (section), got list []"),
+]
+
+
+@pytest.mark.parametrize("config, message", BAD_CONFIGS, ids=[m.split(":")[0] for _, m in BAD_CONFIGS])
+def test_bad_config_names_the_key_and_what_was_expected(config, message):
+    with pytest.raises(QG.ConfigError) as info:
+        QG.load_config(config)
+    assert message in str(info.value)
+
+
+def test_unimportable_pyobject_names_key_and_path():
+    config = yaml.load("criterion: !pyobject torch.nn.functional.no_such_loss", QG.get_loader())
+    with pytest.raises(QG.ConfigError, match=r"criterion: expected an importable Python object .*no_such_loss"):
+        QG.load_config(config)
+
+
+def test_all_problems_are_reported_together():
+    with pytest.raises(QG.ConfigError, match=r"\(2 problems\)"):
+        QG.load_config({"training": {"batch_size": 0, "num_epochs": 0}})
+
+
+def test_notebook_defined_functions_are_found():
+    def local_loss(out, y):
+        return out.sum()
+
+    found = find_unimportable({"criterion": local_loss, "training": {"optimizer_type": torch.optim.SGD}})
+    assert [key for key, _ in found] == ["criterion"]
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "QuantumGrav", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_bad_config_exits_2_without_traceback_and_writes_nothing(tmp_path):
+    (tmp_path / "bad.yaml").write_text("training:\n  batch_size: 0\n  path: runs\n")
+    result = _cli("train", "--config", "bad.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "training.batch_size: expected an integer >= 1, got 0" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("train", "--config", "missing.yaml"), "config file 'missing.yaml' does not exist"),
+    (("train", "--config", "ok.yaml", "--set", "training.num_epochs"), "expected section.key=value"),
+    (("train", "--config", "ok.yaml", "--set", "training.num_epochs=[1"), "the value is not valid YAML"),
+    (("train", "--nproc", "two"), "argument --nproc: invalid int value: 'two'"),
+])
+def test_cli_bad_command_lines_exit_2(tmp_path, args, message):
+    (tmp_path / "ok.yaml").write_text("training:\n  num_epochs: 1\n")
+    result = _cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,90 @@
+"""Every way users start a job trains to the same result for the same seed.
+
+torchrun, two torchrun 'nodes' on this machine, the legacy torch.distributed.launch,
+the standalone script spawning its own processes, and `python -m QuantumGrav train`.
+(The notebook/papermill launcher is covered in test_notebooks.py.)
+"""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import QuantumGrav as QG
+from conftest import REPO, TINY
+
+SCRIPT = REPO / "QuantumGravPy" / "examples" / "train_ddp_standalone.py"
+EPOCHS = 2
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A config file for the tiny job and a function that runs a command and returns its metrics."""
+    folder = tmp_path_factory.mktemp("launchers")
+    config = QG.apply_overrides(TINY, {"training.path": str(folder / "runs"), "training.num_epochs": EPOCHS,
+                                       "data.root": str(folder / "data")})
+    config_path = folder / "tiny.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+
+    def run(name: str, command: list[str]):
+        done = subprocess.run(command + run.arguments(name), cwd=REPO, env=run.env, capture_output=True,
+                              text=True, timeout=240)
+        assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+        with open(folder / "runs" / name / "metrics.csv", newline="") as f:
+            return list(csv.DictReader(f)), done
+
+    run.arguments = lambda name: ["--config", str(config_path), "--set", f"training.run_name={name}"]
+    run.env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return run
+
+
+def _same_training(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b) == EPOCHS
+    for row_a, row_b in zip(a, b):
+        for key in ("train_loss", "val_loss", "val_accuracy"):
+            assert float(row_a[key]) == pytest.approx(float(row_b[key]), rel=1e-5), key
+
+
+@pytest.fixture(scope="module")
+def reference(job):
+    """The standalone script without torchrun: it spawns 2 processes itself."""
+    rows, done = job("spawned", [sys.executable, str(SCRIPT), "--nproc", "2"])
+    assert "=== QuantumGrav run summary ===" in done.stdout
+    return rows
+
+
+def test_torchrun_matches_the_spawning_script(job, reference):
+    rows, done = job("torchrun", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                  f"--master_port={QG.find_free_port()}", str(SCRIPT)])
+    _same_training(rows, reference)
+    assert done.stdout.count("=== QuantumGrav run summary ===") == 1, "only rank 0 prints the summary"
+
+
+def test_two_torchrun_nodes_match(job, reference):
+    """Two launcher processes with node ranks 0 and 1 stand in for two nodes sharing a filesystem."""
+    common = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+              "--master_addr=127.0.0.1", f"--master_port={QG.find_free_port()}"]
+    node1 = subprocess.Popen(common + ["--node_rank=1", str(SCRIPT), *job.arguments("two-nodes")], cwd=REPO,
+                             env=job.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        rows, _ = job("two-nodes", common + ["--node_rank=0", str(SCRIPT)])
+        output, _ = node1.communicate(timeout=120)
+    finally:
+        node1.kill()
+    assert node1.returncode == 0, output[-3000:]
+    _same_training(rows, reference)
+
+
+def test_legacy_torch_distributed_launch_still_works(job, reference):
+    rows, _ = job("legacy", [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2",
+                             f"--master_port={QG.find_free_port()}", str(SCRIPT)])
+    _same_training(rows, reference)
+
+
+def test_module_cli_with_nproc_matches(job, reference):
+    rows, _ = job("cli", [sys.executable, "-m", "QuantumGrav", "train", "--nproc", "2"])
+    _same_training(rows, reference)
