@@ -38,7 +38,7 @@ def test_model_builds_from_config_for_each_layer_type(tiny_config, conv):
 
 
 def test_short_training_run_learns_and_writes_the_run_directory(tiny_config):
-    config = tiny_config({"training.num_epochs": 12, "data.num_samples": 240, "data.target": "manifold_like"})
+    config = tiny_config({"training.num_epochs": 12, "data.num_samples": 240})
     trainer, (train_history, val_history), test = _train(config)
     chance = 1.0 / trainer.dataset.num_classes
     assert train_history[-1]["loss"] < train_history[0]["loss"]

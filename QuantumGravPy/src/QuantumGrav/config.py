@@ -360,13 +360,14 @@ def schema() -> dict[str, Any]:
     }
 
 
-OPTIONAL_SECTIONS = {"logger.wandb"}  # absent (or null) means: feature off
+OPTIONAL_SECTIONS = {"logger.wandb"}
+DERIVED_SECTION = "derived"  # absent (or null) means: feature off
 
 
 # --------------------------------------------------------------------------- validation
 def _walk(spec: Mapping[str, Any], given: Any, prefix: str, errors: list[str]) -> dict:
     if not isinstance(given, dict):
-        errors.append(f"{prefix}: expected a mapping (section), got {_describe(given)}")
+        errors.append(f"{prefix.rstrip('.') or 'config'}: expected a mapping (section), got {_describe(given)}")
         return {}
     for key in given:
         if key not in spec:
@@ -413,6 +414,9 @@ def validate_config(config: Any) -> dict:
     errors: list[str] = []
     if not isinstance(config, dict):
         raise ConfigError(f"config: expected a mapping of sections, got {_describe(config)}")
+    # A run's config.yaml records the values the trainer derived (scaled LR, effective batch)
+    # under 'derived'; they are recomputed on every start, so reading them back drops them.
+    config = {k: v for k, v in config.items() if k != DERIVED_SECTION}
     resolved = _walk(schema(), config, "", errors)
     if not errors:
         _cross_checks(resolved, errors)

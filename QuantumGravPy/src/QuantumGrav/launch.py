@@ -13,7 +13,7 @@ import queue as queue_module
 import shutil
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -35,13 +35,18 @@ class TrainingFailed(RuntimeError):
         self.rank, self.worker_traceback = rank, worker_traceback
 
 
-def run_job(config: dict | str | Path) -> dict[str, Any]:
-    """Train and test in this process (a single process, or one rank of a DDP job)."""
+def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Train and test in this process (a single process, or one rank of a DDP job).
+
+    ``on_start(trainer)`` is called once the trainer (and its run directory) exists.
+    """
     from .train_ddp import TrainerDDP
     from .training import Trainer
 
     config = load_config(config)
     trainer = TrainerDDP(rank=dist.get_rank(), config=config) if dist.is_initialized() else Trainer(config)
+    if on_start:
+        on_start(trainer)
     try:
         train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
         trainer.run_training(train_loader, val_loader)
@@ -49,17 +54,18 @@ def run_job(config: dict | str | Path) -> dict[str, Any]:
         return {"rank": trainer.runtime.rank, "run_dir": str(trainer.run_dir), "history": trainer.history,
                 "test": test, "summary": dict(trainer.summary)}
     except UserError:
-        _remove_unfinished_run(trainer)
+        if trainer.runtime.is_main:
+            remove_unfinished_run(trainer.run_dir)
         raise
     finally:
         trainer.close()
 
 
-def _remove_unfinished_run(trainer) -> None:
-    """A run that failed on bad input before its first checkpoint leaves nothing on disk."""
-    if trainer.runtime.is_main and not trainer.tcfg["resume"]:
-        if not (trainer.run_dir / "checkpoints" / "last.pt").exists():
-            shutil.rmtree(trainer.run_dir, ignore_errors=True)
+def remove_unfinished_run(run_dir: str | Path | None) -> None:
+    """A run that failed on bad input before its first checkpoint leaves nothing on disk
+    (a resumed run has a checkpoint, so it is never removed)."""
+    if run_dir and not (Path(run_dir) / "checkpoints" / "last.pt").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def check_spawnable(config: dict) -> None:
@@ -96,7 +102,10 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results) -> Non
     try:
         parallel = config["parallel"]
         initialize_ddp(rank, world_size, parallel["master_addr"], port, _backend(config), parallel["timeout_s"])
-        result = run_job(config)
+        # Rank 0 tells the parent where the run lives, so that the parent can remove it if the
+        # job fails on bad input after rank 0 was already stopped.
+        report_run_dir = (lambda trainer: results.put(("run_dir", rank, str(trainer.run_dir)))) if rank == 0 else None
+        result = run_job(config, on_start=report_run_dir)
         results.put(("ok", rank, result if rank == 0 else None))
     except BaseException as err:  # report every failure, with its rank, to the parent
         get_logger("launch").error(f"{type(err).__name__}: {err}")
@@ -126,15 +135,21 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     results = context.Queue()
     processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results), name=f"rank{rank}")
                  for rank in range(nproc)]
+    progress: dict[str, Any] = {}
     try:
         for process in processes:
             process.start()
-        return _supervise(processes, results)
+        return _supervise(processes, results, progress)
+    except UserError:
+        _stop(processes)
+        _read_run_dir(results, progress)  # rank 0 may have reported it after the failing rank's error
+        remove_unfinished_run(progress.get("run_dir"))
+        raise
     finally:  # on success, on a worker's failure and on KeyboardInterrupt (a kernel interrupt)
         _stop(processes)
 
 
-def _supervise(processes: list, results) -> dict[str, Any]:
+def _supervise(processes: list, results, progress: dict[str, Any]) -> dict[str, Any]:
     """Wait for every rank; on the first failure raise it (the caller stops the rest)."""
     finished: dict[int, Any] = {}
     while len(finished) < len(processes):
@@ -146,6 +161,9 @@ def _supervise(processes: list, results) -> dict[str, Any]:
                 rank = int(dead[0].name[4:])
                 raise TrainingFailed(rank, f"process exited with code {dead[0].exitcode} without reporting", "")
             continue
+        if status == "run_dir":
+            progress["run_dir"] = payload[0]
+            continue
         if status == "error":
             message, worker_traceback, is_user_error = payload
             if is_user_error:
@@ -155,6 +173,16 @@ def _supervise(processes: list, results) -> dict[str, Any]:
     for process in processes:
         process.join()
     return finished[0]
+
+
+def _read_run_dir(results, progress: dict[str, Any]) -> None:
+    while "run_dir" not in progress:
+        try:
+            status, _, *payload = results.get(timeout=0.5)
+        except queue_module.Empty:
+            return
+        if status == "run_dir":
+            progress["run_dir"] = payload[0]
 
 
 def _stop(processes: list, grace_s: float = 5.0) -> None:

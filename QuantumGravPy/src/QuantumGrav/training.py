@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler, Sampler
 from torch_geometric.loader import DataLoader
 
+from .advice import config_advice
 from .config import dump_config, load_config
 from .data import CausalSetDataset, split_indices
 from .distributed import Runtime
@@ -183,6 +184,8 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, len(train_loader))
         if self._resume_state and self._resume_state.get("scheduler") and self.scheduler is not None:
             self.scheduler.load_state_dict(self._resume_state["scheduler"])
+            # Building a scheduler resets the optimizer's LR (SequentialLR does); restore it.
+            self.optimizer.load_state_dict(self._resume_state["optimizer"])
         self._log_start_block(train_loader, val_loader)
         stop_reason = f"completed {self.tcfg['num_epochs']} epochs"
         for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
@@ -332,12 +335,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ end of epoch (rank 0 decides)
     def _finish_epoch(self, epoch: int, train: dict, val: dict | None, seconds: float) -> tuple[bool, str]:
+        lr_used = self.optimizer.param_groups[0]["lr"]
+        if self.scheduler is not None and self.tcfg["scheduler_interval"] == "epoch":
+            self.scheduler.step()  # before the checkpoint: a resumed run continues with the next LR
         decision = None
         if self.runtime.is_main:
             record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],
-                      "val_accuracy": val["accuracy"], "lr": self.optimizer.param_groups[0]["lr"],
-                      "epoch_time_s": seconds, "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9),
-                      **self.memory.snapshot()}
+                      "val_accuracy": val["accuracy"], "lr": lr_used, "epoch_time_s": seconds,
+                      "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9), **self.memory.snapshot()}
             improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
             self._save_checkpoints(epoch, improved)
             self.metrics_csv.append(record)
@@ -350,8 +355,6 @@ class Trainer:
         # One broadcast per epoch carries rank 0's record and its stop decision to every rank.
         record, stop, reason = self.runtime.broadcast_from_main(decision)
         self.history.append(record)
-        if self.scheduler is not None and self.tcfg["scheduler_interval"] == "epoch":
-            self.scheduler.step()
         return stop, reason
 
     def _checkpoint_state(self, epoch: int) -> dict[str, Any]:
@@ -407,7 +410,8 @@ class Trainer:
                 figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png")
                 if self.experiment:
                     self.experiment.log_images({"training_curves": figure})
-            logger.info(f"training finished at epoch {self.epoch}: {stop_reason}")
+        # Every rank says where it stopped (in its own log file): they must all agree.
+        logger.info(f"training finished at epoch {self.epoch}: {stop_reason}")
 
     # ------------------------------------------------------------------ test
     def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
@@ -476,6 +480,8 @@ class Trainer:
             f"({len(train_loader)} train batches per process per epoch)",
         ]
         logger.info("training set-up\n  " + "\n  ".join(lines))
+        for advice in config_advice(self.config, rt.world_size, self.device.type):
+            logger.warning(f"config advice: {advice}")
 
 
 def summarise_run(result: dict[str, Any]) -> str:

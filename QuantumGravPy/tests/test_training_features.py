@@ -1,0 +1,96 @@
+"""Loop features shared by Trainer and TrainerDDP: AMP, accumulation, LR rules, clipping, advice."""
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import QuantumGrav as QG
+from QuantumGrav.advice import config_advice
+from QuantumGrav.config import resolve_pyobject
+from QuantumGrav.schedules import derive_hyperparameters
+
+COSINE = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")
+
+
+def _run(config):
+    trainer = QG.Trainer(config)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    trainer.close()
+    return trainer
+
+
+def _lrs(run_dir):
+    with open(Path(run_dir) / "metrics.csv", newline="") as f:
+        return [float(r["lr"]) for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("rule, factor", [("none", 1.0), ("linear", 8.0), ("sqrt", math.sqrt(8.0))])
+def test_lr_and_warmup_scale_with_the_effective_batch(tiny_config, rule, factor):
+    training = tiny_config({"training.lr_scaling": rule, "training.batch_size": 8, "training.accumulation_steps": 2,
+                            "training.warmup_epochs": 2, "training.optimizer_kwargs": {"lr": 1.0e-3}})["training"]
+    derived = derive_hyperparameters(training, world_size=4)
+    assert derived["effective_batch_size"] == 64
+    assert derived["lr"] == pytest.approx(1e-3 * factor)
+    assert derived["warmup_epochs"] == round(2 * factor)
+
+
+def test_ddp_run_with_bf16_accumulation_scaling_and_clipping(tiny_config):
+    config = tiny_config({"training.amp": "bf16", "training.accumulation_steps": 2, "training.lr_scaling": "linear",
+                          "training.grad_clip_norm": 1.0, "training.num_epochs": 2,
+                          "training.optimizer_kwargs": {"lr": 1.0e-3}})
+    result = QG.launch(config, nproc=2)
+    run_dir = Path(result["run_dir"])
+    assert all(math.isfinite(r["train_loss"]) for r in result["history"])
+    stored = yaml.load((run_dir / "config.yaml").read_text(), QG.get_loader())
+    assert stored["derived"]["effective_batch_size"] == 8 * 2 * 2
+    assert stored["derived"]["lr"] == pytest.approx(4e-3)
+    assert _lrs(run_dir)[0] == pytest.approx(4e-3)
+    log = (run_dir / "logs" / "rank_0.log").read_text()
+    assert "8 per process x 2 accumulation x 2 processes = 32 effective" in log
+    assert "learning rate     0.004 (base 0.001, scaling linear" in log
+
+
+def test_warmup_then_cosine_and_exact_resume_mid_warmup(tiny_config):
+    schedule = {"training.warmup_epochs": 2, "training.scheduler_type": COSINE,
+                "training.scheduler_kwargs": {"T_max": 4}, "training.optimizer_kwargs": {"lr": 1.0e-2}}
+    straight = _run(tiny_config({**schedule, "training.num_epochs": 6, "training.run_name": "straight"}))
+    lrs = _lrs(straight.run_dir)
+    assert lrs[0] == pytest.approx(1e-2 / 3) and lrs[1] == pytest.approx(2e-2 / 3)  # linear ramp
+    assert lrs[2] == pytest.approx(1e-2)  # warmup done: cosine starts at the peak
+    assert lrs[2] > lrs[3] > lrs[4] > lrs[5]  # then decays
+    first = _run(tiny_config({**schedule, "training.num_epochs": 1, "training.run_name": "split"}))
+    resumed = _run(QG.apply_overrides(first.config, {"training.num_epochs": 6, "training.resume": str(first.run_dir)}))
+    assert _lrs(resumed.run_dir) == pytest.approx(lrs, rel=1e-9)
+
+
+def test_bf16_autocast_trains_on_cpu(tiny_config):
+    trainer = _run(tiny_config({"training.amp": "bf16", "training.num_epochs": 2}))
+    assert all(math.isfinite(r["train_loss"]) for r in trainer.history)
+
+
+def test_gradient_clipping_bounds_the_update(tiny_config):
+    sgd = {"training.optimizer_type": resolve_pyobject("torch.optim.SGD"), "training.optimizer_kwargs": {"lr": 1.0},
+           "training.num_epochs": 1, "model.norm": "none"}
+    trainer = QG.Trainer(tiny_config({**sgd, "training.grad_clip_norm": 1.0e-3}))
+    before = torch.cat([p.detach().flatten().clone() for p in trainer.core_model.parameters()])
+    batch = next(iter(trainer.prepare_dataloaders()[0]))
+    trainer._forward_backward(batch, group_size=1, sync=True)
+    trainer._optimizer_step()
+    after = torch.cat([p.detach().flatten() for p in trainer.core_model.parameters()])
+    assert 0 < torch.linalg.vector_norm(after - before) <= 1e-3 * (1 + 1e-4)
+
+
+def test_config_advice_names_the_key_to_change(tiny_config):
+    config = tiny_config({"training.batch_size": 2, "training.accumulation_steps": 2, "training.num_workers": 4,
+                          "training.pin_memory": True})
+    advice = "\n".join(config_advice(config, world_size=2, device_type="cpu", cpu_count=2))
+    assert "raise training.batch_size" in advice
+    assert "use training.num_workers <= 0" in advice
+    assert "set training.pin_memory: false" in advice
+    assert "set training.lr_scaling: linear" in advice
+    assert config_advice(tiny_config(), world_size=1, device_type="cpu", cpu_count=2) == []
