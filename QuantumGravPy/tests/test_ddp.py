@@ -130,3 +130,15 @@ def test_a_notebook_defined_loss_is_refused_before_spawning(tiny_config):
 
     with pytest.raises(QG.UserError, match=r"criterion = .*my_loss: spawned worker processes cannot import"):
         QG.launch(tiny_config({"criterion": my_loss}), nproc=2)
+
+
+def test_a_port_in_use_is_reported_with_the_key_to_change(tiny_config):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("localhost", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(QG.UserError, match=rf"rank 0: the rendezvous port localhost:{port} is already in use.*"
+                                               r"parallel.master_port: null"):
+            QG.launch(tiny_config(), nproc=2, port=port)

@@ -93,8 +93,16 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
         # Bind this process to its own GPU *before* NCCL starts: LOCAL_RANK, not the
         # global rank, indexes the GPUs of this node.
         torch.cuda.set_device(get_local_rank())
-    dist.init_process_group(backend=backend, rank=rank, world_size=worldsize,
-                             timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        dist.init_process_group(backend=backend, rank=rank, world_size=worldsize,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    except dist.DistNetworkError as err:
+        if "EADDRINUSE" not in str(err):
+            raise
+        address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        raise UserError(f"the rendezvous port {address} is already in use (another job, or one that has not "
+                        "exited yet); set parallel.master_port: null to pick a free port, or choose another "
+                        "(torchrun: --master_port)") from None
 
 
 def cleanup_ddp() -> None:
