@@ -124,3 +124,11 @@ def test_cli_bad_command_lines_exit_2(tmp_path, args, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_partial_configs_merge_in_order():
+    config = QG.load_config([REPO / "configs" / "train_ddp.yaml", REPO / "configs" / "logger" / "wandb_ddp.yaml"],
+                            ["logger.wandb.mode=disabled"])
+    assert config["parallel"]["world_size"] == 2
+    assert config["logger"]["wandb"]["mode"] == "disabled"
+    assert config["logger"]["wandb"]["tags"] == ["ddp", "causal-sets"]

@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = commands.add_parser("train", help="generate data (cached), train, test; print a summary")
     train.add_argument("--config", default="configs/train.yaml", help="YAML config (default: %(default)s)")
+    train.add_argument("--merge", action="append", default=[], metavar="YAML",
+                       help="lay a partial config over --config, e.g. configs/logger/wandb_ddp.yaml (repeatable)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config value, e.g. --set training.num_epochs=3 (repeatable)")
     train.add_argument("--nproc", type=int, default=None,
@@ -50,7 +52,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
     overrides = list(args.overrides) + ([f"training.resume={args.resume}"] if args.resume else [])
-    config = load_config(args.config, overrides)
+    config = load_config([args.config, *args.merge], overrides)
     result = run_from_entry_point(config, args.nproc)
     if result is not None and is_main_process() and result.get("test") is not None:
         print(summarise_run(result))

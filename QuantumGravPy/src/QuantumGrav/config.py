@@ -470,17 +470,37 @@ def read_config_file(path: str | Path) -> dict:
     return data if data is not None else {}
 
 
-def load_config(source: str | Path | Mapping[str, Any] | None = None,
-                overrides: Iterable[str] | Mapping[str, Any] | None = None) -> dict:
-    """Read, override and validate a config. ``source`` is a YAML path, a dict, or None (defaults)."""
+def merge_configs(base: dict, extra: Mapping[str, Any]) -> dict:
+    """``base`` with ``extra`` laid over it, section by section (``extra`` wins)."""
+    merged = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = merge_configs(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _read_source(source: str | Path | Mapping[str, Any] | None) -> dict:
     if source is None:
-        raw: Any = {}
-    elif isinstance(source, Mapping):
-        raw = copy.deepcopy(dict(source))
-    else:
-        raw = read_config_file(source)
+        return {}
+    raw = copy.deepcopy(dict(source)) if isinstance(source, Mapping) else read_config_file(source)
     if not isinstance(raw, dict):
         raise ConfigError(f"config: expected a mapping of sections at the top level, got {_describe(raw)}")
+    return raw
+
+
+def load_config(source: str | Path | Mapping[str, Any] | list | tuple | None = None,
+                overrides: Iterable[str] | Mapping[str, Any] | None = None) -> dict:
+    """Read, override and validate a config and return it with every default filled in.
+
+    ``source``: a YAML path, a dict, None (all defaults), or a list of these merged in order,
+    e.g. ``["configs/train_ddp.yaml", "configs/logger/wandb_ddp.yaml"]``.
+    """
+    sources = source if isinstance(source, (list, tuple)) else [source]
+    raw: dict = {}
+    for item in sources:
+        raw = merge_configs(raw, _read_source(item))
     return validate_config(apply_overrides(raw, overrides))
 
 
