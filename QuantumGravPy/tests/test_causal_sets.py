@@ -1,0 +1,217 @@
+"""The numpy causal-set generator: orders, closure/reduction, features, invariants, labels."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from QuantumGrav import causal_sets as cs
+
+
+# --------------------------------------------------------------------------- brute-force references
+def chain_order(n: int) -> np.ndarray:
+    return np.triu(np.ones((n, n), dtype=bool), k=1)
+
+
+def diamond_poset() -> np.ndarray:
+    """a < b, a < c, b < d, c < d and the implied (redundant for the Hasse diagram) a < d."""
+    R = np.zeros((4, 4), dtype=bool)
+    for i, j in [(0, 1), (0, 2), (1, 3), (2, 3), (0, 3)]:
+        R[i, j] = True
+    return R
+
+
+def reference_closure(R: np.ndarray) -> np.ndarray:
+    closed = R.copy()
+    n = len(R)
+    for k, i, j in itertools.product(range(n), repeat=3):  # Warshall: k outermost
+        closed[i, j] |= closed[i, k] and closed[k, j]
+    return closed
+
+
+def reference_reduction(R: np.ndarray) -> np.ndarray:
+    n = len(R)
+    links = np.zeros_like(R)
+    for i, j in itertools.product(range(n), repeat=2):
+        links[i, j] = R[i, j] and not any(R[i, k] and R[k, j] for k in range(n))
+    return links
+
+
+def reference_longest_past_chain(R: np.ndarray) -> list[int]:
+    def longest(j: int) -> int:
+        return max((longest(i) + 1 for i in range(len(R)) if R[i, j]), default=0)
+
+    return [longest(j) for j in range(len(R))]
+
+
+def small_random_orders(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sprinkled = cs.sprinkle_diamond_batch(3, 10, 2, rng)[1]
+    return [*sprinkled, *cs.destroy_order(sprinkled, 0.2, rng), *cs.random_layered_orders(3, 10, rng)]
+
+
+# --------------------------------------------------------------------------- sprinkling
+@pytest.mark.parametrize("dim", [2, 3, 4])
+def test_sprinkling_lies_in_the_diamond_and_follows_light_cones(dim):
+    coords, R = cs.sprinkle_diamond(40, dim, np.random.default_rng(dim))
+    t, x = coords[:, 0], coords[:, 1:]
+    assert coords.shape == (40, dim) and R.shape == (40, 40) and R.dtype == bool
+    assert np.all(np.diff(t) >= 0) and np.all(np.linalg.norm(x, axis=1) <= 1 - np.abs(t))
+    assert not np.tril(R).any(), "a time-sorted sprinkling is naturally labelled"
+    for i, j in itertools.combinations(range(40), 2):
+        assert R[i, j] == (t[j] - t[i] > np.linalg.norm(x[j] - x[i]))
+
+
+@pytest.mark.parametrize("dim, tolerance", [(2, 0.03), (3, 0.03), (4, 0.02)])
+def test_ordering_fraction_of_sprinklings_matches_theory(dim, tolerance):
+    # 8 sets of N = 200: the standard error of the mean fraction is about 0.0075 (d=2, 3), 0.005 (d=4).
+    R = cs.sprinkle_diamond_batch(8, 200, dim, np.random.default_rng(10 + dim))[1]
+    fraction = cs.order_invariants(R)[:, cs.INVARIANT_NAMES.index("ordering_fraction")].mean()
+    assert abs(fraction - cs.ordering_fraction_of_dimension(dim)) < tolerance
+
+
+def test_ordering_fraction_of_dimension_known_values():
+    assert cs.ordering_fraction_of_dimension(1) == pytest.approx(1.0)
+    assert cs.ordering_fraction_of_dimension(2) == pytest.approx(0.5)
+    assert cs.ordering_fraction_of_dimension(4) == pytest.approx(0.1)
+
+
+def test_myrheim_meyer_inverts_the_ordering_fraction():
+    dims = np.linspace(1.2, 9.5, 40)
+    recovered = cs.myrheim_meyer_dimension(cs.ordering_fraction_of_dimension(dims))
+    np.testing.assert_allclose(recovered, dims, atol=1e-4)
+    assert cs.myrheim_meyer_dimension(0.5) == pytest.approx(2.0, abs=1e-4)
+    assert cs.myrheim_meyer_dimension(0.1) == pytest.approx(4.0, abs=1e-4)
+    with pytest.raises(ValueError, match="ordering_fraction"):
+        cs.myrheim_meyer_dimension(1.5)
+
+
+@pytest.mark.parametrize("dim, tolerance", [(2, 0.15), (4, 0.3)])
+def test_myrheim_meyer_recovers_the_dimension_of_sprinklings(dim, tolerance):
+    R = cs.sprinkle_diamond_batch(8, 200, dim, np.random.default_rng(20 + dim))[1]
+    estimates = cs.order_invariants(R)[:, cs.INVARIANT_NAMES.index("myrheim_meyer_dimension")]
+    assert abs(np.median(estimates) - dim) < tolerance
+
+
+# --------------------------------------------------------------------------- closure and reduction
+def test_reduction_of_hand_made_orders():
+    np.testing.assert_array_equal(cs.transitive_reduction(chain_order(5)), np.eye(5, k=1, dtype=bool))
+    assert not cs.transitive_reduction(np.zeros((4, 4), dtype=bool)).any()
+    links = cs.transitive_reduction(diamond_poset())
+    assert not links[0, 3], "a < d is implied by a < b < d, so it is not a link"
+    np.testing.assert_array_equal(links, reference_reduction(diamond_poset()))
+
+
+def test_reduction_and_closure_match_brute_force_on_random_orders():
+    orders = small_random_orders()
+    for R in orders:
+        np.testing.assert_array_equal(cs.transitive_reduction(R), reference_reduction(R))
+        np.testing.assert_array_equal(cs.transitive_closure(R), reference_closure(R))
+    batch = np.stack(orders)
+    np.testing.assert_array_equal(cs.transitive_reduction(batch), [reference_reduction(R) for R in orders])
+
+
+def test_closure_is_idempotent_and_undoes_reduction():
+    R = cs.sprinkle_diamond_batch(4, 60, 3, np.random.default_rng(1))[1]
+    closed = cs.transitive_closure(R)
+    np.testing.assert_array_equal(closed, R)  # light-cone orders are already transitive
+    np.testing.assert_array_equal(cs.transitive_closure(closed), closed)
+    np.testing.assert_array_equal(cs.transitive_closure(cs.transitive_reduction(R)), R)
+    sparse = np.eye(6, k=1, dtype=bool)
+    np.testing.assert_array_equal(cs.transitive_closure(sparse), chain_order(6))
+
+
+def test_destroyed_orders_stay_acyclic_and_closed():
+    rng = np.random.default_rng(2)
+    R = cs.sprinkle_diamond_batch(5, 50, 4, rng)[1]
+    destroyed = cs.destroy_order(R, 0.02, rng)
+    assert not np.tril(destroyed).any()
+    np.testing.assert_array_equal(cs.transitive_closure(destroyed), destroyed)
+    assert (destroyed != R).any(axis=(1, 2)).all(), "every set was changed"
+    with pytest.raises(ValueError, match="fraction"):
+        cs.destroy_order(R, 1.5, rng)
+
+
+def test_layered_orders_have_height_at_most_the_number_of_layers():
+    R = cs.random_layered_orders(6, 40, np.random.default_rng(3))
+    assert not np.tril(R).any()
+    np.testing.assert_array_equal(cs.transitive_closure(R), R)
+    past, _ = cs.longest_chains(R)
+    assert past.max() + 1 <= len(cs.LAYER_WEIGHTS)
+    with pytest.raises(ValueError, match="layer_weights"):
+        cs.random_layered_orders(1, 10, np.random.default_rng(0), layer_weights=(0.5, 0.2))
+
+
+# --------------------------------------------------------------------------- features and invariants
+def test_features_of_a_three_chain():
+    features = cs.node_features(chain_order(3))
+    column = {name: features[:, k] * 3 for k, name in enumerate(cs.NODE_FEATURES)}
+    assert features.shape == (3, len(cs.NODE_FEATURES)) and features.dtype == np.float32
+    np.testing.assert_allclose(column["longest_past_chain"], [0, 1, 2])
+    np.testing.assert_allclose(column["longest_future_chain"], [2, 1, 0])
+    np.testing.assert_allclose(column["past_cone_fraction"], [0, 1, 2])
+    np.testing.assert_allclose(column["future_cone_fraction"], [2, 1, 0])
+    np.testing.assert_allclose(column["in_link_fraction"], [0, 1, 1])
+    np.testing.assert_allclose(column["out_link_fraction"], [1, 1, 0])
+
+
+def test_features_of_the_diamond_poset():
+    features = cs.node_features(diamond_poset()) * 4
+    column = dict(zip(cs.NODE_FEATURES, features.T))
+    np.testing.assert_allclose(column["out_link_fraction"], [2, 1, 1, 0])
+    np.testing.assert_allclose(column["future_cone_fraction"], [3, 1, 1, 0])
+    np.testing.assert_allclose(column["longest_past_chain"], [0, 1, 1, 2])
+
+
+def test_longest_chains_match_brute_force_for_a_batch():
+    orders = np.stack(small_random_orders(seed=4))
+    past, future = cs.longest_chains(orders)
+    for k, R in enumerate(orders):
+        assert past[k].tolist() == reference_longest_past_chain(R)
+        assert future[k].tolist() == reference_longest_past_chain(R.T[::-1, ::-1])[::-1]
+
+
+def test_invariants_agree_with_direct_counts():
+    R = cs.sprinkle_diamond(30, 2, np.random.default_rng(5))[1]
+    invariants = dict(zip(cs.INVARIANT_NAMES, cs.order_invariants(R)))
+    assert invariants["ordering_fraction"] == pytest.approx(R.sum() / (30 * 29 / 2))
+    assert invariants["links_per_element"] == pytest.approx(reference_reduction(R).sum() / 30)
+    assert invariants["height_fraction"] == pytest.approx((max(reference_longest_past_chain(R)) + 1) / 30)
+    assert invariants["num_elements"] == 30
+
+
+# --------------------------------------------------------------------------- generate_causal_sets
+def test_generated_sets_have_consistent_sizes_and_labels():
+    records = cs.generate_causal_sets(50, n_min=12, n_max=20, seed=7)
+    assert len(records) == 50
+    counts = {c: sum(r.cset_type == c for r in records) for c in cs.DEFAULT_CLASSES}
+    assert set(counts.values()) == {10}, "classes are balanced"
+    for r in records:
+        n = r.num_elements
+        assert 12 <= n <= 20 and r.link_matrix.shape == (n, n)
+        assert r.features.shape == (n, len(cs.NODE_FEATURES)) and r.invariants.shape == (len(cs.INVARIANT_NAMES),)
+        assert r.manifold_like == (r.cset_type in cs.MANIFOLD_CLASSES)
+        assert r.dimension == cs.MANIFOLD_CLASSES.get(r.cset_type, -1)
+        assert not np.tril(r.causal_matrix).any()
+        np.testing.assert_array_equal(r.link_matrix, cs.transitive_reduction(r.causal_matrix))
+
+
+def test_generation_is_reproducible():
+    def fingerprint(seed):
+        records = cs.generate_causal_sets(20, n_min=10, n_max=16, seed=seed)
+        return [(r.cset_type, r.causal_matrix.tobytes(), r.features.tobytes()) for r in records]
+
+    assert fingerprint(3) == fingerprint(3)
+    assert fingerprint(3) != fingerprint(4)
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"n_min": 20, "n_max": 10}, "n_min"),
+    ({"dimensions": (5,)}, "dimensions"),
+    ({"classes": ("minkowski_2d", "flat")}, "classes"),
+    ({"dimensions": (2,)}, "classes"),  # minkowski_3d needs dimension 3
+    ({"destroy_fraction": 0.0}, "destroy_fraction"),
+])
+def test_bad_generation_arguments_are_named(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        cs.generate_causal_sets(5, **kwargs)
