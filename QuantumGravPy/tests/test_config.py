@@ -42,7 +42,8 @@ def test_defaults_are_filled_and_resolved_config_round_trips():
 
 def test_overrides_from_strings_and_mappings():
     config = QG.load_config(None, ["training.num_epochs=3", "model.conv=!pyobject torch_geometric.nn.GCNConv",
-                                   "data.dimensions=[2, 4]"])
+                                   "data.dimensions=[2, 4]",
+                                   "data.classes=[minkowski_2d, minkowski_4d, layered]"])
     assert config["training"]["num_epochs"] == 3
     assert config["model"]["conv"].__name__ == "GCNConv"
     assert config["data"]["dimensions"] == [2, 4]
@@ -65,6 +66,7 @@ BAD_CONFIGS = [
     ({"data": {"n_min": 100, "n_max": 50}}, "data.n_min: expected n_min <= n_max"),
     ({"data": {"split": [0.5, 0.2, 0.2]}}, "data.split: expected three fractions that sum to 1"),
     ({"data": {"dimensions": [5]}}, "data.dimensions: item 0: expected one of 2, 3, 4, got 5"),
+    ({"data": {"dimensions": [2, 3]}}, "data.classes: 'minkowski_4d' needs dimension 4 in data.dimensions"),
     ({"early_stopping": {"metric": "accuracy"}}, "early_stopping.metric: expected one of 'val_loss', 'val_accuracy'"),
     ({"parallel": {"master_port": 70000}}, "parallel.master_port: expected an integer between 1 and 65535"),
     ({"parallel": {"find_unused_parameters": "yes"}}, "parallel.find_unused_parameters: expected true or false"),
@@ -132,3 +134,10 @@ def test_partial_configs_merge_in_order():
     assert config["parallel"]["world_size"] == 2
     assert config["logger"]["wandb"]["mode"] == "disabled"
     assert config["logger"]["wandb"]["tags"] == ["ddp", "causal-sets"]
+
+
+def test_configuration_reference_in_docs_is_up_to_date():
+    from QuantumGrav.config import reference_markdown
+
+    text = (REPO / "docs" / "configuration.md").read_text()
+    assert reference_markdown() in text, "regenerate the table: python -m QuantumGrav.config > table (see docs)"

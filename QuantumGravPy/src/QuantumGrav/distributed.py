@@ -90,9 +90,14 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
         os.environ.setdefault("LOCAL_RANK", str(rank))
     backend = backend or default_backend()
     if backend == "nccl":
+        local_rank, visible = get_local_rank(), torch.cuda.device_count()
+        if local_rank >= visible:
+            raise UserError(f"local rank {local_rank} needs GPU {local_rank} but only {visible} CUDA GPU(s) are "
+                            "visible on this node; start at most that many processes per node "
+                            "(--nproc_per_node), or check CUDA_VISIBLE_DEVICES")
         # Bind this process to its own GPU *before* NCCL starts: LOCAL_RANK, not the
         # global rank, indexes the GPUs of this node.
-        torch.cuda.set_device(get_local_rank())
+        torch.cuda.set_device(local_rank)
     try:
         dist.init_process_group(backend=backend, rank=rank, world_size=worldsize,
                                 timeout=datetime.timedelta(seconds=timeout_s))
