@@ -88,3 +88,14 @@ def test_legacy_torch_distributed_launch_still_works(job, reference):
 def test_module_cli_with_nproc_matches(job, reference):
     rows, _ = job("cli", [sys.executable, "-m", "QuantumGrav", "train", "--nproc", "2"])
     _same_training(rows, reference)
+
+
+def test_torchrun_job_with_a_failing_rank_exits_with_the_rank_and_error(job):
+    env = {**job.env, "PYTHONPATH": str(Path(__file__).parent)}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={QG.find_free_port()}", str(SCRIPT), *job.arguments("torchrun-fails"),
+                           "--set", "criterion=!pyobject ddp_helpers.loss_failing_on_rank_1",
+                           "--set", "parallel.timeout_s=20"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode != 0
+    assert "[RANK 1]" in done.stderr and "simulated failure in the loss on rank 1" in done.stderr

@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_doctor(nproc=args.nproc, num_workers=args.num_workers, port=args.port)
         return _train(args)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        from .distributed import get_rank, get_world_size
+
+        rank = f"[RANK {get_rank()}] " if get_world_size() > 1 else ""  # under torchrun: which worker
+        print(f"{rank}error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

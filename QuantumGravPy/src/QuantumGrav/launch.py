@@ -108,7 +108,7 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results) -> Non
         result = run_job(config, on_start=report_run_dir)
         results.put(("ok", rank, result if rank == 0 else None))
     except BaseException as err:  # report every failure, with its rank, to the parent
-        get_logger("launch").error(f"{type(err).__name__}: {err}")
+        _log_failure(err)
         results.put(("error", rank, f"{type(err).__name__}: {err}", traceback.format_exc(),
                      isinstance(err, UserError)))
         raise SystemExit(1)
@@ -206,5 +206,13 @@ def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) ->
     try:
         initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
         return run_job(config)
+    except BaseException as err:
+        _log_failure(err)  # torchrun then stops the other workers
+        raise
     finally:
         cleanup_ddp()
+
+
+def _log_failure(err: BaseException) -> None:
+    """One line with the rank prefix, on the console of every rank (ERROR passes their filter)."""
+    logger.error(f"this rank failed: {type(err).__name__}: {err}")
