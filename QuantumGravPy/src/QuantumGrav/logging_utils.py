@@ -1,0 +1,122 @@
+"""Rank-aware logging: one ``setup_logging`` call for the library, scripts and notebooks.
+
+Every message goes through the package logger "QuantumGrav" (never the root logger, so a
+user's own logging set-up is left alone). Rank 0 talks on the console; the other ranks
+only report warnings there, yet each rank writes a complete log file of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from .distributed import get_rank
+
+PACKAGE_LOGGER = "QuantumGrav"
+DATE_FORMAT = "%H:%M:%S"
+LOG_DIR = "logs"
+
+_OWN_HANDLER = "_quantumgrav_handler"  # marks the handlers setup_logging installed
+_warned_messages: set[str] = set()  # per process: what warn_once/rank_zero_warn already said
+
+T = TypeVar("T")
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted.
+
+    Jupyter kernels and pytest replace ``sys.stderr``; binding the stream once (as
+    ``StreamHandler(sys.stderr)`` does) would keep writing to a stale object.
+    """
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+
+def _format(rank: int) -> logging.Formatter:
+    return logging.Formatter(f"[RANK {rank}] %(asctime)s %(levelname)s %(name)s: %(message)s", DATE_FORMAT)
+
+
+def _level(name: str | int) -> int:
+    level = logging.getLevelName(name.upper()) if isinstance(name, str) else name
+    if not isinstance(level, int):
+        raise ValueError(f"unknown log level {name!r}; use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    return level
+
+
+def _remove_own_handlers(logger: logging.Logger) -> None:
+    for handler in [h for h in logger.handlers if getattr(h, _OWN_HANDLER, False)]:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def _add_own_handler(logger: logging.Logger, handler: logging.Handler, level: int, rank: int) -> None:
+    setattr(handler, _OWN_HANDLER, True)
+    handler.setLevel(level)
+    handler.setFormatter(_format(rank))
+    logger.addHandler(handler)
+
+
+def setup_logging(rank: int | None = None, run_dir: str | Path | None = None, level: str | None = None,
+                  other_ranks_level: str = "WARNING") -> logging.Logger:
+    """Configure the "QuantumGrav" logger for this process and return it.
+
+    Console (stderr): INFO on rank 0 (or ``level``), ``other_ranks_level`` on the other
+    ranks, so N processes do not print every line N times. With ``run_dir``, every rank
+    also writes ``run_dir/logs/rank_{rank}.log`` at INFO. Calling it again replaces the
+    handlers of the previous call (the latest call describes the whole set-up).
+    """
+    rank = get_rank() if rank is None else rank
+    console_level = _level(level or "INFO") if rank == 0 else _level(other_ranks_level)
+    logger = logging.getLogger(PACKAGE_LOGGER)
+    logger.propagate = False  # the root logger's handlers would print every line a second time
+    _remove_own_handlers(logger)
+    _add_own_handler(logger, _CurrentStderrHandler(), console_level, rank)
+    levels = [console_level]
+    if run_dir is not None:
+        log_file = Path(run_dir) / LOG_DIR / f"rank_{rank}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)  # every rank may race here: exist_ok
+        # Append: a resumed run continues the log of the interrupted one.
+        _add_own_handler(logger, logging.FileHandler(log_file, mode="a", encoding="utf-8"), logging.INFO, rank)
+        levels.append(logging.INFO)
+    logger.setLevel(min(levels))
+    return logger
+
+
+def get_logger(name: str) -> logging.Logger:
+    """The logger "QuantumGrav.<name>" (``name`` already under "QuantumGrav" is used as is)."""
+    if name == PACKAGE_LOGGER or name.startswith(PACKAGE_LOGGER + "."):
+        return logging.getLogger(name)
+    return logging.getLogger(f"{PACKAGE_LOGGER}.{name}")
+
+
+def rank_zero_only(fn: Callable[..., T]) -> Callable[..., T | None]:
+    """Run ``fn`` on rank 0 only; elsewhere return None. The rank is read at call time,
+    so a function decorated at import still behaves once the process group exists."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs) if get_rank() == 0 else None
+
+    return wrapper
+
+
+def warn_once(logger: logging.Logger, message: str) -> None:
+    """Log ``message`` as a warning the first time this process asks for it, never again."""
+    if message in _warned_messages:
+        return
+    _warned_messages.add(message)
+    logger.warning(message)
+
+
+def rank_zero_warn(logger: logging.Logger, message: str) -> None:
+    """A warning every rank would emit (same config, same cause): said once, by rank 0."""
+    if get_rank() == 0:
+        warn_once(logger, message)
