@@ -89,7 +89,10 @@ def test_rank0_decides_early_stopping_and_every_rank_stops_at_the_same_epoch(tin
     assert result["summary"]["stop_reason"].startswith("early stopping")
 
 
-def test_trainer_ddp_with_world_size_1_matches_trainer(tiny_config):
+def test_trainer_ddp_with_world_size_1_matches_trainer(tiny_config, monkeypatch):
+    for variable in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):  # initialize_ddp exports them: undo after
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
     plain = QG.launch(tiny_config({"training.run_name": "plain", "training.num_epochs": 2}), nproc=1)
     QG.initialize_ddp(0, 1, master_port=QG.find_free_port(), backend="gloo")
     try:

@@ -95,13 +95,15 @@ def _backend(config: dict) -> str:
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results) -> None:
     """Entry point of a spawned process (module level, so spawn can import it)."""
-    os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size))
+    # The environment torchrun would give this worker: from here on both launchers share one code path
+    # (and a MASTER_PORT inherited from the parent can never override the port picked for this job).
+    os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      MASTER_ADDR=str(config["parallel"]["master_addr"]), MASTER_PORT=str(port))
     # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     setup_logging(rank)
     try:
-        parallel = config["parallel"]
-        initialize_ddp(rank, world_size, parallel["master_addr"], port, _backend(config), parallel["timeout_s"])
+        initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
         # Rank 0 tells the parent where the run lives, so that the parent can remove it if the
         # job fails on bad input after rank 0 was already stopped.
         report_run_dir = (lambda trainer: results.put(("run_dir", rank, str(trainer.run_dir)))) if rank == 0 else None

@@ -20,6 +20,7 @@ from torch.utils.data import DistributedSampler, Sampler
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
+from .baseline import evaluate_baseline
 from .config import dump_config, load_config
 from .data import CausalSetDataset, split_indices
 from .distributed import Runtime
@@ -28,9 +29,10 @@ from .errors import ConfigError, UserError
 from .logging_utils import get_logger, rank_zero_warn, setup_logging
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
-from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, create_run_dir, load_checkpoint,
-                            plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
+from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
+                            load_checkpoint, plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
 from .schedules import build_scheduler, derive_hyperparameters
+from .wandb_logger import WandbLogger
 
 logger = get_logger("training")
 
@@ -143,16 +145,12 @@ class Trainer:
     def _write_resolved_config(self) -> None:
         text = dump_config({**self.config, "derived": self.derived})
         header = "# Resolved config of this run. 'derived' is recomputed by the trainer and ignored on load.\n"
-        from .run_artifacts import atomic_write_text
-
         atomic_write_text(self.run_dir / "config.yaml", header + text)
 
     def _open_experiment_logger(self):
         wandb_cfg = (self.config.get("logger") or {}).get("wandb")
         if not wandb_cfg:
             return None
-        from .wandb_logger import WandbLogger
-
         resume_id = (self._resume_state or {}).get("wandb_run_id") or None
         return WandbLogger(wandb_cfg, self.run_dir, {**self.config, "derived": self.derived}, resume_id=resume_id)
 
@@ -422,8 +420,6 @@ class Trainer:
         if self._best_state is not None:
             self.core_model.load_state_dict(self._best_state)
         test = self._metrics_from_totals(self._evaluate_local(test_loader))
-        from .baseline import evaluate_baseline
-
         baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
         result = {"test_loss": test["loss"], "test_accuracy": test["accuracy"], "num_test": test["count"],
                   "baseline_accuracy": baseline["accuracy"], "baseline_method": baseline["method"],
