@@ -15,7 +15,11 @@ def restore_package_logger():
     """Each test configures "QuantumGrav" freely; the state before is restored afterwards."""
     package = logging.getLogger("QuantumGrav")
     saved = (list(package.handlers), package.level, package.propagate)
+    chosen = dict(logging_utils._chosen_level)
+    logging_utils._chosen_level.clear()
     yield
+    logging_utils._chosen_level.clear()
+    logging_utils._chosen_level.update(chosen)
     for handler in package.handlers:
         if handler not in saved[0]:
             handler.close()
@@ -114,3 +118,13 @@ def test_rank_zero_only_checks_the_rank_at_call_time(monkeypatch):
     monkeypatch.setattr(logging_utils, "get_rank", lambda: 0)
     assert answer() == 42
     assert answer.__name__ == "answer"
+
+
+def test_a_level_chosen_by_the_user_survives_the_trainers_own_setup_call(tmp_path, capsys):
+    from QuantumGrav.logging_utils import get_logger, setup_logging
+
+    setup_logging(rank=0, level="WARNING")
+    setup_logging(rank=0, run_dir=tmp_path)  # what Trainer does once its run directory exists
+    get_logger("test").info("quiet on the console")
+    assert "quiet on the console" not in capsys.readouterr().err
+    assert "quiet on the console" in (tmp_path / "logs" / "rank_0.log").read_text()

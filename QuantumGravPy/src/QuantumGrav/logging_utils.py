@@ -20,7 +20,8 @@ DATE_FORMAT = "%H:%M:%S"
 LOG_DIR = "logs"
 
 _OWN_HANDLER = "_quantumgrav_handler"  # marks the handlers setup_logging installed
-_warned_messages: set[str] = set()  # per process: what warn_once/rank_zero_warn already said
+_warned_messages: set[str] = set()
+_chosen_level: dict[str, str | int] = {}  # rank 0's console level as last given explicitly  # per process: what warn_once/rank_zero_warn already said
 
 T = TypeVar("T")
 
@@ -68,13 +69,17 @@ def setup_logging(rank: int | None = None, run_dir: str | Path | None = None, le
                   other_ranks_level: str = "WARNING") -> logging.Logger:
     """Configure the "QuantumGrav" logger for this process and return it.
 
-    Console (stderr): INFO on rank 0 (or ``level``), ``other_ranks_level`` on the other
-    ranks, so N processes do not print every line N times. With ``run_dir``, every rank
+    Console (stderr): INFO on rank 0 (or ``level``; once given, later calls without it keep
+    it), ``other_ranks_level`` on the other ranks, so N processes do not print every line N times. With ``run_dir``, every rank
     also writes ``run_dir/logs/rank_{rank}.log`` at INFO. Calling it again replaces the
     handlers of the previous call (the latest call describes the whole set-up).
     """
     rank = get_rank() if rank is None else rank
-    console_level = _level(level or "INFO") if rank == 0 else _level(other_ranks_level)
+    if level is None:  # keep what the user chose in an earlier call (the trainer calls this again)
+        level = _chosen_level.get("rank0", "INFO")
+    else:
+        _chosen_level["rank0"] = _level(level)
+    console_level = _level(level) if rank == 0 else _level(other_ranks_level)
     logger = logging.getLogger(PACKAGE_LOGGER)
     logger.propagate = False  # the root logger's handlers would print every line a second time
     _remove_own_handlers(logger)
