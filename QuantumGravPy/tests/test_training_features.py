@@ -94,3 +94,14 @@ def test_config_advice_names_the_key_to_change(tiny_config):
     assert "set training.pin_memory: false" in advice
     assert "set training.lr_scaling: linear" in advice
     assert config_advice(tiny_config(), world_size=1, device_type="cpu", cpu_count=2) == []
+
+
+def test_memory_is_logged_every_n_steps_and_in_the_csv_and_the_limit_warns_once(tiny_config):
+    trainer = _run(tiny_config({"training.log_every_n_steps": 2, "training.memory_limit_mb": 1.0,
+                                "training.num_epochs": 2}))
+    log = (trainer.run_dir / "logs" / "rank_0.log").read_text()
+    assert "epoch 0 step 1: loss" in log and "RSS" in log
+    assert log.count("above the limit of 1 MB (training.memory_limit_mb)") == 1
+    with open(trainer.run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert all(float(r["rss_mb"]) > 1.0 for r in rows) and "cuda_peak_mb" in rows[0]

@@ -318,7 +318,7 @@ def schema() -> dict[str, Any]:
         "grad_clip_norm": Field(number(0.0, exclusive_min=True), None, nullable=True, doc="clip the global gradient norm to this value"),
         "checkpoint_at": Field(integer(1), None, nullable=True, doc="also keep epoch_K.pt every K epochs"),
         "memory_limit_mb": Field(number(0.0, exclusive_min=True), None, nullable=True, doc="warn once when RSS (or CUDA memory) passes it"),
-        "log_every_n_steps": Field(integer(1), 50, doc="memory check interval, in batches"),
+        "log_every_n_steps": Field(integer(1), 50, doc="log loss, throughput and memory every N batches (and at each epoch end)"),
         "progress_bar": Field(choice("auto", True, False), "auto", doc="auto: on rank 0 in a terminal, never under CI"),
         "resume": Field(string, None, nullable=True, doc="run directory to continue"),
     }

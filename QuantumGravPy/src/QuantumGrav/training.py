@@ -212,7 +212,8 @@ class Trainer:
         totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
         started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        for step, batch in enumerate(self._progress(loader, epoch)):
+        progress = self._progress(loader, epoch)
+        for step, batch in enumerate(progress):
             group_start = step - step % accumulation
             group_size = min(accumulation, num_batches - group_start)
             last_micro_step = step == group_start + group_size - 1
@@ -221,11 +222,25 @@ class Trainer:
                                                                                  dtype=torch.float64)])
             if last_micro_step:
                 self._optimizer_step()
-            if step % self.tcfg["log_every_n_steps"] == 0:
-                self.memory.check()
+            if (step + 1) % self.tcfg["log_every_n_steps"] == 0:
+                self._report_step(progress, epoch, step, loss, totals, started)
         elapsed = time.perf_counter() - started
         loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()  # exact mean over all ranks
         return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
+
+    def _report_step(self, progress, epoch: int, step: int, loss: torch.Tensor, totals: torch.Tensor,
+                     started: float) -> None:
+        """Every ``log_every_n_steps`` batches: memory (warn once past the limit), and on rank 0 the
+        local loss and throughput in the progress bar and the log. ``.item()`` waits for the GPU,
+        which is why this is not done every step."""
+        snapshot = self.memory.check()
+        if not self.runtime.is_main:
+            return
+        rate = totals[1].item() / max(time.perf_counter() - started, 1e-9)
+        if hasattr(progress, "set_postfix"):
+            progress.set_postfix(loss=f"{loss.item():.4f}", graphs_per_s=f"{rate:.0f}")
+        logger.info(f"epoch {epoch} step {step}: loss {loss.item():.4f}, {rate:.0f} graphs/s on rank 0, "
+                    f"{self.memory.format(snapshot)}")
 
     def _forward_backward(self, batch, group_size: int, sync: bool) -> tuple[torch.Tensor, int]:
         batch = batch.to(self.device, non_blocking=True)
@@ -340,7 +355,7 @@ class Trainer:
         if self.runtime.is_main:
             record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],
                       "val_accuracy": val["accuracy"], "lr": lr_used, "epoch_time_s": seconds,
-                      "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9), **self.memory.snapshot()}
+                      "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9), **self.memory.check()}
             improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
             self._save_checkpoints(epoch, improved)
             self.metrics_csv.append(record)
