@@ -99,3 +99,29 @@ def test_torchrun_job_with_a_failing_rank_exits_with_the_rank_and_error(job):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode != 0
     assert "[RANK 1]" in done.stderr and "simulated failure in the loss on rank 1" in done.stderr
+
+
+def test_an_interrupt_of_the_launching_process_stops_every_worker(job, tmp_path):
+    """A kernel interrupt is SIGINT to the process that called QG.launch: no worker may survive it."""
+    import signal
+
+    import psutil
+
+    script = tmp_path / "notebook_like.py"
+    script.write_text("import sys\nimport QuantumGrav as QG\n\nif __name__ == '__main__':\n"
+                      "    QG.launch(QG.load_config(sys.argv[1], {'training.num_epochs': 500}), nproc=2)\n")
+    parent = subprocess.Popen([sys.executable, str(script), job.arguments("interrupted")[1]], cwd=tmp_path,
+                              env=job.env, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in parent.stderr:  # rank 0 logs each epoch: the workers are training now
+            if "epoch   0" in line:
+                break
+        workers = psutil.Process(parent.pid).children(recursive=True)
+        assert len(workers) >= 2
+        parent.send_signal(signal.SIGINT)
+        parent.wait(timeout=60)
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert alive == [], f"workers left running: {alive}"
+        assert parent.returncode != 0
+    finally:
+        parent.kill()
