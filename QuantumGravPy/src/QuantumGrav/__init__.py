@@ -7,7 +7,7 @@ from .config import apply_overrides, dump_config, get_loader, load_config, valid
 from .data import CausalSetDataset, split_indices
 from .distributed import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
 from .errors import ConfigError, UserError
-from .launch import TrainingFailed, launch, run_job
+from .launcher import TrainingFailed, launch, run_job
 from .logging_utils import get_logger, setup_logging
 from .models import GNNClassifier, build_model, count_parameters
 from .train_ddp import TrainerDDP

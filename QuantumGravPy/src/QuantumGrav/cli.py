@@ -46,7 +46,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from .config import load_config
     from .distributed import is_main_process
-    from .launch import run_from_entry_point
+    from .launcher import run_from_entry_point
     from .training import summarise_run
 
     if args.local_rank is not None:

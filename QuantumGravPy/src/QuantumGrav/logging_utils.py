@@ -20,8 +20,8 @@ DATE_FORMAT = "%H:%M:%S"
 LOG_DIR = "logs"
 
 _OWN_HANDLER = "_quantumgrav_handler"  # marks the handlers setup_logging installed
-_warned_messages: set[str] = set()
-_chosen_level: dict[str, str | int] = {}  # rank 0's console level as last given explicitly  # per process: what warn_once/rank_zero_warn already said
+_warned_messages: set[str] = set()  # per process: what warn_once/rank_zero_warn already said
+_chosen_level: dict[str, str | int] = {}  # rank 0's console level as last given explicitly
 
 T = TypeVar("T")
 
@@ -93,6 +93,12 @@ def setup_logging(rank: int | None = None, run_dir: str | Path | None = None, le
         levels.append(logging.INFO)
     logger.setLevel(min(levels))
     return logger
+
+
+def chosen_console_level() -> str | int | None:
+    """The console level last passed to ``setup_logging`` in this process (None: never given);
+    ``QG.launch`` hands it to its workers so a notebook's choice applies to the whole job."""
+    return _chosen_level.get("rank0")
 
 
 def get_logger(name: str) -> logging.Logger:

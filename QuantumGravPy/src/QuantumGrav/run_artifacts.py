@@ -103,16 +103,27 @@ class MetricsCSV:
         _atomic_replace(self.path, write)
 
 
+def _new_figure(width: float, height: float, columns: int = 1):
+    """A figure drawn without pyplot: no backend switch, so a notebook's inline plots keep working."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height))
+    return figure, figure.subplots(1, columns)
+
+
+def _save_figure(figure, path: Path) -> Path:
+    figure.tight_layout()
+    _atomic_replace(Path(path), lambda tmp: figure.savefig(tmp, format="png", dpi=90))
+    return Path(path)
+
+
 def plot_training_curves(rows: list[dict[str, Any]], path: Path) -> Path:
     """Loss, validation accuracy and learning rate per epoch, in one figure."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = [int(r["epoch"]) for r in rows]
     series = lambda key: [float(r[key]) for r in rows]  # noqa: E731
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    figure, axes = _new_figure(13, 3.6, columns=3)
     axes[0].plot(epochs, series("train_loss"), label="train")
     axes[0].plot(epochs, series("val_loss"), label="validation")
     axes[0].set(xlabel="epoch", ylabel="loss", title="Loss")
@@ -121,28 +132,21 @@ def plot_training_curves(rows: list[dict[str, Any]], path: Path) -> Path:
     axes[1].set(xlabel="epoch", ylabel="accuracy", title="Validation accuracy", ylim=(0, 1))
     axes[2].plot(epochs, series("lr"), color="tab:orange")
     axes[2].set(xlabel="epoch", ylabel="learning rate", title="Learning rate")
-    fig.tight_layout()
-    _atomic_replace(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=90))
-    plt.close(fig)
-    return Path(path)
+    axes[2].ticklabel_format(axis="y", useOffset=False, style="sci", scilimits=(-3, 3))
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+    return _save_figure(figure, path)
 
 
 def plot_confusion_matrix(matrix: list[list[int]], class_names: list[str], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(1.1 * len(class_names) + 2.5, 1.0 * len(class_names) + 2))
+    figure, ax = _new_figure(1.1 * len(class_names) + 2.5, 1.0 * len(class_names) + 2)
     ax.imshow(matrix, cmap="Blues")
     ax.set(xticks=range(len(class_names)), yticks=range(len(class_names)), xlabel="predicted", ylabel="true",
            title="Test confusion matrix")
     ax.set_xticklabels(class_names, rotation=45, ha="right")
     ax.set_yticklabels(class_names)
+    largest = max((max(row) for row in matrix), default=0)
     for i, row in enumerate(matrix):
-        for j, count in enumerate(row):
-            ax.text(j, i, str(count), ha="center", va="center")
-    fig.tight_layout()
-    _atomic_replace(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=90))
-    plt.close(fig)
-    return Path(path)
+        for j, count in enumerate(row):  # white on dark cells, black on light ones
+            ax.text(j, i, str(count), ha="center", va="center", color="white" if count > largest / 2 else "black")
+    return _save_figure(figure, path)

@@ -8,6 +8,7 @@ both and there is exactly one copy of the loop.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -351,11 +352,12 @@ class Trainer:
         lr_used = self.optimizer.param_groups[0]["lr"]
         if self.scheduler is not None and self.tcfg["scheduler_interval"] == "epoch":
             self.scheduler.step()  # before the checkpoint: a resumed run continues with the next LR
+        memory = self.memory.check()  # every rank: each warns once past training.memory_limit_mb
         decision = None
         if self.runtime.is_main:
             record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],
                       "val_accuracy": val["accuracy"], "lr": lr_used, "epoch_time_s": seconds,
-                      "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9), **self.memory.check()}
+                      "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9), **memory}
             improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
             self._save_checkpoints(epoch, improved)
             self.metrics_csv.append(record)
@@ -405,6 +407,9 @@ class Trainer:
         best = path.parent / "best.pt"
         if best.is_file():
             self._best_state = load_checkpoint(best)["model"]
+        summary_file = self.run_dir / "summary.json"
+        if summary_file.is_file():  # keep what the interrupted run reported until it is superseded
+            self.summary = {**json.loads(summary_file.read_text()), **self.summary}
         rows = [r for r in self.metrics_csv.rows() if int(r["epoch"]) < self.start_epoch]
         self.history = [{k: (float(v) if k != "epoch" else int(v)) for k, v in r.items() if v != ""} for r in rows]
         if self.runtime.is_main:

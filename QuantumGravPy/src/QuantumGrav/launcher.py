@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 from .config import find_unimportable, load_config
 from .distributed import cleanup_ddp, default_backend, find_free_port, initialize_ddp, launched_by_torchrun
 from .errors import UserError
-from .logging_utils import get_logger, setup_logging
+from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
 
@@ -73,9 +73,10 @@ def check_spawnable(config: dict) -> None:
     unimportable = find_unimportable(config)
     if unimportable:
         listing = ", ".join(f"{key} = {path}" for key, path in unimportable)
+        name = unimportable[0][1].rsplit(".", 1)[-1]
         raise UserError(f"{listing}: spawned worker processes cannot import objects defined in a notebook or "
                         "script (__main__) or inside a function. Move it into a .py module next to the notebook "
-                        "(e.g. my_losses.py) and refer to it as !pyobject my_losses.compute_loss, or use nproc=1")
+                        f"(e.g. my_module.py) and refer to it as !pyobject my_module.{name}, or use nproc=1")
 
 
 def _check_devices(config: dict, nproc: int) -> None:
@@ -93,7 +94,7 @@ def _backend(config: dict) -> str:
     return config["parallel"]["backend"] or default_backend(device_type)
 
 
-def _worker(rank: int, world_size: int, config: dict, port: int, results) -> None:
+def _worker(rank: int, world_size: int, config: dict, port: int, results, console_level: str | int | None) -> None:
     """Entry point of a spawned process (module level, so spawn can import it)."""
     # The environment torchrun would give this worker: from here on both launchers share one code path
     # (and a MASTER_PORT inherited from the parent can never override the port picked for this job).
@@ -101,7 +102,7 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results) -> Non
                       MASTER_ADDR=str(config["parallel"]["master_addr"]), MASTER_PORT=str(port))
     # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    setup_logging(rank)
+    setup_logging(rank, level=console_level)
     try:
         initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
         # Rank 0 tells the parent where the run lives, so that the parent can remove it if the
@@ -135,7 +136,7 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = mp.get_context("spawn")
     results = context.Queue()
-    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results), name=f"rank{rank}")
+    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results, chosen_console_level()), name=f"rank{rank}")
                  for rank in range(nproc)]
     progress: dict[str, Any] = {}
     try:
