@@ -1,0 +1,105 @@
+"""Notebook 04 (logging, W&B, memory, AMP, accumulation) through papermill with NON-default parameters.
+
+``pytest notebooks --nbval`` compares the stored outputs, made with the defaults of the notebook's
+``parameters`` cell (amp off, no accumulation). Here it runs with bf16 autocast, 2 accumulation
+steps (with a short last group: 3 batches per process per epoch), another per-process batch size and
+3 epochs, into tmp_path, and the test checks what the notebook reported in its last cell against
+the files the run left behind: the derived effective batch size and learning rate, one offline W&B
+run equal to metrics.csv, a log file per rank, and the set-up block of rank 0's log.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+papermill = pytest.importorskip("papermill")
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("wandb")
+
+import QuantumGrav as QG  # noqa: E402
+from QuantumGrav.wandb_logger import read_offline_runs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "04_logging_and_wandb.ipynb"
+
+PARAMETERS = {"world_size": 2, "num_epochs": 3, "amp": "bf16", "accumulation_steps": 2, "batch_size": 12,
+              "num_samples": 100, "n_min": 16, "n_max": 24}
+
+
+def _last_cell_summary(notebook) -> dict:
+    last = [cell for cell in notebook.cells if cell.cell_type == "code"][-1]
+    text = "".join(out.get("text", "") for out in last.outputs
+                   if out.output_type == "stream" and out.name == "stdout")
+    return json.loads(text)
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Run the notebook once for every test of this module; returns (summary, run_dir, runs_root)."""
+    tmp = tmp_path_factory.mktemp("notebook_04")
+    runs_root = tmp / "runs"
+    output = tmp / NOTEBOOK.name
+    papermill.execute_notebook(
+        str(NOTEBOOK), str(output), cwd=str(NOTEBOOK.parent), kernel_name="python3", progress_bar=False,
+        log_output=False, parameters={**PARAMETERS, "data_root": str(tmp / "data"), "runs_root": str(runs_root)})
+    summary = _last_cell_summary(nbformat.read(output, as_version=4))
+    (run_dir,) = [path for path in runs_root.iterdir() if path.name.startswith("run-")]
+    return summary, run_dir, runs_root
+
+
+def test_the_parameters_steer_the_run(executed):
+    summary, run_dir, _ = executed
+    stored = _last_cell_summary(nbformat.read(NOTEBOOK, as_version=4))
+    assert (stored["amp"], stored["accumulation_steps"]) == ("off", 1)  # the defaults the stored outputs show
+    assert summary["amp"] == "bf16" and summary["accumulation_steps"] == 2
+    assert summary["trained_epochs"] == [0, 1, 2]
+
+    config = yaml.load((run_dir / "config.yaml").read_text(), QG.get_loader())
+    assert config["training"]["amp"] == "bf16" and config["training"]["accumulation_steps"] == 2
+    effective = PARAMETERS["batch_size"] * 2 * PARAMETERS["world_size"]
+    assert summary["effective_batch_size"] == config["derived"]["effective_batch_size"] == effective == 48
+    # lr_scaling linear (the notebook's default): the base LR of train_ddp.yaml times effective / batch_size.
+    assert config["derived"]["lr"] == pytest.approx(2.0e-3 * effective / PARAMETERS["batch_size"])
+    assert summary["lr"] == pytest.approx(config["derived"]["lr"])
+
+    rank0_log = (run_dir / "logs" / "rank_0.log").read_text()
+    assert "12 per process x 2 accumulation x 2 processes = 48 effective" in rank0_log
+    assert "amp=bf16" in rank0_log
+
+
+def test_one_offline_wandb_run_equal_to_metrics_csv(executed):
+    summary, run_dir, runs_root = executed
+    assert summary["wandb_offline_runs"] == 1 and summary["wandb_history_equals_csv"] is True
+    assert summary["wandb_epoch_rows"] == 3
+
+    (run,) = read_offline_runs(run_dir)
+    assert Path(run["dir"]).name.startswith("offline-run-")
+    assert run["config"]["logger"]["wandb"]["mode"] == "offline"
+    assert run["config"]["training"]["amp"] == "bf16"
+    assert run["config"]["derived"]["effective_batch_size"] == 48
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    epochs = [row for row in run["history"] if "train_loss" in row]
+    assert [row["epoch"] for row in epochs] == [int(row["epoch"]) for row in rows] == [0, 1, 2]
+    assert all(math.isfinite(row["train_loss"]) for row in epochs)
+    # Nothing written outside the run directories: no stray wandb/ folder next to the notebook.
+    assert not (NOTEBOOK.parent / "wandb").exists()
+    assert sorted(path.name for path in runs_root.iterdir() if not path.name.startswith("run-")) == ["logging_demo"]
+
+
+def test_every_rank_has_a_full_log_file(executed):
+    summary, run_dir, _ = executed
+    assert summary["log_files"] == ["rank_0.log", "rank_1.log"]
+    assert summary["other_rank_log_levels"] == ["INFO", "WARNING"]
+    rank1_log = (run_dir / "logs" / "rank_1.log").read_text()
+    assert "[RANK 1]" in rank1_log and "[RANK 0]" not in rank1_log
+    assert "above the limit of 1 MB (training.memory_limit_mb)" in rank1_log  # each rank has its own monitor
+    assert "training finished at epoch 2: completed 3 epochs" in rank1_log
+    assert summary["memory_columns"] == ["rss_mb", "cuda_allocated_mb", "cuda_reserved_mb", "cuda_peak_mb"]
+    assert summary["figures"] == ["confusion_matrix.png", "training_curves.png"]

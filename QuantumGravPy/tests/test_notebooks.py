@@ -1,0 +1,117 @@
+"""The tutorial notebooks, run through papermill with NON-default parameters.
+
+``pytest notebooks --nbval`` compares the stored outputs, which were made with the defaults of each
+notebook's ``parameters`` cell. These tests check that the parameters really steer the notebooks
+and that what they teach still holds for other values: a different data set size, model width,
+number of epochs, early-stopping patience and validation mode. Each notebook prints a one-line
+JSON summary in its last cell; the tests read it from the executed copy (written to tmp_path),
+and look at the files the runs left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+papermill = pytest.importorskip("papermill")
+nbformat = pytest.importorskip("nbformat")
+
+import QuantumGrav as QG  # noqa: E402
+from QuantumGrav.causal_sets import NODE_FEATURES  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = REPO / "notebooks"
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    """One data cache for the notebooks of this module (never the repository's notebooks/_data)."""
+    return tmp_path_factory.mktemp("notebook_data")
+
+
+def run_notebook(name: str, output_dir: Path, **parameters) -> nbformat.NotebookNode:
+    """Execute notebooks/<name> with ``parameters`` (working directory notebooks/, like Jupyter and
+    nbval) into output_dir and return the executed notebook. A failing cell raises."""
+    output = output_dir / name
+    papermill.execute_notebook(str(NOTEBOOKS / name), str(output), parameters=parameters, cwd=str(NOTEBOOKS),
+                               kernel_name="python3", progress_bar=False, log_output=False)
+    return nbformat.read(output, as_version=4)
+
+
+def last_cell_summary(notebook: nbformat.NotebookNode) -> dict:
+    """The JSON line printed by the notebook's last code cell."""
+    last = [cell for cell in notebook.cells if cell.cell_type == "code"][-1]
+    text = "".join(out.get("text", "") for out in last.outputs
+                   if out.output_type == "stream" and out.name == "stdout")
+    return json.loads(text)
+
+
+def stored_summary(name: str) -> dict:
+    return last_cell_summary(nbformat.read(NOTEBOOKS / name, as_version=4))
+
+
+def test_causal_sets_notebook_with_a_smaller_dataset(tmp_path, data_root):
+    notebook = run_notebook("01_causal_sets.ipynb", tmp_path, n_draw=32, num_samples=60, n_min=12, n_max=20,
+                            mm_repeats=8, seed=7, data_root=str(data_root))
+    summary = last_cell_summary(notebook)
+    assert summary["num_samples"] == 60 and summary["num_classes"] == 5
+    assert 12 <= summary["n_range"][0] <= summary["n_range"][1] <= 20
+    assert summary["num_test"] == 9  # 15 % of 60
+    assert 0.0 <= summary["baseline_accuracy"] <= 1.0
+    for d, estimate in summary["myrheim_meyer_dimension"].items():
+        assert abs(estimate - int(d)) < 0.3
+
+
+def test_single_process_notebook_with_a_narrower_model_and_fewer_epochs(tmp_path, data_root):
+    runs = tmp_path / "runs"
+    notebook = run_notebook("02_train_single_process.ipynb", tmp_path, hidden_channels=16, num_epochs=2,
+                            extra_epochs=1, data_root=str(data_root), runs_root=str(runs))
+    summary = last_cell_summary(notebook)
+
+    assert summary["hidden_channels"] == [16, 16]
+    config = QG.load_config(REPO / "configs" / "train.yaml",
+                            {"model.hidden_channels": [16, 16], "model.head_hidden": [16]})
+    expected = QG.count_parameters(QG.build_model(config["model"], len(NODE_FEATURES), 5))["total_params"]
+    assert summary["parameters"] == expected
+    assert summary["parameters"] < stored_summary("02_train_single_process.ipynb")["parameters"]  # width 32 there
+    assert summary["first_run_epochs"] == [0, 1]
+    assert summary["resumed_epochs"] == [0, 1, 2]
+
+    # The resumed run continued in the same directory: one run, three epochs in metrics.csv.
+    (run_dir,) = runs.iterdir()
+    with open(run_dir / "metrics.csv", newline="") as f:
+        assert [int(row["epoch"]) for row in csv.DictReader(f)] == [0, 1, 2]
+    assert sorted(summary["run_files"]) == summary["run_files"]
+    assert {"checkpoints/best.pt", "checkpoints/last.pt", "summary.json", "logs/rank_0.log"} <= set(summary["run_files"])
+    run_summary = json.loads((run_dir / "summary.json").read_text())  # rewritten by the resumed run
+    assert run_summary["stopped_at_epoch"] == 2 and run_summary["stop_reason"] == "completed 3 epochs"
+
+
+def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
+    runs = tmp_path / "runs"
+    notebook = run_notebook("03_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1,
+                            validation_mode="rank0", data_root=str(data_root), runs_root=str(runs))
+    summary = last_cell_summary(notebook)
+
+    assert summary["world_size"] == 2 and summary["num_epochs"] == 3 and summary["validation_mode"] == "rank0"
+    assert summary["early_stopped"] is True
+    assert summary["stopped_at_epoch"] == 1  # patience 1: epoch 0 is the best, epoch 1 does not improve by 10
+    assert summary["trained_epochs"] == [0, 1]
+    assert summary["ranks_stopped_at"] == {"0": 1, "1": 1}
+    assert summary["single_process_validation_agrees"] is True
+
+    # The DDP run directory (the other one is the notebook's one-process check) has a log per rank.
+    (ddp_run,) = [run for run in runs.iterdir() if (run / "logs" / "rank_1.log").exists()]
+    for rank in (0, 1):
+        log = (ddp_run / "logs" / f"rank_{rank}.log").read_text()
+        assert f"[RANK {rank}]" in log and "training finished at epoch 1: early stopping" in log
+    run_summary = json.loads((ddp_run / "summary.json").read_text())
+    assert run_summary["stopped_at_epoch"] == 1 and run_summary["derived"]["effective_batch_size"] == 2 * 16
+
+    # The notebook shows the refusal of a notebook-defined loss function.
+    outputs = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                      for out in cell.outputs if out.output_type == "stream")
+    assert "UserError: criterion = __main__.smoothed_cross_entropy: spawned worker processes cannot import" in outputs
