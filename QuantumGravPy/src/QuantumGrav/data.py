@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -25,6 +24,7 @@ from torch_geometric.data import Data, InMemoryDataset
 from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
                           DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, CausalSetRecord,
                           check_generation_args, generate_causal_sets)
+from .run_artifacts import atomic_replace
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
 VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension")
@@ -73,18 +73,6 @@ def _generation_params(num_samples: int, n_min: int, n_max: int, dimensions: Seq
 def _cache_key(params: dict[str, Any]) -> str:
     text = json.dumps({**params, "format_version": CACHE_FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Write through a temporary file in the same folder, then rename: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 class CausalSetDataset(InMemoryDataset):
@@ -182,8 +170,8 @@ class CausalSetDataset(InMemoryDataset):
                                        destroy_fraction=params["destroy_fraction"], seed=params["seed"])
         data_list = [self._to_data(record) for record in records]
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path.parent / "params.json", lambda tmp: Path(tmp).write_text(json.dumps(params, indent=2)))
-        _atomic_write(path, lambda tmp: self.save(data_list, tmp))
+        atomic_replace(path.parent / "params.json", lambda tmp: Path(tmp).write_text(json.dumps(params, indent=2)))
+        atomic_replace(path, lambda tmp: self.save(data_list, tmp))
 
     def _to_data(self, record: CausalSetRecord) -> Data:
         adjacency = record.link_matrix if self._params["edges"] == "links" else record.causal_matrix

@@ -13,9 +13,11 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
+
+from .errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
 FIGURE_DIR = "figures"
@@ -27,15 +29,15 @@ def create_run_dir(parent: str | Path, run_name: str | None = None) -> Path:
     name = run_name or f"run-{stamp}-{secrets.token_hex(2)}"
     run_dir = Path(parent).expanduser().resolve() / name
     if run_dir.exists() and any(run_dir.iterdir()):
-        from .errors import UserError
-
         raise UserError(f"run directory '{run_dir}' already exists and is not empty; choose another "
                         f"training.run_name, or continue it with training.resume={run_dir}")
     (run_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
-def _atomic_replace(path: Path, write) -> None:
+def atomic_replace(path: Path, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` a temporary file in the same folder, then rename it to ``path``: readers never
+    see half a file, and an interrupted write leaves nothing behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -48,7 +50,7 @@ def _atomic_replace(path: Path, write) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    _atomic_replace(Path(path), lambda tmp: Path(tmp).write_text(text))
+    atomic_replace(Path(path), lambda tmp: Path(tmp).write_text(text))
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -57,12 +59,10 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """``state`` holds only tensors, numbers, strings and containers: loadable with weights_only=True."""
-    _atomic_replace(Path(path), lambda tmp: torch.save(state, tmp))
+    atomic_replace(Path(path), lambda tmp: torch.save(state, tmp))
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    from .errors import UserError
-
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint '{path}' does not exist; resume from a run directory that has "
@@ -100,7 +100,7 @@ class MetricsCSV:
                 writer.writeheader()
                 writer.writerows(rows)
 
-        _atomic_replace(self.path, write)
+        atomic_replace(self.path, write)
 
 
 def _new_figure(width: float, height: float, columns: int = 1):
@@ -113,7 +113,7 @@ def _new_figure(width: float, height: float, columns: int = 1):
 
 def _save_figure(figure, path: Path) -> Path:
     figure.tight_layout()
-    _atomic_replace(Path(path), lambda tmp: figure.savefig(tmp, format="png", dpi=90))
+    atomic_replace(Path(path), lambda tmp: figure.savefig(tmp, format="png", dpi=90))
     return Path(path)
 
 
