@@ -12,6 +12,8 @@ STAMP="$VENV/.setup-$(cat pyproject.toml scripts/setup_venv.sh | sha1sum | cut -
 
 python3 -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
+# Some machines list package folders in pip's config that do not exist; pip warns about each one.
+quiet_pip() { $PIP "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 torch_source=()
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
   torch_source=(--index-url "$TORCH_INDEX_URL")
@@ -23,10 +25,10 @@ elif ! command -v nvidia-smi >/dev/null 2>&1; then
   fi
 fi
 echo "setup: installing torch==$TORCH_VERSION into $VENV"
-$PIP install --quiet "torch==$TORCH_VERSION" "${torch_source[@]}"
+quiet_pip install --quiet "torch==$TORCH_VERSION" "${torch_source[@]}"
 echo "setup: installing QuantumGrav and its test and notebook tools"
 # torch is installed already, so the package's wide torch range adds nothing.
-$PIP install --quiet -e ".[test,notebooks,wandb]"
+quiet_pip install --quiet -e ".[test,notebooks,wandb]"
 rm -f "$VENV"/.setup-*
 touch "$STAMP"
 echo "setup: done ($($VENV/bin/python -c 'import torch, torch_geometric as g; print("torch", torch.__version__, "| torch_geometric", g.__version__)'))"

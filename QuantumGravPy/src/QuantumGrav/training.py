@@ -185,7 +185,7 @@ class Trainer:
             self.scheduler.load_state_dict(self._resume_state["scheduler"])
             # Building a scheduler resets the optimizer's LR (SequentialLR does); restore it.
             self.optimizer.load_state_dict(self._resume_state["optimizer"])
-        self._log_start_block(train_loader, val_loader)
+        self._log_start_block(train_loader)
         stop_reason = f"completed {self.tcfg['num_epochs']} epochs"
         for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
             self.epoch = epoch
@@ -402,7 +402,7 @@ class Trainer:
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
-        self.start_epoch = state["epoch"] + 1
+        self.epoch, self.start_epoch = state["epoch"], state["epoch"] + 1
         self._resume_state = state
         best = path.parent / "best.pt"
         if best.is_file():
@@ -470,7 +470,7 @@ class Trainer:
 
         return tqdm(loader, desc=f"epoch {epoch}", leave=False, unit="batch", dynamic_ncols=True)
 
-    def _log_start_block(self, train_loader: DataLoader, val_loader: DataLoader) -> None:
+    def _log_start_block(self, train_loader: DataLoader) -> None:
         counts = count_parameters(self.core_model)
         self.summary["parameters"] = counts
         if not self.runtime.is_main:
