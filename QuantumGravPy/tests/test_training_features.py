@@ -105,3 +105,20 @@ def test_memory_is_logged_every_n_steps_and_in_the_csv_and_the_limit_warns_once(
     with open(trainer.run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert all(float(r["rss_mb"]) > 1.0 for r in rows) and "cuda_peak_mb" in rows[0]
+
+
+@pytest.mark.parametrize("setting, ci, rank_is_main, shown", [
+    (True, "true", True, True),      # asked for: shown even under CI
+    ("auto", "true", True, False),   # auto: never under CI (nor when stderr is not a terminal)
+    (True, "", False, False),        # never on ranks other than 0
+    (False, "", True, False),
+])
+def test_progress_bar_only_on_rank_0_and_not_under_ci_unless_asked(tiny_config, monkeypatch, setting, ci,
+                                                                   rank_is_main, shown):
+    from tqdm.auto import tqdm
+
+    trainer = QG.Trainer(tiny_config({"training.progress_bar": setting}))
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(type(trainer.runtime), "is_main", property(lambda self: rank_is_main))
+    loader = trainer.prepare_dataloaders()[0]
+    assert isinstance(trainer._progress(loader, epoch=0), tqdm) is shown
