@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from .data import CausalSetDataset, split_indices
 from .distributed import Runtime
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, UserError
-from .logging_utils import get_logger, rank_zero_warn, setup_logging
+from .logging_utils import PACKAGE_LOGGER, get_logger, rank_zero_warn, setup_logging
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
@@ -209,11 +210,18 @@ class Trainer:
             loader.sampler.set_epoch(epoch)
         # Dropout differs per rank and per epoch, yet a resumed run replays it exactly.
         torch.manual_seed(self.tcfg["seed"] + 1000 * epoch + self.runtime.rank)
-        accumulation, num_batches = self.tcfg["accumulation_steps"], len(loader)
         totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
         started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         progress = self._progress(loader, epoch)
+        with self._logs_above_progress_bar(progress):
+            self._run_batches(progress, epoch, totals, started)
+        elapsed = time.perf_counter() - started
+        loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()  # exact mean over all ranks
+        return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
+
+    def _run_batches(self, progress, epoch: int, totals: torch.Tensor, started: float) -> None:
+        accumulation, num_batches = self.tcfg["accumulation_steps"], len(progress)
         for step, batch in enumerate(progress):
             group_start = step - step % accumulation
             group_size = min(accumulation, num_batches - group_start)
@@ -225,9 +233,22 @@ class Trainer:
                 self._optimizer_step()
             if (step + 1) % self.tcfg["log_every_n_steps"] == 0:
                 self._report_step(progress, epoch, step, loss, totals, started)
-        elapsed = time.perf_counter() - started
-        loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()  # exact mean over all ranks
-        return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _logs_above_progress_bar(progress):
+        """While a bar is drawn, console log lines go through tqdm.write so they do not cut the bar."""
+        if not hasattr(progress, "set_postfix"):
+            yield
+            return
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        package = logging.getLogger(PACKAGE_LOGGER)
+        consoles = [h for h in package.handlers if type(h) is not logging.FileHandler]
+        level = min((h.level for h in consoles), default=logging.NOTSET)
+        with logging_redirect_tqdm(loggers=[package]):
+            package.handlers[-1].setLevel(level)  # tqdm's handler (appended last) keeps the console's level
+            yield
 
     def _report_step(self, progress, epoch: int, step: int, loss: torch.Tensor, totals: torch.Tensor,
                      started: float) -> None:
