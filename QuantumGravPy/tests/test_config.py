@@ -141,3 +141,15 @@ def test_configuration_reference_in_docs_is_up_to_date():
 
     text = (REPO / "docs" / "configuration.md").read_text()
     assert reference_markdown() in text, "regenerate the table: python -m QuantumGrav.config > table (see docs)"
+
+
+@pytest.mark.parametrize("key, message", [
+    ("data.root", "data.root: cannot read or write the data cache in '/proc/no-such-dir'"),
+    ("training.path", "training.path: cannot create the run directory '/proc/no-such-dir/"),
+])
+def test_cli_unwritable_folders_exit_2_and_leave_no_run(tmp_path, key, message):
+    (tmp_path / "tiny.yaml").write_text("training:\n  num_epochs: 1\n  path: runs\ndata:\n  root: data\n"
+                                        "  num_samples: 30\n  n_min: 8\n  n_max: 12\n")
+    result = _cli("train", "--config", "tiny.yaml", "--set", f"{key}=/proc/no-such-dir", cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -31,7 +31,11 @@ def create_run_dir(parent: str | Path, run_name: str | None = None) -> Path:
     if run_dir.exists() and any(run_dir.iterdir()):
         raise UserError(f"run directory '{run_dir}' already exists and is not empty; choose another "
                         f"training.run_name, or continue it with training.resume={run_dir}")
-    (run_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        (run_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"training.path: cannot create the run directory '{run_dir}' ({err.strerror}); "
+                        "set training.path to a folder you can write to") from None
     return run_dir
 
 

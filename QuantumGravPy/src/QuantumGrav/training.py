@@ -88,8 +88,6 @@ class Trainer:
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
         self.epoch = 0
-        self.run_dir = self._open_run_dir()
-        setup_logging(self.runtime.rank, self.run_dir)
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
         self.dataset = self._load_dataset()
         self.split = dict(zip(("train", "val", "test"), split_indices(
@@ -104,6 +102,10 @@ class Trainer:
             **{**self.tcfg["optimizer_kwargs"], "lr": self.derived["lr"]})
         self.scheduler = None  # built in run_training, when the number of steps per epoch is known
         self.scaler = torch.amp.GradScaler("cuda") if self.tcfg["amp"] == "fp16" else None
+        # Only now, with data and model in place, is there a run to write: bad input found above
+        # leaves nothing on disk.
+        self.run_dir = self._open_run_dir()
+        setup_logging(self.runtime.rank, self.run_dir)
         self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
@@ -138,7 +140,11 @@ class Trainer:
     def _load_dataset(self) -> CausalSetDataset:
         # Rank 0 generates and caches; the others wait, then read the cache.
         with self.runtime.main_process_first():
-            return CausalSetDataset.from_config(self.config["data"])
+            try:
+                return CausalSetDataset.from_config(self.config["data"])
+            except OSError as err:
+                raise UserError(f"data.root: cannot read or write the data cache in '{self.config['data']['root']}' "
+                                f"({err.strerror or err}); set data.root to a folder you can write to") from None
 
     @staticmethod
     def _build_criterion(criterion: Any):
