@@ -100,6 +100,7 @@ def test_trainer_ddp_with_world_size_1_matches_trainer(tiny_config, monkeypatch)
     finally:
         QG.cleanup_ddp()
     QG.cleanup_ddp()  # safe to call twice
+    assert len(plain["history"]) == len(ddp["history"]) == 2
     for a, b in zip(plain["history"], ddp["history"]):
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-6)
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)

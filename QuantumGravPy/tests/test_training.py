@@ -112,3 +112,38 @@ def test_train_sampler_shards_are_disjoint_and_reshuffled_each_epoch():
         s.set_epoch(1)
     epoch1 = [list(s) for s in samplers]
     assert sorted(sum(epoch1, [])) == data and epoch1 != epoch0
+
+
+def test_resume_refuses_a_config_that_changes_the_data_or_the_model(tiny_config):
+    first, _, _ = _train(tiny_config({"training.num_epochs": 1}))
+    for change in ({"data.num_samples": 120}, {"model.hidden_channels": [32]}):
+        with pytest.raises(QG.ConfigError, match=f"training.resume: this config changes {next(iter(change))}"):
+            QG.Trainer(QG.apply_overrides(first.config, {**change, "training.resume": str(first.run_dir)}))
+
+
+def test_resume_applies_new_early_stopping_settings(tiny_config):
+    first, _, _ = _train(tiny_config({"training.num_epochs": 2}))
+    resumed, (history, _), _ = _train(QG.apply_overrides(first.config, {
+        "training.num_epochs": 10, "training.resume": str(first.run_dir),
+        "early_stopping.patience": 1, "early_stopping.min_delta": 100.0}))
+    assert len(history) == 3, "one more epoch, then the new patience of 1 ends the run"
+    assert resumed.summary["stop_reason"].startswith("early stopping")
+
+
+def test_the_run_config_repeats_the_run(tiny_config):
+    trainer, _, _ = _train(tiny_config({"training.num_epochs": 1, "training.run_name": "named"}))
+    stored = QG.load_config(trainer.run_dir / "config.yaml")
+    assert stored["training"]["run_name"] is None and stored["training"]["resume"] is None
+    assert {k: v for k, v in stored.items()} == {**trainer.config, "training": stored["training"]}
+
+
+def test_every_epoch_reshuffles_the_training_batches(tiny_config, monkeypatch):
+    trainer = QG.Trainer(tiny_config({"training.num_epochs": 2}))
+    seen, forward_backward = [], trainer._forward_backward
+    monkeypatch.setattr(trainer, "_forward_backward",
+                        lambda batch, *a, **k: seen.append((trainer.epoch, batch.y.tolist())) or forward_backward(
+                            batch, *a, **k))
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    epoch0, epoch1 = ([y for e, y in seen if e == epoch] for epoch in (0, 1))
+    assert sorted(sum(epoch0, [])) == sorted(sum(epoch1, [])) and epoch0 != epoch1

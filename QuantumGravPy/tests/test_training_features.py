@@ -122,3 +122,33 @@ def test_progress_bar_only_on_rank_0_and_not_under_ci_unless_asked(tiny_config, 
     monkeypatch.setattr(type(trainer.runtime), "is_main", property(lambda self: rank_is_main))
     loader = trainer.prepare_dataloaders()[0]
     assert isinstance(trainer._progress(loader, epoch=0), tqdm) is shown
+
+
+def test_reduce_lr_on_plateau_gets_the_validation_metric(tiny_config):
+    trainer = _run(tiny_config({"training.num_epochs": 3, "training.optimizer_kwargs": {"lr": 1.0e-2},
+                                "training.scheduler_type": resolve_pyobject(
+                                    "torch.optim.lr_scheduler.ReduceLROnPlateau"),
+                                "training.scheduler_kwargs": {"patience": 0, "factor": 0.5, "threshold": 10.0}}))
+    assert _lrs(trainer.run_dir) == pytest.approx([1e-2, 5e-3, 2.5e-3])  # no epoch improves by 1000%
+
+
+def test_cosine_without_t_max_decays_over_the_epochs_after_warmup(tiny_config):
+    trainer = QG.Trainer(tiny_config({"training.num_epochs": 7, "training.warmup_epochs": 2,
+                                      "training.scheduler_type": COSINE, "training.scheduler_kwargs": {}}))
+    assert trainer.scheduler._schedulers[1].T_max == 5
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"training.optimizer_kwargs": {"lr": 1.0e-3, "momentum": 0.9}},
+     "training.optimizer_kwargs: AdamW rejects the configured arguments"),
+    ({"training.scheduler_type": COSINE, "training.scheduler_kwargs": {"bogus": 1}},
+     "training.scheduler_kwargs: CosineAnnealingLR rejects"),
+    ({"model.conv_kwargs": {"bogus": 1}}, "model: build_model rejects the configured arguments"),
+    ({"training.scheduler_type": resolve_pyobject("torch.optim.lr_scheduler.ReduceLROnPlateau"),
+      "training.warmup_epochs": 1}, "training.scheduler_type: ReduceLROnPlateau steps once per epoch"),
+])
+def test_constructor_arguments_they_reject_are_config_errors_and_nothing_is_written(tiny_config, tmp_path,
+                                                                                  overrides, message):
+    with pytest.raises(QG.ConfigError, match=message):
+        QG.Trainer(tiny_config(overrides))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -23,7 +23,9 @@ class EarlyStopping:
     epochs_without_improvement: int = 0
 
     def improved(self, value: float) -> bool:
-        if math.isnan(self.best_value):
+        if math.isnan(value):  # a diverged epoch (NaN loss) is never the best one
+            return False
+        if self.best_epoch < 0:
             return True
         if self.mode == "min":
             return value < self.best_value - self.min_delta
@@ -49,8 +51,9 @@ class EarlyStopping:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
-        for key, value in state.items():
-            setattr(self, key, value)
+        """Restore the progress only: patience, min_delta, ... come from the config of the resumed run."""
+        for key in ("best_value", "best_epoch", "epochs_without_improvement"):
+            setattr(self, key, state[key])
 
     @classmethod
     def from_config(cls, es_cfg: dict) -> "EarlyStopping":

@@ -12,7 +12,9 @@ import math
 from typing import Any
 
 import torch
-from torch.optim.lr_scheduler import ConstantLR, LinearLR, SequentialLR
+from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, ReduceLROnPlateau, SequentialLR
+
+from .errors import ConfigError
 
 
 def derive_hyperparameters(training_cfg: dict[str, Any], world_size: int) -> dict[str, Any]:
@@ -34,22 +36,33 @@ def derive_hyperparameters(training_cfg: dict[str, Any], world_size: int) -> dic
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, Any], derived: dict[str, Any],
-                    steps_per_epoch: int):
+                    batches_per_epoch: int):
     """The configured scheduler, preceded by a linear warmup when ``warmup_epochs`` > 0.
 
-    The scheduler steps once per epoch or once per optimizer step
-    (``scheduler_interval``); warmup is counted in the same unit.
+    The scheduler steps once per epoch or once per optimizer step (``scheduler_interval``);
+    warmup is counted in the same unit. CosineAnnealingLR without ``T_max`` decays over the
+    epochs (or steps) after the warmup. ReduceLROnPlateau is stepped with the early-stopping
+    metric, once per epoch. A constructor that rejects the configured arguments is a ConfigError.
     """
+    per_epoch = 1 if training_cfg["scheduler_interval"] == "epoch" else math.ceil(
+        batches_per_epoch / training_cfg["accumulation_steps"])
+    warmup = derived["warmup_epochs"] * per_epoch
+    scheduler_type = training_cfg["scheduler_type"]
+    if scheduler_type is ReduceLROnPlateau and (warmup or training_cfg["scheduler_interval"] == "step"):
+        raise ConfigError("training.scheduler_type: ReduceLROnPlateau steps once per epoch on the validation "
+                          "metric; use scheduler_interval: epoch and warmup_epochs: 0 with it")
     main = None
-    if training_cfg["scheduler_type"] is not None:
-        main = training_cfg["scheduler_type"](optimizer, *training_cfg["scheduler_args"],
-                                              **training_cfg["scheduler_kwargs"])
-    warmup = derived["warmup_epochs"]
+    if scheduler_type is not None:
+        kwargs = dict(training_cfg["scheduler_kwargs"])
+        if scheduler_type is CosineAnnealingLR and "T_max" not in kwargs and not training_cfg["scheduler_args"]:
+            kwargs["T_max"] = max(1, training_cfg["num_epochs"] * per_epoch - warmup)
+        try:
+            main = scheduler_type(optimizer, *training_cfg["scheduler_args"], **kwargs)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"training.scheduler_kwargs: {scheduler_type.__name__} rejects "
+                              f"args={training_cfg['scheduler_args']} kwargs={kwargs}: {err}") from None
     if warmup == 0:
         return main
-    if training_cfg["scheduler_interval"] == "step":
-        optimizer_steps = math.ceil(steps_per_epoch / training_cfg["accumulation_steps"])
-        warmup *= optimizer_steps
     ramp = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
     after = main or ConstantLR(optimizer, factor=1.0, total_iters=0)
     return SequentialLR(optimizer, [ramp, after], milestones=[warmup])

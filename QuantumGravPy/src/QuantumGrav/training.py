@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -18,12 +19,13 @@ from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 from torch.utils.data import DistributedSampler, Sampler
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
 from .baseline import evaluate_baseline
-from .config import dump_config, load_config
+from .config import dump_config, load_config, load_yaml_text
 from .data import CausalSetDataset, split_indices
 from .distributed import Runtime
 from .early_stopping import EarlyStopping
@@ -87,38 +89,54 @@ class Trainer:
         if self.tcfg["amp"] == "fp16" and self.device.type != "cuda":
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
-        self.epoch = 0
+        self.epoch, self.start_epoch, self._best_state = 0, 0, None
+        self._resume_state = self._read_resume_checkpoint() if self.tcfg["resume"] else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
         self.dataset = self._load_dataset()
         self.split = dict(zip(("train", "val", "test"), split_indices(
             len(self.dataset), self.config["data"]["split"], self.config["data"]["split_seed"])))
-        core = build_model(self.config["model"], self.dataset.num_node_features, self.dataset.num_classes)
+        core = self._build("model", build_model, self.config["model"], self.dataset.num_node_features,
+                           self.dataset.num_classes)
         self.core_model = core.to(self.device)  # move to the device *before* any DDP wrapping
         self.model = self._wrap_model(self.core_model)
         self.criterion = self._build_criterion(self.config["criterion"])
         self.derived = derive_hyperparameters(self.tcfg, self.runtime.world_size)
-        self.optimizer = self.tcfg["optimizer_type"](
-            self.core_model.parameters(), *self.tcfg["optimizer_args"],
-            **{**self.tcfg["optimizer_kwargs"], "lr": self.derived["lr"]})
-        self.scheduler = None  # built in run_training, when the number of steps per epoch is known
+        self.optimizer = self._build("training.optimizer_kwargs", self.tcfg["optimizer_type"],
+                                     self.core_model.parameters(), *self.tcfg["optimizer_args"],
+                                     **{**self.tcfg["optimizer_kwargs"], "lr": self.derived["lr"]})
+        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch())
         self.scaler = torch.amp.GradScaler("cuda") if self.tcfg["amp"] == "fp16" else None
-        # Only now, with data and model in place, is there a run to write: bad input found above
-        # leaves nothing on disk.
+        self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
+        # Only now, with data, model and optimizer built, is there a run to write: bad input found
+        # above leaves nothing on disk.
         self.run_dir = self._open_run_dir()
         setup_logging(self.runtime.rank, self.run_dir)
-        self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
         self.history: list[dict[str, Any]] = []
         self.summary: dict[str, Any] = {"run_dir": str(self.run_dir)}
-        self.start_epoch, self._resume_state, self._best_state = 0, None, None
         self._checked_unused_parameters = False
         self.experiment = None
-        if self.tcfg["resume"]:
-            self._restore(self.run_dir / CHECKPOINT_DIR / "last.pt")
+        if self._resume_state:
+            self._restore(self._resume_state)
         if self.runtime.is_main:
             self._write_resolved_config()
             self.experiment = self._open_experiment_logger()
+
+    @staticmethod
+    def _build(key: str, constructor, *args, **kwargs):
+        """Call a constructor named in the config; arguments it rejects are reported as that key's error."""
+        try:
+            return constructor(*args, **kwargs)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{key}: {getattr(constructor, '__name__', constructor)} rejects the configured "
+                              f"arguments: {err}") from None
+
+    def _batches_per_epoch(self) -> int:
+        """Training batches per process and epoch, as the DataLoader of prepare_dataloaders will have."""
+        per_rank = math.ceil(len(self.split["train"]) / self.runtime.world_size)  # DistributedSampler pads
+        batch = self.tcfg["batch_size"]
+        return per_rank // batch if self.tcfg["drop_last"] else math.ceil(per_rank / batch)
 
     # ------------------------------------------------------------------ set-up pieces
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -126,16 +144,28 @@ class Trainer:
 
     def _open_run_dir(self) -> Path:
         """Rank 0 creates (or reopens) the run directory; every rank gets its path."""
-        path = None
-        if self.runtime.is_main:
-            if self.tcfg["resume"]:
-                path = Path(self.tcfg["resume"]).expanduser().resolve()
-                if not (path / CHECKPOINT_DIR / "last.pt").is_file():
-                    raise UserError(f"training.resume: '{path}' has no {CHECKPOINT_DIR}/last.pt; "
-                                    "pass the directory of an earlier run")
-            else:
-                path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"])
+        if self.tcfg["resume"]:
+            return Path(self.tcfg["resume"]).expanduser().resolve()
+        path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"]) if self.runtime.is_main else None
         return Path(self.runtime.broadcast_from_main(str(path) if path else None))
+
+    def _read_resume_checkpoint(self) -> dict[str, Any]:
+        """The last checkpoint of the run to continue (every rank reads it from the shared run directory),
+        after checking that this config trains the same model on the same data."""
+        path = Path(self.tcfg["resume"]).expanduser().resolve() / CHECKPOINT_DIR / "last.pt"
+        if not path.is_file():
+            raise UserError(f"training.resume: '{path.parent.parent}' has no {CHECKPOINT_DIR}/last.pt; "
+                            "pass the directory of an earlier run")
+        state = load_checkpoint(path, map_location=self.device)
+        stored = load_config(load_yaml_text(state["config_yaml"]))
+        changed = [f"{section}.{key}" for section in ("data", "model") for key, value in self.config[section].items()
+                   if key != "root" and value != stored[section][key]]
+        changed += ["criterion"] if self.config["criterion"] is not stored["criterion"] else []
+        if changed:
+            raise ConfigError(f"training.resume: this config changes {', '.join(changed)} of the run being resumed; "
+                              "a resumed run trains the same model on the same data. Resume with the run's own "
+                              f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run")
+        return state
 
     def _load_dataset(self) -> CausalSetDataset:
         # Rank 0 generates and caches; the others wait, then read the cache.
@@ -146,12 +176,13 @@ class Trainer:
                 raise UserError(f"data.root: cannot read or write the data cache in '{self.config['data']['root']}' "
                                 f"({err.strerror or err}); set data.root to a folder you can write to") from None
 
-    @staticmethod
-    def _build_criterion(criterion: Any):
-        return criterion() if isinstance(criterion, type) else criterion
+    def _build_criterion(self, criterion: Any):
+        return self._build("criterion", criterion) if isinstance(criterion, type) else criterion
 
     def _write_resolved_config(self) -> None:
-        text = dump_config({**self.config, "derived": self.derived})
+        # Without resume and run_name, `--config <run dir>/config.yaml` starts the same run anew.
+        repeatable = {**self.config, "training": {**self.tcfg, "resume": None, "run_name": None}}
+        text = dump_config({**repeatable, "derived": self.derived})
         header = "# Resolved config of this run. 'derived' is recomputed by the trainer and ignored on load.\n"
         atomic_write_text(self.run_dir / "config.yaml", header + text)
 
@@ -187,11 +218,6 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
         """Train until ``num_epochs`` or early stopping; returns (train_history, val_history) on every rank."""
-        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, len(train_loader))
-        if self._resume_state and self._resume_state.get("scheduler") and self.scheduler is not None:
-            self.scheduler.load_state_dict(self._resume_state["scheduler"])
-            # Building a scheduler resets the optimizer's LR (SequentialLR does); restore it.
-            self.optimizer.load_state_dict(self._resume_state["optimizer"])
         self._log_start_block(train_loader)
         stop_reason = f"completed {self.tcfg['num_epochs']} epochs"
         for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
@@ -376,28 +402,38 @@ class Trainer:
 
     # ------------------------------------------------------------------ end of epoch (rank 0 decides)
     def _finish_epoch(self, epoch: int, train: dict, val: dict | None, seconds: float) -> tuple[bool, str]:
-        lr_used = self.optimizer.param_groups[0]["lr"]
-        if self.scheduler is not None and self.tcfg["scheduler_interval"] == "epoch":
-            self.scheduler.step()  # before the checkpoint: a resumed run continues with the next LR
         memory = self.memory.check()  # every rank: each warns once past training.memory_limit_mb
         decision = None
         if self.runtime.is_main:
             record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],
-                      "val_accuracy": val["accuracy"], "lr": lr_used, "epoch_time_s": seconds,
-                      "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9), **memory}
+                      "val_accuracy": val["accuracy"], "lr": self.optimizer.param_groups[0]["lr"],
+                      "epoch_time_s": seconds, "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9),
+                      **memory}
             improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
-            self._save_checkpoints(epoch, improved)
-            self.metrics_csv.append(record)
-            if self.experiment:
-                self.experiment.log_epoch(record, epoch)
-            logger.info(f"epoch {epoch:3d}  train_loss {record['train_loss']:.4f}  val_loss {record['val_loss']:.4f}"
-                        f"  val_acc {record['val_accuracy']:.3f}  lr {record['lr']:.2e}"
-                        f"  {record['graphs_per_s']:.0f} graphs/s{'  *best*' if improved else ''}")
-            decision = (record, self.early_stopping.should_stop, self.early_stopping.reason())
-        # One broadcast per epoch carries rank 0's record and its stop decision to every rank.
-        record, stop, reason = self.runtime.broadcast_from_main(decision)
+            decision = (record, improved, self.early_stopping.should_stop, self.early_stopping.reason())
+        # Rank 0 decides; one broadcast per epoch carries its record and decision to every rank.
+        record, improved, stop, reason = self.runtime.broadcast_from_main(decision)
         self.history.append(record)
+        self._step_epoch_scheduler(record)  # every rank, before the checkpoint: a resume continues the schedule
+        if self.runtime.is_main:
+            self._write_epoch(record, improved)
         return stop, reason
+
+    def _step_epoch_scheduler(self, record: dict[str, Any]) -> None:
+        if isinstance(self.scheduler, ReduceLROnPlateau):
+            self.scheduler.step(record[self.early_stopping.metric])
+        elif self.scheduler is not None and self.tcfg["scheduler_interval"] == "epoch":
+            self.scheduler.step()
+
+    def _write_epoch(self, record: dict[str, Any], improved: bool) -> None:
+        """Rank 0: the metrics row first, then the checkpoints (a resume drops rows after its checkpoint)."""
+        self.metrics_csv.append(record)
+        self._save_checkpoints(record["epoch"], improved)
+        if self.experiment:
+            self.experiment.log_epoch(record, record["epoch"])
+        logger.info(f"epoch {record['epoch']:3d}  train_loss {record['train_loss']:.4f}  val_loss "
+                    f"{record['val_loss']:.4f}  val_acc {record['val_accuracy']:.3f}  lr {record['lr']:.2e}"
+                    f"  {record['graphs_per_s']:.0f} graphs/s{'  *best*' if improved else ''}")
 
     def _checkpoint_state(self, epoch: int) -> dict[str, Any]:
         return {
@@ -421,17 +457,18 @@ class Trainer:
         if self.tcfg["checkpoint_at"] and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
             save_checkpoint(folder / f"epoch_{epoch}.pt", state)
 
-    def _restore(self, path: Path) -> None:
-        """Continue a run from its last checkpoint: weights, optimizer, early stopping, epoch."""
-        state = load_checkpoint(path, map_location=self.device)
+    def _restore(self, state: dict[str, Any]) -> None:
+        """Continue a run from its last checkpoint: weights, optimizer, schedule, early stopping, epoch."""
         self.core_model.load_state_dict(state["model"])
+        if self.scheduler is not None and state.get("scheduler"):
+            self.scheduler.load_state_dict(state["scheduler"])
+        # After the scheduler: building one resets the optimizer's LR (SequentialLR does).
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.epoch, self.start_epoch = state["epoch"], state["epoch"] + 1
-        self._resume_state = state
-        best = path.parent / "best.pt"
+        best = self.run_dir / CHECKPOINT_DIR / "best.pt"
         if best.is_file():
             self._best_state = load_checkpoint(best)["model"]
         summary_file = self.run_dir / "summary.json"

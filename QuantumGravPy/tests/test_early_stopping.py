@@ -1,0 +1,35 @@
+"""Early stopping: patience, min_delta, modes, NaN epochs, and what a checkpoint restores."""
+
+import math
+
+from QuantumGrav.early_stopping import EarlyStopping
+
+
+def test_patience_and_min_delta_in_min_mode():
+    es = EarlyStopping(metric="val_loss", mode="min", patience=2, min_delta=0.1)
+    assert es.update(1.0, 0) and not es.should_stop
+    assert not es.update(0.95, 1)  # better, but not by more than min_delta
+    assert not es.update(0.99, 2) and es.should_stop
+    assert (es.best_epoch, es.best_value) == (0, 1.0)
+
+
+def test_max_mode_counts_increases():
+    es = EarlyStopping(metric="val_accuracy", mode="max", patience=1)
+    assert es.update(0.5, 0) and es.update(0.6, 1) and not es.update(0.6, 2) and es.should_stop
+
+
+def test_nan_epochs_are_never_the_best():
+    es = EarlyStopping(patience=2)
+    assert not es.update(math.nan, 0)
+    assert es.update(1.0, 1) and es.best_epoch == 1
+    assert not es.update(math.nan, 2)
+
+
+def test_a_checkpoint_restores_progress_but_not_the_settings():
+    old = EarlyStopping(patience=5, min_delta=0.0)
+    old.update(1.0, 0)
+    old.update(2.0, 1)
+    resumed = EarlyStopping(patience=1, min_delta=100.0)
+    resumed.load_state_dict(old.state_dict())
+    assert (resumed.best_value, resumed.best_epoch, resumed.epochs_without_improvement) == (1.0, 0, 1)
+    assert (resumed.patience, resumed.min_delta) == (1, 100.0) and resumed.should_stop
