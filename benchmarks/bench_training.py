@@ -21,7 +21,7 @@ def measure(nproc: int, epochs: int, samples: int, workdir: str) -> dict:
     config = QG.load_config("configs/train.yaml", {
         "training.num_epochs": epochs, "training.path": f"{workdir}/runs", "training.progress_bar": False,
         "early_stopping.enabled": False, "data.num_samples": samples, "data.root": f"{workdir}/data",
-        "training.scheduler_kwargs": {"T_max": epochs}})
+    })
     QG.CausalSetDataset.from_config(config["data"])  # generate once, outside the timing
     started = time.perf_counter()
     result = QG.launch(config, nproc=nproc)

@@ -71,6 +71,8 @@ BAD_CONFIGS = [
     ({"parallel": {"master_port": 70000}}, "parallel.master_port: expected an integer between 1 and 65535"),
     ({"parallel": {"find_unused_parameters": "yes"}}, "parallel.find_unused_parameters: expected true or false"),
     ({"training": []}, "training: expected a mapping (section), got list []"),
+    ({"training": {"run_name": "../escape"}}, "training.run_name: expected a plain folder name"),
+    ({"validation": {"drop_last": True}}, "validation.drop_last: unknown key"),
 ]
 
 
@@ -118,7 +120,9 @@ def test_cli_bad_config_exits_2_without_traceback_and_writes_nothing(tmp_path):
     (("train", "--config", "missing.yaml"), "config file 'missing.yaml' does not exist"),
     (("train", "--config", "ok.yaml", "--set", "training.num_epochs"), "expected section.key=value"),
     (("train", "--config", "ok.yaml", "--set", "training.num_epochs=[1"), "the value is not valid YAML"),
-    (("train", "--nproc", "two"), "argument --nproc: invalid int value: 'two'"),
+    (("train", "--nproc", "two"), "argument --nproc: expected an integer >= 1, got 'two'"),
+    (("train", "--nproc", "0"), "argument --nproc: expected an integer >= 1, got 0"),
+    (("doctor", "--port", "70000"), "argument --port: expected a port between 1 and 65535, got 70000"),
 ])
 def test_cli_bad_command_lines_exit_2(tmp_path, args, message):
     (tmp_path / "ok.yaml").write_text("training:\n  num_epochs: 1\n")

@@ -126,6 +126,18 @@ def test_a_failing_rank_brings_the_job_down_with_its_rank_and_error(tiny_config)
         QG.launch(config, nproc=2)
     assert info.value.rank == 1
     assert "ValueError: simulated failure in the loss on rank 1" in str(info.value)
+    assert "in loss_failing_on_rank_1" in info.value.worker_traceback
+    rank_1_log = next((tmp_path_of(config) / "runs").glob("*/logs/rank_1.log")).read_text()
+    assert "Traceback" in rank_1_log and "simulated failure" in rank_1_log, "the rank's log holds its traceback"
+
+
+def tmp_path_of(config):
+    return Path(config["training"]["path"]).parent
+
+
+def test_nproc_must_be_at_least_1(tiny_config):
+    with pytest.raises(QG.UserError, match="nproc: expected an integer >= 1, got 0"):
+        QG.launch(tiny_config(), nproc=0)
 
 
 def test_a_notebook_defined_loss_is_refused_before_spawning(tiny_config):

@@ -40,7 +40,7 @@ def test_smoke_test_that_cannot_finish_fails_with_what_to_check():
 
 
 def test_oversubscribed_cpus_warn(monkeypatch):
-    monkeypatch.setattr(doctor, "_usable_cpus", lambda: 4)
+    monkeypatch.setattr(doctor, "usable_cpu_count", lambda: 4)
     assert doctor.check_cpus(nproc=2, num_workers=1).status == "ok"
     result = doctor.check_cpus(nproc=2, num_workers=3)
     assert result.status == "warn" and "= 8" in result.message and "num_workers" in result.advice

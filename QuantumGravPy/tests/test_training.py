@@ -98,6 +98,20 @@ def test_early_stopping_stops_and_says_why(tiny_config):
     assert trainer.summary["best_epoch"] == 0
 
 
+def test_run_files_are_readable_by_others_as_the_umask_allows(tiny_config):
+    trainer, _, _ = _train(tiny_config({"training.num_epochs": 1}))
+    for name in ("config.yaml", "metrics.csv", "summary.json", "checkpoints/last.pt"):
+        assert (trainer.run_dir / name).stat().st_mode & 0o044 == 0o044 & ~_umask(), name
+
+
+def _umask():
+    import os
+
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
 def test_fp16_on_cpu_is_refused_with_advice(tiny_config):
     with pytest.raises(QG.ConfigError, match="training.amp: fp16 needs a CUDA device"):
         QG.Trainer(tiny_config({"training.amp": "fp16"}))

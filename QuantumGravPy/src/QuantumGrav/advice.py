@@ -7,8 +7,9 @@ backward pass; the training loop says so there.
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from .distributed import usable_cpu_count
 
 SMALL_PER_PROCESS_BATCH = 8
 FAR_FROM_REFERENCE = 4.0  # effective batch this many times larger (or smaller) than the LR's reference
@@ -17,7 +18,7 @@ FAR_FROM_REFERENCE = 4.0  # effective batch this many times larger (or smaller) 
 def config_advice(config: dict[str, Any], world_size: int, device_type: str, cpu_count: int | None = None) -> list[str]:
     """Warnings for a resolved config run on ``world_size`` processes of type ``device_type``."""
     training = config["training"]
-    cpus = cpu_count or os.cpu_count() or 1
+    cpus = cpu_count or usable_cpu_count()
     advice = []
     batch = training["batch_size"]
     if world_size > 1 and batch < SMALL_PER_PROCESS_BATCH:

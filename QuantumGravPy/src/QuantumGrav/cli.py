@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from .errors import UserError
+from .launcher import TrainingFailed
 
 EXIT_BAD_INPUT = 2
 
@@ -18,6 +19,26 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own exit code is 2 as well
         self.print_usage(sys.stderr)
         raise UserError(f"{self.prog}: {message}")
+
+
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = _int_at_least(1)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port between 1 and 65535, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,15 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="lay a partial config over --config, e.g. configs/logger/wandb_ddp.yaml (repeatable)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config value, e.g. --set training.num_epochs=3 (repeatable)")
-    train.add_argument("--nproc", type=int, default=None,
+    train.add_argument("--nproc", type=_int_at_least(1), default=None,
                        help="processes on this machine (default: parallel.world_size); ignored under torchrun")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     # torch.distributed.launch (legacy) passes --local-rank / --local_rank to every worker.
     train.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, help=argparse.SUPPRESS)
     doctor = commands.add_parser("doctor", help="check Python, torch, PyG, CUDA/NCCL/gloo, ports, wandb")
-    doctor.add_argument("--nproc", type=int, default=2, help="processes you plan to run (default: %(default)s)")
-    doctor.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process")
-    doctor.add_argument("--port", type=int, default=None, help="rendezvous port to check (default: a free one)")
+    doctor.add_argument("--nproc", type=_int_at_least(1), default=2, help="processes you plan to run (default: 2)")
+    doctor.add_argument("--num-workers", type=_int_at_least(0), default=0, help="DataLoader workers per process")
+    doctor.add_argument("--port", type=_port, default=None, help="rendezvous port to check (default: a free one)")
     return parser
 
 
@@ -45,8 +66,8 @@ def _train(args: argparse.Namespace) -> int:
     import os
 
     from .config import load_config
-    from .distributed import is_main_process
     from .launcher import run_from_entry_point
+    from .logging_utils import rank_zero_only
     from .training import summarise_run
 
     if args.local_rank is not None:
@@ -54,8 +75,8 @@ def _train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + ([f"training.resume={args.resume}"] if args.resume else [])
     config = load_config([args.config, *args.merge], overrides)
     result = run_from_entry_point(config, args.nproc)
-    if result is not None and is_main_process() and result.get("test") is not None:
-        print(summarise_run(result))
+    if result is not None and result.get("test") is not None:
+        rank_zero_only(print)(summarise_run(result))  # under torchrun every rank returns here
     return 0
 
 
@@ -67,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_doctor(nproc=args.nproc, num_workers=args.num_workers, port=args.port)
         return _train(args)
+    except TrainingFailed as err:  # a worker's own traceback, then one line naming the rank
+        print(err.worker_traceback, file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except UserError as err:
         from .distributed import get_rank, get_world_size
 

@@ -284,24 +284,31 @@ def _wandb_schema() -> dict[str, Field]:
 
 
 def _loader_fields(batch_size: int, workers: int) -> dict[str, Field]:
+    # No drop_last for validation and testing: every item counts, or the metrics are not exact.
     return {
         "batch_size": Field(integer(1), batch_size, doc="graphs per batch, per process"),
         "num_workers": Field(integer(0), workers, doc="DataLoader worker processes, per process"),
         "pin_memory": Field(boolean, False),
         "prefetch_factor": Field(integer(1), None, nullable=True),
-        "drop_last": Field(boolean, False),
     }
+
+
+def plain_name(value: Any) -> str:
+    if not isinstance(value, str) or not value or "/" in value or "\\" in value or value in (".", ".."):
+        raise _Invalid("expected a plain folder name (no '/', not '.' or '..')")
+    return value
 
 
 def schema() -> dict[str, Any]:
     """The full config schema: section -> key -> Field (nested dicts are sub-sections)."""
     training = {
-        "seed": Field(integer(0), 42, doc="seeds weights, shuffling and dropout (the same on every rank)"),
+        "seed": Field(integer(0), 42, doc="seeds weights and shuffling (the same on every rank) and dropout (per rank)"),
         "device": Field(choice("auto", "cpu", "cuda"), "auto", doc="auto: CUDA when present; each process uses cuda:LOCAL_RANK"),
         "path": Field(string, "runs", doc="parent folder of the run directories"),
-        "run_name": Field(string, None, nullable=True, doc="run directory name (null: run-<timestamp>-<random>)"),
+        "run_name": Field(plain_name, None, nullable=True, doc="run directory name (null: run-<timestamp>-<random>)"),
         "num_epochs": Field(integer(1), 20, doc="upper bound; early stopping may end sooner"),
         **_loader_fields(32, 0),
+        "drop_last": Field(boolean, False, doc="drop each epoch's incomplete last training batch"),
         "shuffle": Field(boolean, True, doc="reshuffle the training set every epoch (DistributedSampler.set_epoch)"),
         "optimizer_type": Field(pyobject, resolve_pyobject("torch.optim.AdamW"), doc="optimizer class, built with (parameters, *optimizer_args, **optimizer_kwargs)"),
         "optimizer_args": Field(list_of(lambda v: v), []),
@@ -352,7 +359,6 @@ def schema() -> dict[str, Any]:
         "data": _data_schema(),
         "parallel": {
             "world_size": Field(integer(1), 1, doc="processes for QG.launch / --nproc (torchrun sets its own)"),
-            "rank": Field(integer(0), None, nullable=True, doc="set by the launcher; leave null"),
             "master_addr": Field(string, "localhost", doc="address of node 0"),
             "master_port": Field(port, None, nullable=True, doc="null: a free port is picked"),
             "backend": Field(choice("nccl", "gloo"), None, nullable=True, doc="null: nccl on CUDA, else gloo"),

@@ -53,6 +53,11 @@ def launched_by_torchrun() -> bool:
     return all(v in os.environ for v in TORCHRUN_VARIABLES)
 
 
+def usable_cpu_count() -> int:
+    """Cores this process may run on: the affinity mask, not the machine (SLURM and cgroups give fewer)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def find_free_port(host: str = "localhost") -> int:
     """A TCP port that is free right now (the OS picks it), for a single-node rendezvous."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

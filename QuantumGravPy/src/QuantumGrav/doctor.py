@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .distributed import TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp
+from .distributed import TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count
 from .wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
 
 SMOKE_WORLD_SIZE = 2
@@ -105,13 +105,8 @@ def check_port(port: int | None) -> Check:
     return Check("ok", f"{what} can be bound")
 
 
-def _usable_cpus() -> int:
-    # The affinity mask, not the machine: a batch scheduler (Slurm, cgroups) may give us fewer.
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def check_cpus(nproc: int, num_workers: int) -> Check:
-    cpus, needed = _usable_cpus(), nproc * (num_workers + 1)
+    cpus, needed = usable_cpu_count(), nproc * (num_workers + 1)
     message = f"{cpus} CPU cores for {nproc} process(es) x (1 + {num_workers} DataLoader workers) = {needed}"
     if needed > cpus:
         return Check("warn", f"{message}: oversubscribed",

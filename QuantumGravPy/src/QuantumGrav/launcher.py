@@ -20,7 +20,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .config import find_unimportable, load_config
-from .distributed import cleanup_ddp, default_backend, find_free_port, initialize_ddp, launched_by_torchrun
+from .distributed import (cleanup_ddp, default_backend, find_free_port, initialize_ddp, launched_by_torchrun,
+                          usable_cpu_count)
 from .errors import UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
@@ -101,7 +102,7 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, consol
     os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size),
                       MASTER_ADDR=str(config["parallel"]["master_addr"]), MASTER_PORT=str(port))
     # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(max(1, usable_cpu_count() // world_size))
     setup_logging(rank, level=console_level)
     try:
         initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
@@ -125,7 +126,7 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     Works from a terminal, a script and a Jupyter kernel. ``nproc=1`` runs in this process.
     """
     config = load_config(config)
-    nproc = nproc or config["parallel"]["world_size"]
+    nproc = config["parallel"]["world_size"] if nproc is None else nproc
     if nproc < 1:
         raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
     if nproc == 1:
@@ -218,4 +219,5 @@ def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) ->
 
 def _log_failure(err: BaseException) -> None:
     """One line with the rank prefix, on the console of every rank (ERROR passes their filter)."""
-    logger.error(f"this rank failed: {type(err).__name__}: {err}")
+    # The full traceback for failures that are not bad input: it lands in this rank's log file too.
+    logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))

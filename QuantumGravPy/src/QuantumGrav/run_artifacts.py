@@ -20,6 +20,8 @@ import torch
 from .errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
 FIGURE_DIR = "figures"
 
 
@@ -47,6 +49,7 @@ def atomic_replace(path: Path, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; a shared cache or run must stay readable
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

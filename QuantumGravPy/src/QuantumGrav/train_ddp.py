@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .config import load_config
 from .distributed import Runtime, cleanup_ddp, get_local_rank, initialize_ddp
-from .errors import UserError
+from .errors import ConfigError, UserError
 from .logging_utils import get_logger, rank_zero_warn
 from .training import Trainer, resolve_device
 
@@ -62,8 +62,10 @@ class TrainerDDP(Trainer):
         if self.device.type == "cuda":
             # device_ids are integer indices of this node's GPUs: LOCAL_RANK, never the
             # global rank and never a torch.device (the seeds' bug #2).
-            output_device = parallel["output_device"] if parallel["output_device"] is not None else self.device.index
-            return DistributedDataParallel(model, device_ids=[self.device.index], output_device=output_device,
+            if parallel["output_device"] not in (None, self.device.index):
+                raise ConfigError(f"parallel.output_device: {parallel['output_device']} is not this process's GPU "
+                                  f"{self.device.index} (LOCAL_RANK); leave it null")
+            return DistributedDataParallel(model, device_ids=[self.device.index], output_device=self.device.index,
                                            find_unused_parameters=parallel["find_unused_parameters"])
         # CPU (gloo): DDP must get no device_ids at all.
         return DistributedDataParallel(model, find_unused_parameters=parallel["find_unused_parameters"])

@@ -202,7 +202,7 @@ class Trainer:
         extra = {"prefetch_factor": cfg["prefetch_factor"]} if cfg["num_workers"] and cfg["prefetch_factor"] else {}
         return DataLoader(dataset, batch_size=cfg["batch_size"], sampler=sampler, shuffle=False,
                           num_workers=cfg["num_workers"], pin_memory=cfg["pin_memory"] and self.device.type == "cuda",
-                          drop_last=cfg["drop_last"], persistent_workers=cfg["num_workers"] > 0, **extra)
+                          drop_last=cfg.get("drop_last", False), persistent_workers=cfg["num_workers"] > 0, **extra)
 
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
@@ -249,7 +249,8 @@ class Trainer:
         with self._logs_above_progress_bar(progress):
             self._run_batches(progress, epoch, totals, started)
         elapsed = time.perf_counter() - started
-        loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()  # exact mean over all ranks
+        # Sums and counts over all ranks, then divided (DistributedSampler's padding duplicates count too).
+        loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()
         return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
 
     def _run_batches(self, progress, epoch: int, totals: torch.Tensor, started: float) -> None:
