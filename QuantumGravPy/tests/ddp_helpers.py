@@ -21,8 +21,13 @@ class ModelWithUnusedHead(nn.Module):
 
 
 def loss_failing_on_rank_1(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy, except that rank 1 raises on its 5th call (inside the first epochs)."""
+    """Cross-entropy, except that rank 1 raises on its 5th call (the trainer's signature check is the first)."""
     _calls["n"] += 1
     if QG.get_rank() == 1 and _calls["n"] == 5:
         raise ValueError("simulated failure in the loss on rank 1")
     return torch.nn.functional.cross_entropy(logits, target)
+
+
+def loss_per_graph(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """A common mistake: reduction='none' returns one loss per graph instead of a scalar."""
+    return torch.nn.functional.cross_entropy(logits, target, reduction="none")

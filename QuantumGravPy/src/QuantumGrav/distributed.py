@@ -73,11 +73,13 @@ def default_backend(device_type: str | None = None) -> str:
 
 def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master_addr: str = "localhost",
                    master_port: int | str | None = None, backend: str | None = None,
-                   timeout_s: float = 300.0) -> None:
+                   timeout_s: float = 300.0, local_rank: int | None = None) -> None:
     """Join the process group of this job.
 
     Under torchrun the launcher's environment is the truth and is not overwritten;
-    otherwise MASTER_ADDR/MASTER_PORT are set from the arguments. The timeout bounds
+    otherwise MASTER_ADDR/MASTER_PORT are set from the arguments, and LOCAL_RANK from
+    ``local_rank`` (default: ``rank``, right on one node; a multi-node job without torchrun
+    must pass it). The timeout bounds
     every collective: a rank that died makes the others fail after ``timeout_s``
     instead of waiting for PyTorch's default of 30 minutes.
     """
@@ -92,7 +94,7 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
             raise UserError("initialize_ddp: master_port is missing; pass a free port "
                             "(QuantumGrav.distributed.find_free_port()) or set parallel.master_port")
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = str(master_addr), str(master_port)
-        os.environ.setdefault("LOCAL_RANK", str(rank))
+        os.environ["LOCAL_RANK"] = str(rank if local_rank is None else local_rank)
     backend = backend or default_backend()
     if backend == "nccl":
         local_rank, visible = get_local_rank(), torch.cuda.device_count()

@@ -177,7 +177,19 @@ class Trainer:
                                 f"({err.strerror or err}); set data.root to a folder you can write to") from None
 
     def _build_criterion(self, criterion: Any):
-        return self._build("criterion", criterion) if isinstance(criterion, type) else criterion
+        """The loss, checked once on dummy logits so a wrong signature is a config error, not a crash later."""
+        loss = self._build("criterion", criterion) if isinstance(criterion, type) else criterion
+        classes = self.dataset.num_classes
+        try:
+            value = loss(torch.zeros(2, classes, device=self.device), torch.zeros(2, dtype=torch.long, device=self.device))
+        except Exception as err:  # noqa: BLE001 - any failure here is a wrong criterion
+            raise ConfigError(f"criterion: calling it as criterion(logits, target) failed ({type(err).__name__}: "
+                              f"{err}); it must take logits [graphs, classes] and class indices [graphs]") from None
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1):
+            got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ConfigError(f"criterion: expected a scalar loss tensor from criterion(logits, target), got {got} "
+                              "(a reduction='none' loss must be averaged)")
+        return loss
 
     def _write_resolved_config(self) -> None:
         # Without resume and run_name, `--config <run dir>/config.yaml` starts the same run anew.
