@@ -7,14 +7,17 @@ the standalone script spawning its own processes, and `python -m QuantumGrav tra
 
 import csv
 import os
+import queue
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 import QuantumGrav as QG
+from QuantumGrav.launcher import _supervise
 from conftest import REPO, TINY
 
 SCRIPT = REPO / "QuantumGravPy" / "examples" / "train_ddp_standalone.py"
@@ -125,3 +128,36 @@ def test_an_interrupt_of_the_launching_process_stops_every_worker(job, tmp_path)
         assert parent.returncode != 0
     finally:
         parent.kill()
+
+
+class _ExitedProcess:
+    """Stands in for a worker process that has already exited with ``exitcode``."""
+
+    def __init__(self, rank: int, exitcode: int):
+        self.name, self.exitcode = f"rank{rank}", exitcode
+
+
+class _LateQueue:
+    """A result queue whose one message arrives only after ``delay_polls`` empty polls."""
+
+    def __init__(self, message: tuple | None, delay_polls: int):
+        self.message, self.polls_left = message, delay_polls
+
+    def get(self, timeout: float):
+        if self.message is None or self.polls_left > 0:
+            self.polls_left -= 1
+            time.sleep(min(timeout, 0.05))
+            raise queue.Empty
+        message, self.message = self.message, None
+        return message
+
+
+def test_supervisor_reports_a_dead_ranks_error_that_arrives_after_its_exit():
+    error = ("error", 1, "RuntimeError: boom", "Traceback ...", False)
+    with pytest.raises(QG.TrainingFailed, match="rank 1 failed: RuntimeError: boom"):
+        _supervise([_ExitedProcess(0, -15), _ExitedProcess(1, 1)], _LateQueue(error, delay_polls=3), {})
+
+
+def test_supervisor_names_a_rank_killed_without_reporting():
+    with pytest.raises(QG.TrainingFailed, match=r"rank 1 failed: process exited with code -9 without reporting"):
+        _supervise([_ExitedProcess(0, None), _ExitedProcess(1, -9)], _LateQueue(None, 0), {})

@@ -29,7 +29,8 @@ def config_advice(config: dict[str, Any], world_size: int, device_type: str, cpu
         if workers and workers * world_size > cpus - world_size:
             fitting = max(0, cpus // world_size - 1)
             advice.append(f"{section}.num_workers is {workers} DataLoader workers per process x {world_size} "
-                          f"processes, more than the {cpus} CPU cores can serve; use {section}.num_workers <= {fitting}")
+                          f"processes, more than the {cpus} CPU cores can serve; "
+                          f"use {section}.num_workers <= {fitting}")
         if config[section]["pin_memory"] and device_type != "cuda":
             advice.append(f"{section}.pin_memory is true but training runs on the CPU, where it only costs "
                           f"memory; set {section}.pin_memory: false")

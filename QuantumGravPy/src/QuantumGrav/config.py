@@ -205,8 +205,10 @@ def choice(*options: Any) -> Callable[[Any], Any]:
 
 def pyobject(value: Any) -> Any:
     if isinstance(value, UnresolvedPyObject):
-        raise _Invalid(f"expected an importable Python object (!pyobject package.module.name); "
-                       f"'{value.path}' does not import: {value.reason}")
+        raise _Invalid(
+            f"expected an importable Python object (!pyobject package.module.name); "
+            f"'{value.path}' does not import: {value.reason}"
+        )
     if not callable(value):
         raise _Invalid("expected a Python class or function given as !pyobject package.module.name")
     return value
@@ -251,10 +253,14 @@ def _data_schema() -> dict[str, Field]:
         "num_samples": Field(integer(3), d["num_samples"], doc="causal sets generated (all splits)"),
         "n_min": Field(integer(4), d["n_min"], doc="elements per causal set, drawn uniformly from [n_min, n_max]"),
         "n_max": Field(integer(4), d["n_max"]),
-        "dimensions": Field(list_of(choice(2, 3, 4), min_len=1), list(d["dimensions"]),
-                            doc="Minkowski dimensions sprinkled into"),
-        "classes": Field(list_of(choice(*VALID_CLASSES), min_len=1), list(d["classes"]),
-                         doc="cset types generated: " + ", ".join(VALID_CLASSES)),
+        "dimensions": Field(
+            list_of(choice(2, 3, 4), min_len=1), list(d["dimensions"]), doc="Minkowski dimensions sprinkled into"
+        ),
+        "classes": Field(
+            list_of(choice(*VALID_CLASSES), min_len=1),
+            list(d["classes"]),
+            doc="cset types generated: " + ", ".join(VALID_CLASSES),
+        ),
         "destroy_fraction": Field(fraction, d["destroy_fraction"], doc="share of pairs flipped in destroyed sets"),
         "edges": Field(choice(*VALID_EDGES), d["edges"], doc="graph edges: links (Hasse diagram) or all relations"),
         "target": Field(choice(*VALID_TARGETS), d["target"], doc="label: cset_type, manifold_like or dimension"),
@@ -302,38 +308,70 @@ def plain_name(value: Any) -> str:
 def schema() -> dict[str, Any]:
     """The full config schema: section -> key -> Field (nested dicts are sub-sections)."""
     training = {
-        "seed": Field(integer(0), 42, doc="seeds weights and shuffling (the same on every rank) and dropout (per rank)"),
-        "device": Field(choice("auto", "cpu", "cuda"), "auto", doc="auto: CUDA when present; each process uses cuda:LOCAL_RANK"),
+        "seed": Field(
+            integer(0), 42, doc="seeds weights and shuffling (the same on every rank) and dropout (per rank)"
+        ),
+        "device": Field(
+            choice("auto", "cpu", "cuda"), "auto", doc="auto: CUDA when present; each process uses cuda:LOCAL_RANK"
+        ),
         "path": Field(string, "runs", doc="parent folder of the run directories"),
         "run_name": Field(plain_name, None, nullable=True, doc="run directory name (null: run-<timestamp>-<random>)"),
         "num_epochs": Field(integer(1), 20, doc="upper bound; early stopping may end sooner"),
         **_loader_fields(32, 0),
         "drop_last": Field(boolean, False, doc="drop each epoch's incomplete last training batch"),
         "shuffle": Field(boolean, True, doc="reshuffle the training set every epoch (DistributedSampler.set_epoch)"),
-        "optimizer_type": Field(pyobject, resolve_pyobject("torch.optim.AdamW"), doc="optimizer class, built with (parameters, *optimizer_args, **optimizer_kwargs)"),
+        "optimizer_type": Field(
+            pyobject,
+            resolve_pyobject("torch.optim.AdamW"),
+            doc="optimizer class, built with (parameters, *optimizer_args, **optimizer_kwargs)",
+        ),
         "optimizer_args": Field(list_of(lambda v: v), []),
-        "optimizer_kwargs": Field(mapping, {"lr": 1e-3, "weight_decay": 5e-5}, doc="lr is the base LR before lr_scaling"),
-        "scheduler_type": Field(pyobject, None, nullable=True, doc="LR scheduler class, e.g. torch.optim.lr_scheduler.CosineAnnealingLR"),
+        "optimizer_kwargs": Field(
+            mapping, {"lr": 1e-3, "weight_decay": 5e-5}, doc="lr is the base LR before lr_scaling"
+        ),
+        "scheduler_type": Field(
+            pyobject, None, nullable=True, doc="LR scheduler class, e.g. torch.optim.lr_scheduler.CosineAnnealingLR"
+        ),
         "scheduler_args": Field(list_of(lambda v: v), []),
         "scheduler_kwargs": Field(mapping, {}),
-        "scheduler_interval": Field(choice("epoch", "step"), "epoch", doc="step the scheduler once per epoch or per optimizer step"),
+        "scheduler_interval": Field(
+            choice("epoch", "step"), "epoch", doc="step the scheduler once per epoch or per optimizer step"
+        ),
         "warmup_epochs": Field(integer(0), 0, doc="linear LR warmup before the schedule"),
-        "lr_scaling": Field(choice("none", "linear", "sqrt"), "none", doc="scale lr and warmup with effective batch / reference_batch_size"),
-        "reference_batch_size": Field(integer(1), None, nullable=True, doc="the batch the LR was tuned for (null: batch_size)"),
+        "lr_scaling": Field(
+            choice("none", "linear", "sqrt"),
+            "none",
+            doc="scale lr and warmup with effective batch / reference_batch_size",
+        ),
+        "reference_batch_size": Field(
+            integer(1), None, nullable=True, doc="the batch the LR was tuned for (null: batch_size)"
+        ),
         "accumulation_steps": Field(integer(1), 1, doc="micro-batches per optimizer step (DDP syncs only on the last)"),
         "amp": Field(choice("off", "fp16", "bf16"), "off", doc="mixed precision; fp16 needs CUDA"),
-        "grad_clip_norm": Field(number(0.0, exclusive_min=True), None, nullable=True, doc="clip the global gradient norm to this value"),
+        "grad_clip_norm": Field(
+            number(0.0, exclusive_min=True), None, nullable=True, doc="clip the global gradient norm to this value"
+        ),
         "checkpoint_at": Field(integer(1), None, nullable=True, doc="also keep epoch_K.pt every K epochs"),
-        "memory_limit_mb": Field(number(0.0, exclusive_min=True), None, nullable=True, doc="warn once when RSS (or CUDA memory) passes it"),
-        "log_every_n_steps": Field(integer(1), 50, doc="log loss, throughput and memory every N batches (and at each epoch end)"),
+        "memory_limit_mb": Field(
+            number(0.0, exclusive_min=True), None, nullable=True, doc="warn once when RSS (or CUDA memory) passes it"
+        ),
+        "log_every_n_steps": Field(
+            integer(1), 50, doc="log loss, throughput and memory every N batches (and at each epoch end)"
+        ),
         "progress_bar": Field(choice("auto", True, False), "auto", doc="auto: on rank 0 in a terminal, never under CI"),
         "resume": Field(string, None, nullable=True, doc="run directory to continue"),
     }
     model = {
         "type": Field(pyobject, None, nullable=True, doc="model class; default QuantumGrav.models.GNNClassifier"),
-        "conv": Field(pyobject, resolve_pyobject("torch_geometric.nn.GraphConv"), doc="message-passing layer: GraphConv, GCNConv, GINConv, SAGEConv, ..."),
+        "conv": Field(
+            pyobject,
+            resolve_pyobject("torch_geometric.nn.GraphConv"),
+            doc="message-passing layer: GraphConv, GCNConv, GINConv, SAGEConv, ...",
+        ),
         "conv_kwargs": Field(mapping, {}),
-        "hidden_channels": Field(list_of(integer(1), min_len=1), [64, 64, 64], doc="one message-passing layer per entry"),
+        "hidden_channels": Field(
+            list_of(integer(1), min_len=1), [64, 64, 64], doc="one message-passing layer per entry"
+        ),
         "norm": Field(choice("batch", "layer", "graph", "none"), "batch", doc="normalisation after each layer"),
         "activation": Field(choice("relu", "gelu", "elu", "tanh", "leaky_relu"), "relu"),
         "dropout": Field(number(0.0, 0.99), 0.1),
@@ -344,8 +382,14 @@ def schema() -> dict[str, Any]:
     return {
         "training": training,
         "model": model,
-        "validation": {**_loader_fields(64, 0), "mode": Field(choice("sharded", "rank0"), "sharded", doc=(
-            "sharded: every rank evaluates a shard, sums reduced; rank0: rank 0 evaluates all; same numbers"))},
+        "validation": {
+            **_loader_fields(64, 0),
+            "mode": Field(
+                choice("sharded", "rank0"),
+                "sharded",
+                doc=("sharded: every rank evaluates a shard, sums reduced; rank0: rank 0 evaluates all; same numbers"),
+            ),
+        },
         "testing": _loader_fields(64, 0),
         "early_stopping": {
             "enabled": Field(boolean, True),
@@ -354,17 +398,24 @@ def schema() -> dict[str, Any]:
             "patience": Field(integer(1), 5),
             "min_delta": Field(number(0.0), 0.0),
         },
-        "criterion": Field(pyobject, resolve_pyobject("torch.nn.functional.cross_entropy"),
-                           doc="loss(logits, target); a class is instantiated first"),
+        "criterion": Field(
+            pyobject,
+            resolve_pyobject("torch.nn.functional.cross_entropy"),
+            doc="loss(logits, target); a class is instantiated first",
+        ),
         "data": _data_schema(),
         "parallel": {
             "world_size": Field(integer(1), 1, doc="processes for QG.launch / --nproc (torchrun sets its own)"),
             "master_addr": Field(string, "localhost", doc="address of node 0"),
             "master_port": Field(port, None, nullable=True, doc="null: a free port is picked"),
             "backend": Field(choice("nccl", "gloo"), None, nullable=True, doc="null: nccl on CUDA, else gloo"),
-            "timeout_s": Field(number(0.0, exclusive_min=True), 300.0, doc="collective timeout: a dead rank fails the job after this"),
+            "timeout_s": Field(
+                number(0.0, exclusive_min=True), 300.0, doc="collective timeout: a dead rank fails the job after this"
+            ),
             "output_device": Field(integer(0), None, nullable=True, doc="null: this process's GPU (LOCAL_RANK)"),
-            "find_unused_parameters": Field(boolean, False, doc="true only if some parameters get no gradient (slower)"),
+            "find_unused_parameters": Field(
+                boolean, False, doc="true only if some parameters get no gradient (slower)"
+            ),
         },
         "logger": {"wandb": _wandb_schema()},
     }
@@ -416,8 +467,10 @@ def _cross_checks(cfg: dict, errors: list[str]) -> None:
 
     for cls in data.get("classes", []):
         if cls in MANIFOLD_CLASSES and MANIFOLD_CLASSES[cls] not in data.get("dimensions", []):
-            errors.append(f"data.classes: '{cls}' needs dimension {MANIFOLD_CLASSES[cls]} in data.dimensions, "
-                          f"got dimensions {data.get('dimensions')}; add it there or remove the class")
+            errors.append(
+                f"data.classes: '{cls}' needs dimension {MANIFOLD_CLASSES[cls]} in data.dimensions, "
+                f"got dimensions {data.get('dimensions')}; add it there or remove the class"
+            )
     if es and es.get("mode") is None and "metric" in es:
         es["mode"] = "max" if es["metric"] == "val_accuracy" else "min"
     lr = cfg["training"].get("optimizer_kwargs", {}).get("lr")
@@ -506,8 +559,10 @@ def _read_source(source: str | Path | Mapping[str, Any] | None) -> dict:
     return raw
 
 
-def load_config(source: str | Path | Mapping[str, Any] | list | tuple | None = None,
-                overrides: Iterable[str] | Mapping[str, Any] | None = None) -> dict:
+def load_config(
+    source: str | Path | Mapping[str, Any] | list | tuple | None = None,
+    overrides: Iterable[str] | Mapping[str, Any] | None = None,
+) -> dict:
     """Read, override and validate a config and return it with every default filled in.
 
     ``source``: a YAML path, a dict, None (all defaults), or a list of these merged in order,
@@ -546,8 +601,11 @@ def reference_markdown() -> str:
                 walk(item, f"{prefix}{key}.")
                 continue
             default = item.default
-            shown = f"!pyobject {pyobject_path(default)}" if _is_pyobject(default) else yaml.safe_dump(
-                default, default_flow_style=True).strip().removesuffix("...").strip()
+            shown = (
+                f"!pyobject {pyobject_path(default)}"
+                if _is_pyobject(default)
+                else yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+            )
             lines.append(f"| `{prefix}{key}` | `{shown}` | {item.doc} |")
 
     walk(schema(), "")

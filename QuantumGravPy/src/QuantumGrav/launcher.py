@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue as queue_module
 import shutil
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -26,6 +27,7 @@ from .errors import UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
+DEAD_WORKER_GRACE_S = 2.0
 
 
 class TrainingFailed(RuntimeError):
@@ -137,7 +139,8 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = mp.get_context("spawn")
     results = context.Queue()
-    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results, chosen_console_level()), name=f"rank{rank}")
+    level = chosen_console_level()
+    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results, level), name=f"rank{rank}")
                  for rank in range(nproc)]
     progress: dict[str, Any] = {}
     try:
@@ -156,14 +159,19 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
 def _supervise(processes: list, results, progress: dict[str, Any]) -> dict[str, Any]:
     """Wait for every rank; on the first failure raise it (the caller stops the rest)."""
     finished: dict[int, Any] = {}
+    first_seen_dead: float | None = None
     while len(finished) < len(processes):
         try:
             status, rank, *payload = results.get(timeout=0.2)
         except queue_module.Empty:
             dead = [p for p in processes if p.exitcode not in (None, 0) and int(p.name[4:]) not in finished]
-            if dead:  # killed without reporting (e.g. out of memory)
-                rank = int(dead[0].name[4:])
-                raise TrainingFailed(rank, f"process exited with code {dead[0].exitcode} without reporting", "")
+            if dead:
+                # A rank that failed normally reported first; give its message a moment to arrive
+                # before concluding it was killed without one (e.g. by the out-of-memory killer).
+                first_seen_dead = first_seen_dead or time.monotonic()
+                if time.monotonic() - first_seen_dead > DEAD_WORKER_GRACE_S:
+                    rank = int(dead[0].name[4:])
+                    raise TrainingFailed(rank, f"process exited with code {dead[0].exitcode} without reporting", "")
             continue
         if status == "run_dir":
             progress["run_dir"] = payload[0]

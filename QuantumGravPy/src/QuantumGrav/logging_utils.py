@@ -70,9 +70,10 @@ def setup_logging(rank: int | None = None, run_dir: str | Path | None = None, le
     """Configure the "QuantumGrav" logger for this process and return it.
 
     Console (stderr): INFO on rank 0 (or ``level``; once given, later calls without it keep
-    it), ``other_ranks_level`` on the other ranks, so N processes do not print every line N times. With ``run_dir``, every rank
-    also writes ``run_dir/logs/rank_{rank}.log`` at INFO. Calling it again replaces the
-    handlers of the previous call (the latest call describes the whole set-up).
+    it), ``other_ranks_level`` on the other ranks, so N processes do not print every line N
+    times. With ``run_dir``, every rank also writes ``run_dir/logs/rank_{rank}.log`` at INFO.
+    Calling it again replaces the handlers of the previous call (the latest call describes
+    the whole set-up).
     """
     rank = get_rank() if rank is None else rank
     if level is None:  # keep what the user chose in an earlier call (the trainer calls this again)

@@ -181,7 +181,8 @@ class Trainer:
         loss = self._build("criterion", criterion) if isinstance(criterion, type) else criterion
         classes = self.dataset.num_classes
         try:
-            value = loss(torch.zeros(2, classes, device=self.device), torch.zeros(2, dtype=torch.long, device=self.device))
+            logits = torch.zeros(2, classes, device=self.device)
+            value = loss(logits, torch.zeros(2, dtype=torch.long, device=self.device))
         except Exception as err:  # noqa: BLE001 - any failure here is a wrong criterion
             raise ConfigError(f"criterion: calling it as criterion(logits, target) failed ({type(err).__name__}: "
                               f"{err}); it must take logits [graphs, classes] and class indices [graphs]") from None
