@@ -155,9 +155,9 @@ class _LateQueue:
 def test_supervisor_reports_a_dead_ranks_error_that_arrives_after_its_exit():
     error = ("error", 1, "RuntimeError: boom", "Traceback ...", False)
     with pytest.raises(QG.TrainingFailed, match="rank 1 failed: RuntimeError: boom"):
-        _supervise([_ExitedProcess(0, -15), _ExitedProcess(1, 1)], _LateQueue(error, delay_polls=3), {})
+        _supervise([_ExitedProcess(0, -15), _ExitedProcess(1, 1)], _LateQueue(error, delay_polls=3))
 
 
 def test_supervisor_names_a_rank_killed_without_reporting():
     with pytest.raises(QG.TrainingFailed, match=r"rank 1 failed: process exited with code -9 without reporting"):
-        _supervise([_ExitedProcess(0, None), _ExitedProcess(1, -9)], _LateQueue(None, 0), {})
+        _supervise([_ExitedProcess(0, None), _ExitedProcess(1, -9)], _LateQueue(None, 0))

@@ -97,7 +97,8 @@ def _backend(config: dict) -> str:
     return config["parallel"]["backend"] or default_backend(device_type)
 
 
-def _worker(rank: int, world_size: int, config: dict, port: int, results, console_level: str | int | None) -> None:
+def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
+            console_level: str | int | None) -> None:
     """Entry point of a spawned process (module level, so spawn can import it)."""
     # The environment torchrun would give this worker: from here on both launchers share one code path
     # (and a MASTER_PORT inherited from the parent can never override the port picked for this job).
@@ -109,8 +110,9 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, consol
     try:
         initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
         # Rank 0 tells the parent where the run lives, so that the parent can remove it if the
-        # job fails on bad input after rank 0 was already stopped.
-        report_run_dir = (lambda trainer: results.put(("run_dir", rank, str(trainer.run_dir)))) if rank == 0 else None
+        # job fails on bad input after rank 0 was already stopped. A SimpleQueue writes at once:
+        # a Queue's feeder thread might not have sent it yet when the parent stops rank 0.
+        report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
         result = run_job(config, on_start=report_run_dir)
         results.put(("ok", rank, result if rank == 0 else None))
     except BaseException as err:  # report every failure, with its rank, to the parent
@@ -138,25 +140,24 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     config["parallel"]["world_size"] = nproc
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = mp.get_context("spawn")
-    results = context.Queue()
+    results, run_dirs = context.Queue(), context.SimpleQueue()
     level = chosen_console_level()
-    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results, level), name=f"rank{rank}")
-                 for rank in range(nproc)]
-    progress: dict[str, Any] = {}
+    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results, run_dirs, level),
+                                 name=f"rank{rank}") for rank in range(nproc)]
     try:
         for process in processes:
             process.start()
-        return _supervise(processes, results, progress)
+        return _supervise(processes, results)
     except UserError:
         _stop(processes)
-        _read_run_dir(results, progress)  # rank 0 may have reported it after the failing rank's error
-        remove_unfinished_run(progress.get("run_dir"))
+        if not run_dirs.empty():  # empty: rank 0 failed before it created the run directory
+            remove_unfinished_run(run_dirs.get())
         raise
     finally:  # on success, on a worker's failure and on KeyboardInterrupt (a kernel interrupt)
         _stop(processes)
 
 
-def _supervise(processes: list, results, progress: dict[str, Any]) -> dict[str, Any]:
+def _supervise(processes: list, results) -> dict[str, Any]:
     """Wait for every rank; on the first failure raise it (the caller stops the rest)."""
     finished: dict[int, Any] = {}
     first_seen_dead: float | None = None
@@ -173,9 +174,6 @@ def _supervise(processes: list, results, progress: dict[str, Any]) -> dict[str, 
                     rank = int(dead[0].name[4:])
                     raise TrainingFailed(rank, f"process exited with code {dead[0].exitcode} without reporting", "")
             continue
-        if status == "run_dir":
-            progress["run_dir"] = payload[0]
-            continue
         if status == "error":
             message, worker_traceback, is_user_error = payload
             if is_user_error:
@@ -185,16 +183,6 @@ def _supervise(processes: list, results, progress: dict[str, Any]) -> dict[str, 
     for process in processes:
         process.join()
     return finished[0]
-
-
-def _read_run_dir(results, progress: dict[str, Any]) -> None:
-    while "run_dir" not in progress:
-        try:
-            status, _, *payload = results.get(timeout=0.5)
-        except queue_module.Empty:
-            return
-        if status == "run_dir":
-            progress["run_dir"] = payload[0]
 
 
 def _stop(processes: list, grace_s: float = 5.0) -> None:
