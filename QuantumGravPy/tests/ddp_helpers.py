@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 import QuantumGrav as QG
+from QuantumGrav.distributed import Runtime
 
 _calls = {"n": 0}
 
@@ -31,3 +32,26 @@ def loss_failing_on_rank_1(logits: torch.Tensor, target: torch.Tensor) -> torch.
 def loss_per_graph(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """A common mistake: reduction='none' returns one loss per graph instead of a scalar."""
     return torch.nn.functional.cross_entropy(logits, target, reduction="none")
+
+
+def wait_for_slow_main_process(rank: int, world_size: int, port: int, results, rank0_fails: bool) -> None:
+    """Rank 0 takes 3 s inside main_process_first while collectives time out after 1 s: the
+    others must wait (their wait has its own timeout), and the group must still work after.
+    With ``rank0_fails`` rank 0's block raises instead, and the others must raise it too."""
+    import time
+
+    QG.initialize_ddp(rank, world_size, master_port=port, backend="gloo", timeout_s=1.0)
+    try:
+        runtime = Runtime(rank=rank, world_size=world_size)
+        with runtime.main_process_first(timeout_s=30.0):
+            if rank == 0:
+                time.sleep(3.0)
+                if rank0_fails:
+                    raise QG.UserError("data.root: cannot write the data cache")
+            finished = time.monotonic()
+        total = runtime.sum_across_ranks(torch.ones(1))
+        results.put((rank, finished, total.item()))
+    except Exception as err:  # the parent asserts on what every rank reports
+        results.put((rank, None, f"{type(err).__name__}: {err}"))
+    finally:
+        QG.cleanup_ddp()

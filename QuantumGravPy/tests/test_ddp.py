@@ -158,3 +158,34 @@ def test_a_port_in_use_is_reported_with_the_key_to_change(tiny_config):
         with pytest.raises(QG.UserError, match=rf"rank 0: the rendezvous port localhost:{port} is already in use.*"
                                                r"parallel.master_port: null"):
             QG.launch(tiny_config(), nproc=2, port=port)
+
+
+def _run_two_ranks_with_slow_main_process(rank0_fails: bool) -> dict[int, tuple]:
+    import torch.multiprocessing as mp
+
+    from ddp_helpers import wait_for_slow_main_process
+    context = mp.get_context("spawn")
+    results, port = context.Queue(), QG.find_free_port()
+    processes = [context.Process(target=wait_for_slow_main_process, args=(rank, 2, port, results, rank0_fails))
+                 for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    try:
+        return {rank: (finished, outcome) for rank, finished, outcome in (results.get(timeout=60) for _ in processes)}
+    finally:
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+
+def test_ranks_wait_for_slow_data_generation_beyond_the_collective_timeout():
+    # Generating a large data set on rank 0 may take far longer than parallel.timeout_s.
+    reports = _run_two_ranks_with_slow_main_process(rank0_fails=False)
+    assert reports[0][1] == reports[1][1] == 2.0, reports  # both ranks passed the wait, the group still works
+    assert reports[1][0] >= reports[0][0], "rank 1 entered the block only after rank 0 had finished it"
+
+
+def test_a_rank_0_failure_while_the_others_wait_for_data_reaches_them_at_once():
+    reports = _run_two_ranks_with_slow_main_process(rank0_fails=True)
+    assert reports[0][1] == reports[1][1] == "UserError: data.root: cannot write the data cache", reports

@@ -412,6 +412,9 @@ def schema() -> dict[str, Any]:
             "timeout_s": Field(
                 number(0.0, exclusive_min=True), 300.0, doc="collective timeout: a dead rank fails the job after this"
             ),
+            "data_timeout_s": Field(
+                number(0.0, exclusive_min=True), 3600.0, doc="how long other ranks wait for rank 0 to generate the data"
+            ),
             "output_device": Field(integer(0), None, nullable=True, doc="null: this process's GPU (LOCAL_RANK)"),
             "find_unused_parameters": Field(
                 boolean, False, doc="true only if some parameters get no gradient (slower)"

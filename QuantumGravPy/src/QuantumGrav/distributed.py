@@ -169,15 +169,44 @@ class Runtime:
         dist.broadcast_object_list(box, src=0, device=self._collective_device)
         return box[0]
 
-    def barrier(self) -> None:
-        if self.distributed:
-            dist.barrier()
-
     @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
-        """Rank 0 runs the block first (e.g. generates and caches data), then the rest."""
-        if not self.is_main:
-            self.barrier()
-        yield
-        if self.is_main:
-            self.barrier()
+    def main_process_first(self, timeout_s: float) -> Iterator[None]:
+        """Rank 0 runs the block first (e.g. generates and caches data), then the rest.
+
+        The others may wait far longer than a training collective should (generating a large
+        data set), so they wait on a gloo group of their own with ``timeout_s``: the job's
+        collective timeout stays short, and this works under NCCL jobs too. When rank 0's block
+        raises, the others raise the same message at once instead of waiting.
+        """
+        if not self.distributed:
+            yield
+            return
+        group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            if self.is_main:
+                try:
+                    yield
+                except BaseException as err:
+                    _send_outcome(group, err)
+                    raise
+                _send_outcome(group, None)
+            else:
+                _raise_if_main_failed(group)
+                yield
+        finally:
+            dist.destroy_process_group(group)
+
+
+def _send_outcome(group, err: BaseException | None) -> None:
+    outcome = None if err is None else (isinstance(err, UserError), f"{type(err).__name__}: {err}")
+    dist.broadcast_object_list([outcome], src=0, group=group)
+
+
+def _raise_if_main_failed(group) -> None:
+    box: list[Any] = [None]
+    dist.broadcast_object_list(box, src=0, group=group)  # waits for rank 0's block to end
+    if box[0] is not None:
+        is_user_error, message = box[0]
+        if is_user_error:
+            raise UserError(message.split(": ", 1)[-1])
+        raise RuntimeError(f"rank 0 failed before the other ranks could start: {message}")

@@ -169,7 +169,7 @@ class Trainer:
 
     def _load_dataset(self) -> CausalSetDataset:
         # Rank 0 generates and caches; the others wait, then read the cache.
-        with self.runtime.main_process_first():
+        with self.runtime.main_process_first(timeout_s=self.config["parallel"]["data_timeout_s"]):
             try:
                 return CausalSetDataset.from_config(self.config["data"])
             except OSError as err:
