@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny config (seconds per run on 2 CPU cores) and one data cache per session."""
 
+import logging
 import os
 from pathlib import Path
 
@@ -37,3 +38,29 @@ def tiny_config(tmp_path, data_root):
         return QG.load_config(base, overrides or {})
 
     return make
+
+
+class _Collect(logging.Handler):
+    def __init__(self, level: int):
+        super().__init__(level)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def collect_log():
+    """collect_log(logger_name, level="WARNING") -> the list that logger's messages land in during
+    this test, whatever setup_logging did to the handlers before."""
+    attached = []
+
+    def collect(name: str, level: str = "WARNING") -> list[str]:
+        log, handler = logging.getLogger(name), _Collect(logging.getLevelName(level))
+        log.addHandler(handler)
+        attached.append((log, handler))
+        return handler.messages
+
+    yield collect
+    for log, handler in attached:
+        log.removeHandler(handler)

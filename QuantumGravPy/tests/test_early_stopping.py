@@ -33,3 +33,15 @@ def test_a_checkpoint_restores_progress_but_not_the_settings():
     resumed.load_state_dict(old.state_dict())
     assert (resumed.best_value, resumed.best_epoch, resumed.epochs_without_improvement) == (1.0, 0, 1)
     assert (resumed.patience, resumed.min_delta) == (1, 100.0) and resumed.should_stop
+
+
+def test_a_checkpoint_of_another_metric_or_mode_starts_the_count_afresh(collect_log):
+    warnings = collect_log("QuantumGrav.early_stopping")
+    old = EarlyStopping(metric="val_loss", mode="min")
+    old.update(0.9, 0)
+    old.update(1.0, 1)
+    resumed = EarlyStopping(metric="val_accuracy", mode="max", patience=2)
+    resumed.load_state_dict(old.state_dict())
+    assert (resumed.best_epoch, resumed.epochs_without_improvement) == (-1, 0), "a loss is no accuracy to beat"
+    assert len(warnings) == 1 and "tracked val_loss (min), this config tracks val_accuracy (max)" in warnings[0]
+    assert resumed.update(0.5, 2) and resumed.best_value == 0.5

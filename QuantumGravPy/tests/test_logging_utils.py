@@ -15,11 +15,14 @@ def restore_package_logger():
     """Each test configures "QuantumGrav" freely; the state before is restored afterwards."""
     package = logging.getLogger("QuantumGrav")
     saved = (list(package.handlers), package.level, package.propagate)
-    chosen = dict(logging_utils._chosen_level)
+    chosen, warned = dict(logging_utils._chosen_level), set(logging_utils._warned_messages)
     logging_utils._chosen_level.clear()
+    logging_utils._warned_messages.clear()
     yield
     logging_utils._chosen_level.clear()
     logging_utils._chosen_level.update(chosen)
+    logging_utils._warned_messages.clear()
+    logging_utils._warned_messages.update(warned)
     for handler in package.handlers:
         if handler not in saved[0]:
             handler.close()
@@ -121,8 +124,6 @@ def test_rank_zero_only_checks_the_rank_at_call_time(monkeypatch):
 
 
 def test_a_level_chosen_by_the_user_survives_the_trainers_own_setup_call(tmp_path, capsys):
-    from QuantumGrav.logging_utils import get_logger, setup_logging
-
     setup_logging(rank=0, level="WARNING")
     setup_logging(rank=0, run_dir=tmp_path)  # what Trainer does once its run directory exists
     get_logger("test").info("quiet on the console")

@@ -8,23 +8,12 @@ import torch
 from QuantumGrav.memory import SNAPSHOT_KEYS, MemoryMonitor
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 @pytest.fixture
-def collected():
-    """A private logger whose warnings land in a list (independent of setup_logging)."""
+def collected(collect_log):
+    """A private logger whose messages land in a list (independent of setup_logging)."""
     log = logging.getLogger("test_memory_monitor")
-    log.propagate, handler = False, _Collect()
-    log.addHandler(handler)
-    yield log, handler.messages
-    log.removeHandler(handler)
+    log.propagate = False
+    return log, collect_log(log.name, "DEBUG")
 
 
 def test_snapshot_has_fixed_keys_and_real_rss():

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,3 +162,11 @@ def test_every_epoch_reshuffles_the_training_batches(tiny_config, monkeypatch):
     trainer.run_training(train_loader, val_loader)
     epoch0, epoch1 = ([y for e, y in seen if e == epoch] for epoch in (0, 1))
     assert sorted(sum(epoch0, [])) == sorted(sum(epoch1, [])) and epoch0 != epoch1
+
+
+def test_a_finished_run_closes_its_log_file(tiny_config):
+    # In a notebook the kernel lives on: the next run's lines must not land in this run's log.
+    result = QG.launch(tiny_config({"training.num_epochs": 1}), nproc=1)
+    QG.get_logger("notebook").warning("a line logged after the run")
+    log = Path(result["run_dir"]) / "logs" / "rank_0.log"
+    assert "training finished" in log.read_text() and "after the run" not in log.read_text()

@@ -1,7 +1,6 @@
 """WandbLogger with the real wandb library, offline: what is logged is what is read back,
 resume continues the same run id, and every failure of W&B leaves training untouched."""
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -18,23 +17,10 @@ RESOLVED = {"training": {"optimizer_type": torch.optim.AdamW, "lr": 1e-3, "path"
             "model": {"hidden_channels": [16, 16]}}
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.warnings: list[str] = []
-
-    def emit(self, record):
-        if record.levelno >= logging.WARNING:
-            self.warnings.append(record.getMessage())
-
-
 @pytest.fixture
-def warnings():
+def warnings(collect_log):
     """Warnings of the QuantumGrav.wandb logger, whatever setup_logging did before."""
-    log, handler = logging.getLogger("QuantumGrav.wandb"), _Collect()
-    log.addHandler(handler)
-    yield handler.warnings
-    log.removeHandler(handler)
+    return collect_log("QuantumGrav.wandb")
 
 
 @pytest.fixture(autouse=True)

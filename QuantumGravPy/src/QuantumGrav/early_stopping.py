@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from .logging_utils import get_logger, rank_zero_warn
+
+logger = get_logger("early_stopping")
+
 
 @dataclass
 class EarlyStopping:
@@ -51,7 +55,13 @@ class EarlyStopping:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the progress only: patience, min_delta, ... come from the config of the resumed run."""
+        """Restore the progress only: patience, min_delta, ... come from the config of the resumed run.
+
+        A different metric or mode makes the stored best value meaningless: the count starts afresh."""
+        if (state["metric"], state["mode"]) != (self.metric, self.mode):
+            rank_zero_warn(logger, f"early_stopping: the resumed run tracked {state['metric']} ({state['mode']}), "
+                                   f"this config tracks {self.metric} ({self.mode}); its best value starts afresh")
+            return
         for key in ("best_value", "best_epoch", "epochs_without_improvement"):
             setattr(self, key, state[key])
 

@@ -8,6 +8,7 @@ worker fails, the others are stopped at once and the error is raised here with i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue as queue_module
 import shutil
@@ -56,8 +57,10 @@ def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = 
         test = trainer.run_test(test_loader)  # rank 0 evaluates; the others get None
         return {"rank": trainer.runtime.rank, "run_dir": str(trainer.run_dir), "history": trainer.history,
                 "test": test, "summary": dict(trainer.summary)}
-    except UserError:
-        if trainer.runtime.is_main:
+    except BaseException as err:
+        if dist.is_initialized():
+            _log_failure(err)  # now, while this rank's log file is open (close() ends it)
+        if isinstance(err, UserError) and trainer.runtime.is_main:
             remove_unfinished_run(trainer.run_dir)
         raise
     finally:
@@ -214,6 +217,11 @@ def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) ->
 
 
 def _log_failure(err: BaseException) -> None:
-    """One line with the rank prefix, on the console of every rank (ERROR passes their filter)."""
+    """One line with the rank prefix, on the console of every rank (ERROR passes their filter);
+    once per exception, however many layers it passes on its way out."""
+    if getattr(err, "_quantumgrav_logged", False):
+        return
     # The full traceback for failures that are not bad input: it lands in this rank's log file too.
     logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__ is logged again: harmless
+        err._quantumgrav_logged = True  # type: ignore[attr-defined]

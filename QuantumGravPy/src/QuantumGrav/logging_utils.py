@@ -52,10 +52,16 @@ def _level(name: str | int) -> int:
     return level
 
 
-def _remove_own_handlers(logger: logging.Logger) -> None:
-    for handler in [h for h in logger.handlers if getattr(h, _OWN_HANDLER, False)]:
+def _remove_own_handlers(logger: logging.Logger, kind: type[logging.Handler] = logging.Handler) -> None:
+    for handler in [h for h in logger.handlers if getattr(h, _OWN_HANDLER, False) and isinstance(h, kind)]:
         logger.removeHandler(handler)
         handler.close()
+
+
+def close_run_log() -> None:
+    """Close this process's run log file (the console stays): once a run has ended, later lines
+    (the next run's launch in the same notebook kernel) must not land in its ``logs/``."""
+    _remove_own_handlers(logging.getLogger(PACKAGE_LOGGER), logging.FileHandler)
 
 
 def _add_own_handler(logger: logging.Logger, handler: logging.Handler, level: int, rank: int) -> None:

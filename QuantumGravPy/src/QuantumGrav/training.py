@@ -30,7 +30,7 @@ from .data import CausalSetDataset, split_indices
 from .distributed import Runtime
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, UserError
-from .logging_utils import PACKAGE_LOGGER, get_logger, rank_zero_warn, setup_logging
+from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
@@ -533,10 +533,11 @@ class Trainer:
         return result
 
     def close(self) -> None:
-        """Finish the experiment logger (W&B run). Safe to call twice."""
+        """Finish the experiment logger (W&B run) and close this rank's log file. Safe to call twice."""
         if self.experiment:
             self.experiment.finish()
             self.experiment = None
+        close_run_log()
 
     # ------------------------------------------------------------------ reporting
     def _progress(self, loader: DataLoader, epoch: int):
