@@ -55,3 +55,13 @@ def test_format_is_one_short_line():
     text = monitor.format({"rss_mb": 812.4, "cuda_allocated_mb": 0.0, "cuda_reserved_mb": 0.0, "cuda_peak_mb": 0.0})
     assert text == "RSS 812 MB"
     assert monitor.format().startswith("RSS ")
+
+
+def test_each_epoch_starts_a_new_cuda_peak(monkeypatch):
+    # No GPU here: stand-ins record what the monitor asks of torch.cuda on a CUDA device.
+    resets = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: resets.append(device))
+    MemoryMonitor(torch.device("cuda", 1)).start_new_peak()
+    MemoryMonitor(torch.device("cpu")).start_new_peak()
+    assert resets == [torch.device("cuda", 1)]

@@ -57,8 +57,14 @@ class MemoryMonitor:
                 f"or the number of DataLoader workers. Not repeated for this run.")
         return snapshot
 
+    def start_new_peak(self) -> None:
+        """From now on ``cuda_peak_mb`` is the peak since this call (the trainer calls it every
+        epoch, so each metrics row holds that epoch's peak, not the whole process's)."""
+        if self._on_cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+
     def format(self, snapshot: dict[str, float] | None = None) -> str:
-        """One short line, e.g. ``RSS 812 MB`` or ``RSS 812 MB, CUDA 950/1024 MB (peak 990)``."""
+        """One short line, e.g. ``RSS 812 MB`` or ``RSS 812 MB, CUDA 950/1024 MB allocated/reserved (peak 990)``."""
         snapshot = snapshot if snapshot is not None else self.snapshot()
         text = f"RSS {snapshot['rss_mb']:.0f} MB"
         if self._on_cuda:

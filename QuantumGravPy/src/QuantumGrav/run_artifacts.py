@@ -11,7 +11,6 @@ import datetime
 import json
 import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -20,8 +19,6 @@ import torch
 from .errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
 FIGURE_DIR = "figures"
 
 
@@ -42,14 +39,18 @@ def create_run_dir(parent: str | Path, run_name: str | None = None) -> Path:
 
 
 def atomic_replace(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` a temporary file in the same folder, then rename it to ``path``: readers never
-    see half a file, and an interrupted write leaves nothing behind."""
+    """``write(tmp)`` a temporary file in the same folder, flush it to disk, then rename it to
+    ``path``: readers never see half a file, and a write that raises leaves nothing behind
+    (a process killed mid-write may leave a hidden ``.name.*.tmp``, never a damaged ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+    # Created with mode 0o666 minus the umask, like any file the user writes (mkstemp's 0o600
+    # would make a shared data cache or run unreadable to the group).
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; a shared cache or run must stay readable
+        with open(tmp, "rb") as written:
+            os.fsync(written.fileno())  # on disk before the rename, so a crash cannot leave an empty file
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -70,11 +71,7 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"checkpoint '{path}' does not exist; resume from a run directory that has "
-                        f"{CHECKPOINT_DIR}/last.pt")
-    return torch.load(path, map_location=map_location, weights_only=True)
+    return torch.load(Path(path), map_location=map_location, weights_only=True)
 
 
 class MetricsCSV:

@@ -1,6 +1,6 @@
 """Learning-rate rules: scaling with the effective batch size, warmup, the configured schedule.
 
-Seed 002's rules: when the effective batch grows k-fold (more processes, more
+The usual DDP scaling rules: when the effective batch grows k-fold (more processes, more
 accumulation), scale the learning rate by k (linear) or sqrt(k), and stretch the
 warmup by the same factor. The reference is ``training.reference_batch_size``
 (default: the batch of one process without accumulation).
@@ -48,7 +48,8 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, An
         batches_per_epoch / training_cfg["accumulation_steps"])
     warmup = derived["warmup_epochs"] * per_epoch
     scheduler_type = training_cfg["scheduler_type"]
-    if scheduler_type is ReduceLROnPlateau and (warmup or training_cfg["scheduler_interval"] == "step"):
+    on_plateau = isinstance(scheduler_type, type) and issubclass(scheduler_type, ReduceLROnPlateau)
+    if on_plateau and (warmup or training_cfg["scheduler_interval"] == "step"):
         raise ConfigError("training.scheduler_type: ReduceLROnPlateau steps once per epoch on the validation "
                           "metric; use scheduler_interval: epoch and warmup_epochs: 0 with it")
     main = None

@@ -417,6 +417,7 @@ class Trainer:
     # ------------------------------------------------------------------ end of epoch (rank 0 decides)
     def _finish_epoch(self, epoch: int, train: dict, val: dict | None, seconds: float) -> tuple[bool, str]:
         memory = self.memory.check()  # every rank: each warns once past training.memory_limit_mb
+        self.memory.start_new_peak()
         decision = None
         if self.runtime.is_main:
             record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],

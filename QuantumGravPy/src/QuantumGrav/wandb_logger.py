@@ -221,6 +221,8 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 def _read_record_bytes(path: Path) -> Iterator[bytes]:
     data = path.read_bytes()
+    if len(data) < _FILE_HEADER.size:  # just created: the writer has not finished the header yet
+        return
     ident, magic, version = _FILE_HEADER.unpack_from(data, 0)
     if (ident, magic, version) != (b":W&B", 0xBEE1, 0):
         raise ValueError(f"{path} is not a W&B transaction log (header {ident!r} {magic:#x} v{version})")
@@ -242,24 +244,30 @@ def _read_record_bytes(path: Path) -> Iterator[bytes]:
             yield pending
 
 
+def _parent_and_key(item, target: dict) -> tuple[dict, str]:
+    """The dict that holds a protobuf update item's (nested) key, created on the way, and the key."""
+    keys = list(item.nested_key) or [item.key]
+    node = target
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    return node, keys[-1]
+
+
 def _items_to_dict(items, target: dict) -> dict:
     """Apply protobuf update items (key or nested_key, value_json) to ``target``."""
     for item in items:
-        keys = list(item.nested_key) or [item.key]
-        node = target
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-        node[keys[-1]] = json.loads(item.value_json)
+        node, key = _parent_and_key(item, target)
+        node[key] = json.loads(item.value_json)
     return target
 
 
 def _remove_items(items, target: dict) -> None:
     for item in items:
-        keys = list(item.nested_key) or [item.key]
-        node = target
-        for key in keys[:-1]:
-            node = node.get(key, {})
-        node.pop(keys[-1], None)
+        node, key = _parent_and_key(item, target)
+        node.pop(key, None)
 
 
 def _public(values: dict) -> dict:
