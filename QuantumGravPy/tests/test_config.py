@@ -73,6 +73,10 @@ BAD_CONFIGS = [
     ({"training": []}, "training: expected a mapping (section), got list []"),
     ({"training": {"run_name": "../escape"}}, "training.run_name: expected a plain folder name"),
     ({"validation": {"drop_last": True}}, "validation.drop_last: unknown key"),
+    ({"training": {"optimizer_kwargs": {"lr": float("nan")}}}, "training.optimizer_kwargs.lr: expected a number > 0"),
+    ({"training": {"progress_bar": 0}}, "training.progress_bar: expected one of 'auto', True, False, got 0"),
+    ({"criterion": torch.nn.CrossEntropyLoss()}, "criterion: expected a Python class or function given as "
+                                                 "!pyobject package.module.name (not an instance"),
 ]
 
 
@@ -117,7 +121,11 @@ def test_cli_bad_config_exits_2_without_traceback_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("train", "--config", "missing.yaml"), "config file 'missing.yaml' does not exist"),
+    (("train", "--config", "missing.yaml"), "config file 'missing.yaml' does not exist (looked in "),
+    (("train", "--config", "."), "config file '.' is a folder, not a file"),
+    (("train", "--config", "binary.yaml"), "binary.yaml: cannot read it as a UTF-8 text file"),
+    (("train", "--config", "broken.yaml"), "broken.yaml: not valid YAML at line 3, column 13: expected ',' or ']'"),
+    (("train", "--config", "ok.yaml", "--resume", "runs/exp #3"), "runs/exp #3' has no checkpoints/last.pt"),
     (("train", "--config", "ok.yaml", "--set", "training.num_epochs"), "expected section.key=value"),
     (("train", "--config", "ok.yaml", "--set", "training.num_epochs=[1"), "the value is not valid YAML"),
     (("train", "--nproc", "two"), "argument --nproc: expected an integer >= 1, got 'two'"),
@@ -126,6 +134,8 @@ def test_cli_bad_config_exits_2_without_traceback_and_writes_nothing(tmp_path):
 ])
 def test_cli_bad_command_lines_exit_2(tmp_path, args, message):
     (tmp_path / "ok.yaml").write_text("training:\n  num_epochs: 1\n")
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe training")
+    (tmp_path / "broken.yaml").write_text("training:\n  hidden: [1, 2\n  num_epochs: 1\n")
     result = _cli(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
@@ -144,7 +154,7 @@ def test_configuration_reference_in_docs_is_up_to_date():
     from QuantumGrav.config import reference_markdown
 
     text = (REPO / "docs" / "configuration.md").read_text()
-    assert reference_markdown() in text, "regenerate the table: python -m QuantumGrav.config > table (see docs)"
+    assert reference_markdown() in text, "regenerate the table with the command in docs/configuration.md"
 
 
 @pytest.mark.parametrize("key, message", [
@@ -157,3 +167,11 @@ def test_cli_unwritable_folders_exit_2_and_leave_no_run(tmp_path, key, message):
     result = _cli("train", "--config", "tiny.yaml", "--set", f"{key}=/proc/no-such-dir", cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_module_whose_own_import_is_missing_names_that_import(tmp_path, monkeypatch):
+    (tmp_path / "qg_ext_module.py").write_text("import qg_ext\n")  # the module exists; qg_ext does not
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = yaml.load("criterion: !pyobject qg_ext_module.loss", QG.get_loader())
+    with pytest.raises(QG.ConfigError, match=r"'qg_ext_module.loss' does not import: No module named 'qg_ext'$"):
+        QG.load_config(config)

@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
+    import json
     import os
 
     from .config import load_config
@@ -72,7 +73,8 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
-    overrides = list(args.overrides) + ([f"training.resume={args.resume}"] if args.resume else [])
+    # The folder name as a quoted YAML string: 'runs/exp #3' or '2024' must not be read as YAML.
+    overrides = list(args.overrides) + ([f"training.resume={json.dumps(args.resume)}"] if args.resume else [])
     config = load_config([args.config, *args.merge], overrides)
     result = run_from_entry_point(config, args.nproc)
     if result is not None and result.get("test") is not None:

@@ -3,7 +3,8 @@
 A config is a plain nested dict (the seeds index it as ``config["parallel"]["world_size"]``).
 ``load_config`` reads YAML (or takes a dict), applies ``section.key=value`` overrides,
 checks every key against the schema below, fills defaults and returns the resolved dict.
-Every problem is reported as ``key.path: expected ..., got ...`` in one ConfigError.
+Problems are reported as ``key.path: expected ..., got ...``, all of them in one ConfigError
+(the checks that combine several keys run once every key is valid on its own).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import importlib
+import inspect
 import math
 import re
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ def resolve_pyobject(path: str) -> Any:
         try:
             obj = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            if err.name and not module_name.startswith(err.name):
+            if err.name and not (module_name == err.name or module_name.startswith(err.name + ".")):
                 raise  # the module exists but one of *its* imports is missing
             continue
         for attr in parts[split:]:
@@ -89,7 +91,7 @@ def _is_pyobject(value: Any) -> bool:
 
 class _Dumper(yaml.SafeDumper):
     def represent_data(self, data: Any) -> yaml.Node:  # classes/functions -> !pyobject
-        if _is_pyobject(data) and not isinstance(data, (str, bytes)):
+        if _is_pyobject(data):
             return self.represent_scalar(PYOBJECT_TAG, pyobject_path(data))
         if isinstance(data, tuple):
             return self.represent_list(list(data))
@@ -118,8 +120,6 @@ class _Invalid(Exception):
 def _describe(value: Any) -> str:
     if isinstance(value, UnresolvedPyObject):
         return f"!pyobject {value.path} (cannot import: {value.reason})"
-    if isinstance(value, str):
-        return repr(value)
     if _is_pyobject(value):
         return f"!pyobject {pyobject_path(value)}"
     return repr(value) if not isinstance(value, (dict, list)) else f"{type(value).__name__} {value!r}"
@@ -131,7 +131,6 @@ class Field:
 
     check: Callable[[Any], Any]
     default: Any = None
-    required: bool = False
     nullable: bool = False
     doc: str = ""
 
@@ -144,9 +143,8 @@ class Field:
 def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         bounds = _bounds_text(minimum, maximum)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"expected an integer{bounds}")
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        if (isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum)
+                or (maximum is not None and value > maximum)):
             raise _Invalid(f"expected an integer{bounds}")
         return value
 
@@ -196,7 +194,8 @@ def choice(*options: Any) -> Callable[[Any], Any]:
         # YAML reads a bare `off` as False; accept it where 'off' is an option.
         if value is False and "off" in options:
             return "off"
-        if value not in options:
+        # Type and value: YAML's 1 and 0 are not true and false, nor 2.0 the dimension 2.
+        if not any(value == option and type(value) is type(option) for option in options):
             raise _Invalid(f"expected one of {', '.join(repr(o) for o in options)}")
         return value
 
@@ -205,12 +204,12 @@ def choice(*options: Any) -> Callable[[Any], Any]:
 
 def pyobject(value: Any) -> Any:
     if isinstance(value, UnresolvedPyObject):
-        raise _Invalid(
-            f"expected an importable Python object (!pyobject package.module.name); "
-            f"'{value.path}' does not import: {value.reason}"
-        )
-    if not callable(value):
-        raise _Invalid("expected a Python class or function given as !pyobject package.module.name")
+        raise _Invalid(f"expected an importable Python object (!pyobject package.module.name); "
+                       f"'{value.path}' does not import: {value.reason}", names_value=True)
+    if not (isinstance(value, type) or inspect.isroutine(value)):
+        # An instance (e.g. a loss object made in a module) cannot be written to the run's config.yaml.
+        raise _Invalid("expected a Python class or function given as !pyobject package.module.name "
+                       "(not an instance: name the class, and put its arguments in the config)")
     return value
 
 
@@ -452,33 +451,37 @@ def _walk(spec: Mapping[str, Any], given: Any, prefix: str, errors: list[str]) -
             except _Invalid as err:
                 got = "" if err.names_value else f", got {_describe(given[key])}"
                 errors.append(f"{path}: {err}{got}")
-        elif item.required:
-            errors.append(f"{path}: required key is missing")
         else:
             resolved[key] = copy.deepcopy(item.default)
     return resolved
 
 
 def _cross_checks(cfg: dict, errors: list[str]) -> None:
-    data, es = cfg["data"], cfg["early_stopping"]
-    if data and data.get("n_min", 0) > data.get("n_max", 0):
+    """Checks that involve several keys (run once every key on its own is valid)."""
+    data = cfg["data"]
+    if data["n_min"] > data["n_max"]:
         errors.append(f"data.n_min: expected n_min <= n_max, got n_min={data['n_min']} > n_max={data['n_max']}")
-    split = data.get("split")
-    if split and abs(sum(split) - 1.0) > 1e-6:
-        errors.append(f"data.split: expected three fractions that sum to 1, got {split} (sum {sum(split):.3f})")
+    if abs(sum(data["split"]) - 1.0) > 1e-6:
+        errors.append(f"data.split: expected three fractions that sum to 1, got {data['split']} "
+                      f"(sum {sum(data['split']):.3f})")
     from .causal_sets import MANIFOLD_CLASSES
 
-    for cls in data.get("classes", []):
-        if cls in MANIFOLD_CLASSES and MANIFOLD_CLASSES[cls] not in data.get("dimensions", []):
-            errors.append(
-                f"data.classes: '{cls}' needs dimension {MANIFOLD_CLASSES[cls]} in data.dimensions, "
-                f"got dimensions {data.get('dimensions')}; add it there or remove the class"
-            )
-    if es and es.get("mode") is None and "metric" in es:
+    for cls in data["classes"]:
+        if cls in MANIFOLD_CLASSES and MANIFOLD_CLASSES[cls] not in data["dimensions"]:
+            errors.append(f"data.classes: '{cls}' needs dimension {MANIFOLD_CLASSES[cls]} in data.dimensions, "
+                          f"got dimensions {data['dimensions']}; add it there or remove the class")
+    lr = cfg["training"]["optimizer_kwargs"].get("lr")
+    if lr is not None:
+        try:
+            number(0.0, exclusive_min=True)(lr)
+        except _Invalid as err:
+            errors.append(f"training.optimizer_kwargs.lr: {err}, got {_describe(lr)}")
+
+
+def _fill_dependent_defaults(cfg: dict) -> None:
+    es = cfg["early_stopping"]
+    if es["mode"] is None:  # the direction in which the metric improves
         es["mode"] = "max" if es["metric"] == "val_accuracy" else "min"
-    lr = cfg["training"].get("optimizer_kwargs", {}).get("lr")
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
-        errors.append(f"training.optimizer_kwargs.lr: expected a number > 0, got {_describe(lr)}")
 
 
 def validate_config(config: Any) -> dict:
@@ -490,11 +493,12 @@ def validate_config(config: Any) -> dict:
     # under 'derived'; they are recomputed on every start, so reading them back drops them.
     config = {k: v for k, v in config.items() if k != DERIVED_SECTION}
     resolved = _walk(schema(), config, "", errors)
-    if not errors:
+    if not errors:  # the keys that cross checks combine are only known to be valid now
         _cross_checks(resolved, errors)
     if errors:
         listing = "\n".join(f"  - {e}" for e in errors)
         raise ConfigError(f"invalid config ({len(errors)} problem{'s' * (len(errors) > 1)}):\n{listing}")
+    _fill_dependent_defaults(resolved)
     return resolved
 
 
@@ -534,11 +538,21 @@ def apply_overrides(config: dict, overrides: Iterable[str] | Mapping[str, Any] |
 def read_config_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file '{path}' does not exist; pass an existing YAML file, e.g. configs/train.yaml")
+        problem = "is a folder, not a file" if path.is_dir() else f"does not exist (looked in {Path.cwd()})"
+        raise ConfigError(f"config file '{path}' {problem}; pass the path of a YAML config, such as "
+                          "configs/train.yaml of the QuantumGrav repository")
     try:
-        data = yaml.load(path.read_text(), _Loader)
+        with path.open(encoding="utf-8") as f:
+            data = yaml.load(f, _Loader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {err.problem or err.context}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ConfigError(f"{path}: cannot read it as a UTF-8 text file ({reason})") from None
     return data if data is not None else {}
 
 

@@ -128,10 +128,13 @@ def _wandb_login_source() -> str | None:
 
 def check_wandb() -> Check:
     # find_spec + metadata instead of `import wandb`: fast, and no side effects.
-    if importlib.util.find_spec("wandb") is None:
+    try:  # a folder named wandb/ in the working directory is found as a package without metadata
+        version = importlib.metadata.version("wandb") if importlib.util.find_spec("wandb") else None
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    if version is None:
         return Check("warn", "wandb is not installed: W&B logging will be off (metrics.csv is always written)",
                      "pip install wandb, or leave logger.wandb out of the config")
-    version = importlib.metadata.version("wandb")
     mode = os.environ.get("WANDB_MODE")
     mode_text = f"WANDB_MODE={mode} (overrides logger.wandb.mode)" if mode else "mode from logger.wandb.mode"
     login = _wandb_login_source()
@@ -215,8 +218,9 @@ def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
 
 
 # --------------------------------------------------------------------------- entry point
-def run_doctor(nproc: int = 2, num_workers: int = 0, port: int | None = None, out: TextIO = sys.stdout) -> int:
-    """Print one line per check; return 1 if any check failed, else 0."""
+def run_doctor(nproc: int = 2, num_workers: int = 0, port: int | None = None, out: TextIO | None = None) -> int:
+    """Print one line per check (to ``out``, default: sys.stdout at call time); return 1 if any failed, else 0."""
+    out = out or sys.stdout
     checks: list[Callable[[], Check]] = [
         check_versions, lambda: check_cuda(nproc), check_nccl, check_gloo, lambda: check_port(port),
         lambda: check_cpus(nproc, num_workers), check_wandb, check_ddp_smoke_test,
