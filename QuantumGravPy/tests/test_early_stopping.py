@@ -45,3 +45,20 @@ def test_a_checkpoint_of_another_metric_or_mode_starts_the_count_afresh(collect_
     assert (resumed.best_epoch, resumed.epochs_without_improvement) == (-1, 0), "a loss is no accuracy to beat"
     assert len(warnings) == 1 and "tracked val_loss (min), this config tracks val_accuracy (max)" in warnings[0]
     assert resumed.update(0.5, 2) and resumed.best_value == 0.5
+
+
+def test_disabled_early_stopping_never_stops_but_still_tracks_the_best():
+    stopper = EarlyStopping(patience=1, enabled=False)
+    for epoch, value in enumerate([1.0, 2.0, 3.0, 4.0]):
+        stopper.update(value, epoch)
+    assert not stopper.should_stop and (stopper.best_value, stopper.best_epoch) == (1.0, 0)
+
+
+def test_from_config_and_the_stop_reason_name_the_metric_and_its_best():
+    stopper = EarlyStopping.from_config({"metric": "val_accuracy", "mode": "max", "patience": 1, "min_delta": 0.01,
+                                         "enabled": True})
+    stopper.update(0.8, 0)
+    stopper.update(0.805, 1)  # not better by more than min_delta
+    assert stopper.should_stop
+    assert stopper.reason() == ("early stopping: val_accuracy did not improve by more than 0.01 for 1 epoch(s); "
+                                "best val_accuracy=0.8000 at epoch 0")
