@@ -111,6 +111,16 @@ def test_reduction_and_closure_match_brute_force_on_random_orders():
     np.testing.assert_array_equal(cs.transitive_reduction(batch), [reference_reduction(R) for R in orders])
 
 
+def test_closure_of_random_unclosed_relations_matches_brute_force():
+    rng = np.random.default_rng(5)
+    for n in (5, 9, 14):
+        for _ in range(20):  # random strictly upper triangular relations: acyclic, mostly not transitive
+            R = np.triu(rng.random((n, n)) < 0.25, k=1)
+            closed = cs.transitive_closure(R)
+            np.testing.assert_array_equal(closed, reference_closure(R))
+            np.testing.assert_array_equal(cs.transitive_reduction(closed), reference_reduction(closed))
+
+
 def test_closure_is_idempotent_and_undoes_reduction():
     R = cs.sprinkle_diamond_batch(4, 60, 3, np.random.default_rng(1))[1]
     closed = cs.transitive_closure(R)

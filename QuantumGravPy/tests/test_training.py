@@ -9,6 +9,7 @@ import torch
 from torch_geometric.data import Batch
 
 import QuantumGrav as QG
+from QuantumGrav.config import resolve_pyobject
 from QuantumGrav.training import make_train_sampler
 
 
@@ -170,3 +171,10 @@ def test_a_finished_run_closes_its_log_file(tiny_config):
     QG.get_logger("notebook").warning("a line logged after the run")
     log = Path(result["run_dir"]) / "logs" / "rank_0.log"
     assert "training finished" in log.read_text() and "after the run" not in log.read_text()
+
+
+def test_a_layer_that_needs_edge_features_is_a_config_error_before_any_run_exists(tiny_config, tmp_path):
+    config = tiny_config({"model.conv": resolve_pyobject("torch_geometric.nn.GINEConv")})
+    with pytest.raises(QG.ConfigError, match=r"model: a forward pass on one causal set failed .*no edge features"):
+        QG.Trainer(config)
+    assert not (tmp_path / "runs").exists()

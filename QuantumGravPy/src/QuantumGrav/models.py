@@ -13,8 +13,9 @@ from torch import nn
 from torch_geometric import nn as pyg_nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
-# Convolutions whose constructor takes an MLP instead of (in, out) channel counts.
-_MLP_CONVS = {"GINConv", "GINEConv"}
+# Convolutions whose constructor takes an MLP instead of (in, out) channel counts. (GINEConv
+# needs edge features, which causal-set graphs do not have.)
+_MLP_CONVS = {"GINConv"}
 
 
 def make_conv(conv_cls: type, in_channels: int, out_channels: int, conv_kwargs: dict[str, Any]) -> nn.Module:

@@ -21,6 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from torch.utils.data import DistributedSampler, Sampler
+from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
@@ -98,6 +99,7 @@ class Trainer:
         core = self._build("model", build_model, self.config["model"], self.dataset.num_node_features,
                            self.dataset.num_classes)
         self.core_model = core.to(self.device)  # move to the device *before* any DDP wrapping
+        self._check_model_forward()
         self.model = self._wrap_model(self.core_model)
         self.criterion = self._build_criterion(self.config["criterion"])
         self.derived = derive_hyperparameters(self.tcfg, self.runtime.world_size)
@@ -175,6 +177,26 @@ class Trainer:
             except OSError as err:
                 raise UserError(f"data.root: cannot read or write the data cache in '{self.config['data']['root']}' "
                                 f"({err.strerror or err}); set data.root to a folder you can write to") from None
+
+    @torch.no_grad()
+    def _check_model_forward(self) -> None:
+        """One forward pass on a real graph now, so a layer that cannot run on these graphs (one that
+        needs edge features, say) is a config error before any run exists, not a crash in epoch 0."""
+        graph = Batch.from_data_list([self.dataset[0]]).to(self.device)
+        self.core_model.eval()
+        try:
+            logits = self.core_model(graph)
+        except Exception as err:  # noqa: BLE001 - any failure here is a model that does not fit the data
+            raise ConfigError(f"model: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
+                              "the model must run on graphs with node features x and edge_index only "
+                              "(no edge features)") from None
+        finally:
+            self.core_model.train()
+        expected = [1, self.dataset.num_classes]
+        if not isinstance(logits, torch.Tensor) or list(logits.shape) != expected:
+            got = f"shape {list(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise ConfigError(f"model: expected logits of shape {expected} (graphs x classes) for one causal set, "
+                              f"got {got}")
 
     def _build_criterion(self, criterion: Any):
         """The loss, checked once on dummy logits so a wrong signature is a config error, not a crash later."""
