@@ -161,3 +161,29 @@ def test_supervisor_reports_a_dead_ranks_error_that_arrives_after_its_exit():
 def test_supervisor_names_a_rank_killed_without_reporting():
     with pytest.raises(QG.TrainingFailed, match=r"rank 1 failed: process exited with code -9 without reporting"):
         _supervise([_ExitedProcess(0, None), _ExitedProcess(1, -9)], _LateQueue(None, 0))
+
+
+def test_the_slurm_script_starts_one_torchrun_per_node_with_the_slurm_layout(tmp_path):
+    # Stand-ins for scontrol, srun (two nodes: runs its command with SLURM_NODEID 0 and 1) and torchrun.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = {
+        "scontrol": 'printf "gpu-a\\ngpu-b\\n"',
+        "srun": 'while [ "${1#--}" != "$1" ]; do shift; done\n'
+                'for node in 0 1; do SLURM_NODEID=$node "$@" || exit $?; done',
+        "torchrun": 'printf "%s\\n" "$SRUN_CPUS_PER_TASK" "$@" > "$OUT/node$SLURM_NODEID.args"',
+    }
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-[a-b]",
+           "SLURM_JOB_ID": "123456", "SLURM_NNODES": "2", "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "4",
+           "CONFIG": "my configs/run 1.yaml"}
+    done = subprocess.run(["bash", str(REPO / "configs" / "slurm_ddp.sbatch")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    for node in (0, 1):
+        args = (tmp_path / f"node{node}.args").read_text().splitlines()
+        assert args == ["16", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=4", "--master_addr=gpu-a",
+                        "--master_port=13456", "QuantumGravPy/examples/train_ddp_standalone.py",
+                        "--config", "my configs/run 1.yaml", "--set", "training.device=cuda"]

@@ -178,3 +178,11 @@ def test_a_layer_that_needs_edge_features_is_a_config_error_before_any_run_exist
     with pytest.raises(QG.ConfigError, match=r"model: a forward pass on one causal set failed .*no edge features"):
         QG.Trainer(config)
     assert not (tmp_path / "runs").exists()
+
+
+def test_resuming_for_more_epochs_says_the_lr_schedule_keeps_its_length(tiny_config, collect_log):
+    cosine = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")
+    first, _, _ = _train(tiny_config({"training.num_epochs": 2, "training.scheduler_type": cosine}))
+    warnings = collect_log("QuantumGrav.training")
+    QG.Trainer(QG.apply_overrides(first.config, {"training.num_epochs": 4, "training.resume": str(first.run_dir)})).close()
+    assert any("planned for 2 epochs" in w and "does not stretch to 4" in w for w in warnings), warnings

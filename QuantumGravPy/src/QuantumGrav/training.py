@@ -167,6 +167,11 @@ class Trainer:
             raise ConfigError(f"training.resume: this config changes {', '.join(changed)} of the run being resumed; "
                               "a resumed run trains the same model on the same data. Resume with the run's own "
                               f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run")
+        planned = stored["training"]["num_epochs"]
+        if self.tcfg["scheduler_type"] is not None and planned != self.tcfg["num_epochs"]:
+            rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its LR "
+                                   f"schedule (restored from the checkpoint) keeps that length, so it does not "
+                                   f"stretch to {self.tcfg['num_epochs']}; for a full schedule start a new run")
         return state
 
     def _load_dataset(self) -> CausalSetDataset:
