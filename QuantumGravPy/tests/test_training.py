@@ -184,5 +184,6 @@ def test_resuming_for_more_epochs_says_the_lr_schedule_keeps_its_length(tiny_con
     cosine = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")
     first, _, _ = _train(tiny_config({"training.num_epochs": 2, "training.scheduler_type": cosine}))
     warnings = collect_log("QuantumGrav.training")
-    QG.Trainer(QG.apply_overrides(first.config, {"training.num_epochs": 4, "training.resume": str(first.run_dir)})).close()
+    resumed = QG.apply_overrides(first.config, {"training.num_epochs": 4, "training.resume": str(first.run_dir)})
+    QG.Trainer(resumed).close()
     assert any("planned for 2 epochs" in w and "does not stretch to 4" in w for w in warnings), warnings
