@@ -35,6 +35,12 @@ def derive_hyperparameters(training_cfg: dict[str, Any], world_size: int) -> dic
     }
 
 
+def schedule_spans_num_epochs(training_cfg: dict[str, Any]) -> bool:
+    """True when the schedule's length is derived from num_epochs (CosineAnnealingLR without T_max)."""
+    return (training_cfg["scheduler_type"] is CosineAnnealingLR and "T_max" not in training_cfg["scheduler_kwargs"]
+            and not training_cfg["scheduler_args"])
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, Any], derived: dict[str, Any],
                     batches_per_epoch: int):
     """The configured scheduler, preceded by a linear warmup when ``warmup_epochs`` > 0.
@@ -55,7 +61,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, An
     main = None
     if scheduler_type is not None:
         kwargs = dict(training_cfg["scheduler_kwargs"])
-        if scheduler_type is CosineAnnealingLR and "T_max" not in kwargs and not training_cfg["scheduler_args"]:
+        if schedule_spans_num_epochs(training_cfg):
             kwargs["T_max"] = max(1, training_cfg["num_epochs"] * per_epoch - warmup)
         try:
             main = scheduler_type(optimizer, *training_cfg["scheduler_args"], **kwargs)

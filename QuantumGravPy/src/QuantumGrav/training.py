@@ -36,7 +36,7 @@ from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
                             load_checkpoint, plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
-from .schedules import build_scheduler, derive_hyperparameters
+from .schedules import build_scheduler, derive_hyperparameters, schedule_spans_num_epochs
 from .wandb_logger import WandbLogger
 
 logger = get_logger("training")
@@ -168,10 +168,11 @@ class Trainer:
                               "a resumed run trains the same model on the same data. Resume with the run's own "
                               f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run")
         planned = stored["training"]["num_epochs"]
-        if self.tcfg["scheduler_type"] is not None and planned != self.tcfg["num_epochs"]:
-            rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its LR "
-                                   f"schedule (restored from the checkpoint) keeps that length, so it does not "
-                                   f"stretch to {self.tcfg['num_epochs']}; for a full schedule start a new run")
+        if schedule_spans_num_epochs(self.tcfg) and planned != self.tcfg["num_epochs"]:
+            rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its "
+                                   f"cosine schedule (restored from the checkpoint) keeps that length, so it does not "
+                                   f"stretch to {self.tcfg['num_epochs']}; set training.scheduler_kwargs.T_max for a "
+                                   "schedule that spans the runs, or start a new run")
         return state
 
     def _load_dataset(self) -> CausalSetDataset:
