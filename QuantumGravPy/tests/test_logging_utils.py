@@ -129,3 +129,13 @@ def test_a_level_chosen_by_the_user_survives_the_trainers_own_setup_call(tmp_pat
     get_logger("test").info("quiet on the console")
     assert "quiet on the console" not in capsys.readouterr().err
     assert "quiet on the console" in (tmp_path / "logs" / "rank_0.log").read_text()
+
+
+def test_a_removed_run_directory_is_never_recreated_by_another_rank(tmp_path, capsys):
+    removed = tmp_path / "run-that-failed"  # rank 0 removed it (bad input) before rank 1 set up its log
+    setup_logging(rank=1, run_dir=removed)
+    get_logger("test").warning("rank 1 still reports on the console")
+    assert not removed.exists()
+    assert "rank 1 still reports on the console" in capsys.readouterr().err
+    setup_logging(rank=0, run_dir=removed)  # rank 0 (or a user's own call) creates what it names
+    assert (removed / "logs" / "rank_0.log").is_file()

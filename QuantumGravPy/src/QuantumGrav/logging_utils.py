@@ -94,10 +94,17 @@ def setup_logging(rank: int | None = None, run_dir: str | Path | None = None, le
     levels = [console_level]
     if run_dir is not None:
         log_file = Path(run_dir) / LOG_DIR / f"rank_{rank}.log"
-        log_file.parent.mkdir(parents=True, exist_ok=True)  # every rank may race here: exist_ok
-        # Append: a resumed run continues the log of the interrupted one.
-        _add_own_handler(logger, logging.FileHandler(log_file, mode="a", encoding="utf-8"), logging.INFO, rank)
-        levels.append(logging.INFO)
+        try:
+            # Rank 0 creates what is missing; every rank may race here (exist_ok).
+            log_file.parent.mkdir(parents=rank == 0, exist_ok=True)
+            # Append: a resumed run continues the log of the interrupted one.
+            _add_own_handler(logger, logging.FileHandler(log_file, mode="a", encoding="utf-8"), logging.INFO, rank)
+            levels.append(logging.INFO)
+        except FileNotFoundError:
+            # Another rank never recreates a run directory: it is gone only because rank 0 removed a run
+            # that failed on bad input, and the launcher is stopping this rank.
+            if rank == 0:
+                raise
     logger.setLevel(min(levels))
     return logger
 
