@@ -19,7 +19,10 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
   torch_source=(--index-url "$TORCH_INDEX_URL")
 elif ! command -v nvidia-smi >/dev/null 2>&1; then
   # No GPU here: if the default index would bring CUDA packages, take the CPU build instead.
-  if $PIP install --dry-run --quiet --report - "torch==$TORCH_VERSION" 2>/dev/null | grep -q '"name": "nvidia-'; then
+  # (The report is read whole first: `pip ... | grep -q` under pipefail would fail with SIGPIPE
+  # exactly when grep finds a match early, and the CUDA stack would be installed.)
+  report=$($PIP install --dry-run --quiet --report - "torch==$TORCH_VERSION" 2>/dev/null || true)
+  if grep -q '"name": "nvidia-' <<<"$report"; then
     echo "setup: no NVIDIA GPU found; installing the CPU build of torch $TORCH_VERSION"
     torch_source=(--index-url https://download.pytorch.org/whl/cpu)
   fi
