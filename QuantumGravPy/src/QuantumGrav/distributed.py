@@ -65,6 +65,12 @@ def find_free_port(host: str = "localhost") -> int:
         return sock.getsockname()[1]
 
 
+def configured_device_type(device_setting: str) -> str:
+    """'cuda' or 'cpu' for the config's ``training.device`` ('auto': CUDA when present)."""
+    uses_cuda = device_setting == "cuda" or (device_setting == "auto" and torch.cuda.is_available())
+    return "cuda" if uses_cuda else "cpu"
+
+
 def default_backend(device_type: str | None = None) -> str:
     """NCCL for CUDA tensors, gloo for CPU: the one rule for choosing the backend."""
     uses_cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"

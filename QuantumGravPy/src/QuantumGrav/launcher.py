@@ -22,8 +22,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .config import find_unimportable, load_config
-from .distributed import (cleanup_ddp, default_backend, find_free_port, initialize_ddp, launched_by_torchrun,
-                          usable_cpu_count)
+from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
+                          launched_by_torchrun, usable_cpu_count)
 from .errors import UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
@@ -86,8 +86,7 @@ def check_spawnable(config: dict) -> None:
 
 
 def _check_devices(config: dict, nproc: int) -> None:
-    device = config["training"]["device"]
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+    if configured_device_type(config["training"]["device"]) == "cuda":
         visible = torch.cuda.device_count()
         if nproc > visible:
             raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
@@ -95,9 +94,7 @@ def _check_devices(config: dict, nproc: int) -> None:
 
 
 def _backend(config: dict) -> str:
-    device = config["training"]["device"]
-    device_type = "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu"
-    return config["parallel"]["backend"] or default_backend(device_type)
+    return config["parallel"]["backend"] or default_backend(configured_device_type(config["training"]["device"]))
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,

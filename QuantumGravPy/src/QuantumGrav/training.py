@@ -28,7 +28,7 @@ from .advice import config_advice
 from .baseline import evaluate_baseline
 from .config import dump_config, load_config, load_yaml_text
 from .data import CausalSetDataset, split_indices
-from .distributed import Runtime
+from .distributed import Runtime, configured_device_type
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, UserError
 from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
@@ -47,7 +47,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("training.device: 'cuda' was asked for but no CUDA GPU is visible; "
                           "use device: cpu (or auto), or check CUDA_VISIBLE_DEVICES")
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+    if configured_device_type(name) == "cuda":
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
