@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .distributed import usable_cpu_count
+from .schedules import derive_hyperparameters
 
 SMALL_PER_PROCESS_BATCH = 8
 FAR_FROM_REFERENCE = 4.0  # effective batch this many times larger (or smaller) than the LR's reference
@@ -34,8 +35,8 @@ def config_advice(config: dict[str, Any], world_size: int, device_type: str, cpu
         if config[section]["pin_memory"] and device_type != "cuda":
             advice.append(f"{section}.pin_memory is true but training runs on the CPU, where it only costs "
                           f"memory; set {section}.pin_memory: false")
-    effective = batch * training["accumulation_steps"] * world_size
-    reference = training["reference_batch_size"] or batch
+    derived = derive_hyperparameters(training, world_size)
+    effective, reference = derived["effective_batch_size"], derived["reference_batch_size"]
     ratio = effective / reference
     if training["lr_scaling"] == "none" and (ratio >= FAR_FROM_REFERENCE or ratio <= 1 / FAR_FROM_REFERENCE):
         advice.append(f"the effective batch size {effective} (= {batch} x {training['accumulation_steps']} "
