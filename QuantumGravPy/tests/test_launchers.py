@@ -163,6 +163,29 @@ def test_supervisor_names_a_rank_killed_without_reporting():
         _supervise([_ExitedProcess(0, None), _ExitedProcess(1, -9)], _LateQueue(None, 0))
 
 
+def test_a_worker_that_reported_success_but_never_exits_is_stopped_with_a_warning(monkeypatch, collect_log):
+    import multiprocessing
+
+    from QuantumGrav import launcher
+
+    monkeypatch.setattr(launcher, "EXIT_GRACE_S", 1.0)
+    warnings = collect_log("QuantumGrav.launch")
+    context = multiprocessing.get_context("spawn")
+    exits = context.Process(target=time.sleep, args=(0,), name="rank0")
+    stuck = context.Process(target=time.sleep, args=(600,), name="rank1")  # a teardown that never ends
+    for process in (exits, stuck):
+        process.start()
+    results = queue.Queue()
+    results.put(("ok", 0, {"test": "rank 0's result"}))
+    results.put(("ok", 1, None))
+    try:
+        assert _supervise([exits, stuck], results) == {"test": "rank 0's result"}
+        assert not stuck.is_alive()
+        assert any("rank 1 reported success but had not exited" in m for m in warnings), warnings
+    finally:
+        stuck.kill()
+
+
 def test_the_slurm_script_starts_one_torchrun_per_node_with_the_slurm_layout(tmp_path):
     # Stand-ins for scontrol, srun (two nodes: runs its command with SLURM_NODEID 0 and 1) and torchrun.
     bin_dir = tmp_path / "bin"

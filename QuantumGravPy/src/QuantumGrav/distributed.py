@@ -7,10 +7,13 @@ the launcher's environment (torchrun sets RANK/LOCAL_RANK/WORLD_SIZE) is.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
+import gc
 import os
 import socket
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -114,6 +117,9 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
     try:
         dist.init_process_group(backend=backend, rank=rank, world_size=worldsize,
                                 timeout=datetime.timedelta(seconds=timeout_s))
+        # A script that never calls cleanup_ddp() still tears down in the safe order, before the
+        # interpreter is finalised (gloo's threads cannot take the GIL once it is).
+        atexit.register(cleanup_ddp)
     except dist.DistNetworkError as err:
         if "EADDRINUSE" not in str(err):
             raise
@@ -123,12 +129,33 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
                         "(torchrun: --master_port)") from None
 
 
+# Objects holding a DistributedDataParallel wrapper (TrainerDDP), held weakly: cleanup_ddp() makes
+# each drop its wrapper *before* it destroys the process group. Why: DDP's C++ Reducer holds a
+# reference to the group. If the Reducer is the last holder, the group's destructor runs from the
+# Reducer's, with the GIL held, and joins gloo's worker threads; a worker still retiring a finished
+# collective needs the GIL to free that collective's Python-owned tensors, so both wait forever (the
+# hang after `cleanup_ddp()` in a script whose trainer outlives the call). Freed first, the Reducer
+# lets go of a group that is still registered; destroy_process_group() then drops the last
+# reference from Python, whose binding releases the GIL while the worker threads finish.
+_ddp_holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def release_before_teardown(holder: Any) -> None:
+    """Have cleanup_ddp() call ``holder.release_ddp()`` before it destroys the process group."""
+    _ddp_holders.add(holder)
+
+
 def cleanup_ddp() -> None:
-    """Leave the process group. Safe to call twice and after a failure (no barrier: a dead
-    peer would make it hang)."""
-    if dist.is_available() and dist.is_initialized():
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
+    """Leave the process group. Safe to call twice, in any order with the trainer's lifetime, and
+    after a failure (no barrier: a dead peer would make it hang)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    for holder in list(_ddp_holders):
+        holder.release_ddp()
+    _ddp_holders.clear()
+    gc.collect()  # a wrapper caught in a reference cycle is freed now, while the group still exists
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
 
 
 @dataclass
