@@ -34,6 +34,7 @@ from .errors import ConfigError, UserError
 from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
+from .resume import forget_run, job_token, remember_run, run_to_continue
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
                             load_checkpoint, plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
 from .schedules import build_scheduler, derive_hyperparameters, schedule_spans_num_epochs
@@ -91,7 +92,9 @@ class Trainer:
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
         self.epoch, self.start_epoch, self._best_state = 0, 0, None
-        self._resume_state = self._read_resume_checkpoint() if self.tcfg["resume"] else None
+        self.job_token = job_token() if self.runtime.is_main else None
+        self._resume_dir = self._find_run_to_continue()
+        self._resume_state = self._read_resume_checkpoint(self._resume_dir) if self._resume_dir else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
         self.dataset = self._load_dataset()
         self.split = dict(zip(("train", "val", "test"), split_indices(
@@ -146,15 +149,25 @@ class Trainer:
 
     def _open_run_dir(self) -> Path:
         """Rank 0 creates (or reopens) the run directory; every rank gets its path."""
-        if self.tcfg["resume"]:
-            return Path(self.tcfg["resume"]).expanduser().resolve()
-        path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"]) if self.runtime.is_main else None
+        if self._resume_dir:
+            return self._resume_dir
+        path = None
+        if self.runtime.is_main:
+            path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"])
+            remember_run(self.tcfg, self.job_token, path)
         return Path(self.runtime.broadcast_from_main(str(path) if path else None))
 
-    def _read_resume_checkpoint(self) -> dict[str, Any]:
+    def _find_run_to_continue(self) -> Path | None:
+        """Rank 0 decides which run this job continues (resume.py: --resume, the run name, or this job's
+        first attempt after a restart); one broadcast gives every rank the same answer."""
+        found = run_to_continue(self.tcfg, self.job_token) if self.runtime.is_main else None
+        found = self.runtime.broadcast_from_main(str(found) if found else None)
+        return Path(found) if found else None
+
+    def _read_resume_checkpoint(self, run_dir: Path) -> dict[str, Any]:
         """The last checkpoint of the run to continue (every rank reads it from the shared run directory),
         after checking that this config trains the same model on the same data."""
-        path = Path(self.tcfg["resume"]).expanduser().resolve() / CHECKPOINT_DIR / "last.pt"
+        path = run_dir / CHECKPOINT_DIR / "last.pt"
         if not path.is_file():
             raise UserError(f"training.resume: '{path.parent.parent}' has no {CHECKPOINT_DIR}/last.pt; "
                             "pass the directory of an earlier run")
@@ -164,9 +177,9 @@ class Trainer:
                    if key != "root" and value != stored[section][key]]
         changed += ["criterion"] if self.config["criterion"] is not stored["criterion"] else []
         if changed:
-            raise ConfigError(f"training.resume: this config changes {', '.join(changed)} of the run being resumed; "
+            raise ConfigError(f"{run_dir}: this config changes {', '.join(changed)} of the run being continued; "
                               "a resumed run trains the same model on the same data. Resume with the run's own "
-                              f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run")
+                              f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run (another training.run_name)")
         planned = stored["training"]["num_epochs"]
         if schedule_spans_num_epochs(self.tcfg) and planned != self.tcfg["num_epochs"]:
             rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its "
@@ -526,6 +539,7 @@ class Trainer:
     def _finish_training(self, stop_reason: str) -> None:
         es = self.early_stopping
         if self.runtime.is_main:
+            forget_run(self.tcfg, self.job_token)  # finished: a later job with the same token starts afresh
             self.summary.update({"stop_reason": stop_reason, "stopped_at_epoch": self.epoch,
                                  "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
                                  "derived": self.derived})
