@@ -63,3 +63,14 @@ def cross_entropy_slowly(logits: torch.Tensor, target: torch.Tensor) -> torch.Te
 
     time.sleep(0.1)
     return torch.nn.functional.cross_entropy(logits, target)
+
+
+interrupt = {"at_call": None, "calls": 0}
+
+
+def cross_entropy_interrupted(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy that raises KeyboardInterrupt at call ``interrupt["at_call"]`` (a process killed there)."""
+    interrupt["calls"] += 1
+    if interrupt["calls"] == interrupt["at_call"]:
+        raise KeyboardInterrupt("killed")
+    return torch.nn.functional.cross_entropy(logits, target)

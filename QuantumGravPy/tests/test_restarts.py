@@ -6,6 +6,7 @@ same weights as a run that was never interrupted.
 """
 
 import csv
+import math
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import yaml
 
 import QuantumGrav as QG
 from QuantumGrav.config import resolve_pyobject
+import ddp_helpers
 from conftest import REPO, TINY
 
 SCRIPT = REPO / "QuantumGravPy" / "examples" / "train_ddp_standalone.py"
@@ -106,3 +108,59 @@ def test_a_worker_killed_under_torchrun_restarts_and_the_run_continues_where_it_
     expected, got = _final_model(job.runs / "uninterrupted"), _final_model(run_dirs[0])
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
+
+
+def _train_in_process(config: dict):
+    trainer = QG.Trainer(config)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    try:
+        trainer.run_training(train_loader, val_loader)
+    finally:
+        trainer.close()
+    return trainer
+
+
+def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_and_ends_as_if_never_stopped(tiny_config):
+    settings = {"training.num_epochs": 2, "training.checkpoint_every_n_steps": 2, "model.dropout": 0.3}
+    reference = _train_in_process(tiny_config({**settings, "training.run_name": "reference"}))
+    # 1 signature check + epoch 0 (7 training, 2 validation batches), then the 5th batch of epoch 1:
+    # after the checkpoint of batch 4 (every 2 steps), before the one of batch 6.
+    ddp_helpers.interrupt.update(at_call=1 + 9 + 5, calls=0)
+    killed = tiny_config({**settings, "training.run_name": "killed",
+                          "criterion": resolve_pyobject("ddp_helpers.cross_entropy_interrupted")})
+    with pytest.raises(KeyboardInterrupt):
+        _train_in_process(killed)
+    ddp_helpers.interrupt.update(at_call=None)
+    run_dir = reference.run_dir.parent / "killed"
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["in_epoch"]["completed_batches"] == 4
+    resumed = _train_in_process(QG.apply_overrides(killed, {"training.resume": str(run_dir)}))
+    assert [r["epoch"] for r in resumed.history] == [0, 1]
+    assert resumed.history[1]["train_loss"] == pytest.approx(reference.history[1]["train_loss"], rel=1e-6)
+    expected, got = _final_model(reference.run_dir), _final_model(run_dir)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("old_world, new_world", [(2, 3), (2, 1)])
+def test_a_run_continued_on_another_world_size_takes_this_jobs_batch_lr_and_schedule(tiny_config, old_world,
+                                                                                  new_world):
+    cosine = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")
+    settings = {"training.lr_scaling": "linear", "training.scheduler_type": cosine, "training.num_epochs": 4,
+                "training.optimizer_kwargs": {"lr": 1e-2}, "training.run_name": "elastic", "training.checkpoint_at": 1}
+    first = QG.launch(tiny_config(settings), nproc=old_world)
+    run_dir = Path(first["run_dir"])
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv", newline="")))
+    rows_to_keep = 2  # continue as if the job had died after epoch 1
+    checkpoint = torch.load(run_dir / "checkpoints" / f"epoch_{rows_to_keep - 1}.pt", weights_only=True)
+    torch.save(checkpoint, run_dir / "checkpoints" / "last.pt")
+    QG.launch(tiny_config(settings), nproc=new_world)  # the same run name: continue
+    log = (run_dir / "logs" / "rank_0.log").read_text()
+    batch = TINY["training"]["batch_size"]
+    assert (f"continuing a run of {old_world} processes on {new_world}: effective batch {batch * old_world} -> "
+            f"{batch * new_world}, learning rate {1e-2 * old_world:.3g} -> {1e-2 * new_world:.3g}") in log, log
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv", newline="")))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3]
+    for row in rows[rows_to_keep:]:  # cosine over 4 epochs from this job's LR, at the run's position
+        epoch = int(row["epoch"])
+        expected = 1e-2 * new_world * (1 + math.cos(math.pi * epoch / 4)) / 2
+        assert float(row["lr"]) == pytest.approx(expected, rel=1e-6), epoch

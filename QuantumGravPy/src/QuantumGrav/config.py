@@ -351,6 +351,9 @@ def schema() -> dict[str, Any]:
             number(0.0, exclusive_min=True), None, nullable=True, doc="clip the global gradient norm to this value"
         ),
         "checkpoint_at": Field(integer(1), None, nullable=True, doc="also keep epoch_K.pt every K epochs"),
+        "checkpoint_every_n_steps": Field(
+            integer(1), None, nullable=True,
+            doc="also checkpoint last.pt every N optimizer steps: a restart resumes mid-epoch at the next batch"),
         "memory_limit_mb": Field(
             number(0.0, exclusive_min=True), None, nullable=True, doc="warn once when RSS (or CUDA memory) passes it"
         ),

@@ -224,6 +224,12 @@ class Runtime:
         dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
         return buffer.to(values.device)
 
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on at least one (one tiny all-reduce)."""
+        if not self.distributed:
+            return flag
+        return bool(self.sum_across_ranks(torch.tensor([float(flag)])).item() > 0)
+
     def broadcast_from_main(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (the others' argument is ignored)."""
         if not self.distributed:

@@ -15,9 +15,13 @@ Anything else (a plain new job) starts a new run directory, as always.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
+import threading
 from pathlib import Path
+from typing import Iterator
 
 from .distributed import torchrun_store
 from .run_artifacts import CHECKPOINT_DIR, atomic_write_text
@@ -67,3 +71,32 @@ def forget_run(training: dict, token: str | None) -> None:
     """Rank 0, once the run has finished: a later job with the same token starts afresh."""
     if token:
         (Path(training["path"]).expanduser().resolve() / JOBS_DIR / token).unlink(missing_ok=True)
+
+
+class StopRequest:
+    """Set when the process is asked to stop; the training loop reads it at every optimizer step."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+@contextlib.contextmanager
+def sigterm_requests_a_stop() -> Iterator[StopRequest]:
+    """While the block runs, SIGTERM (SLURM's notice before preemption or the time limit, ``scancel``,
+    torchrun passing on its own) sets a StopRequest instead of killing the process, so the loop can
+    checkpoint first. Signal handlers belong to the main thread: elsewhere SIGTERM keeps its default."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: request.set())
+    try:
+        yield request
+    finally:
+        signal.signal(signal.SIGTERM, previous)
