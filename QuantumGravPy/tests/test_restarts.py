@@ -45,10 +45,11 @@ def job(tmp_path, data_root):
         config_path = path
 
         @staticmethod
-        def torchrun(nproc: int, *args: str, max_restarts: int = 0) -> subprocess.Popen:
+        def torchrun(nproc: int, *args: str, max_restarts: int = 0, rdzv_id: str | None = None) -> subprocess.Popen:
+            run_id = [f"--rdzv-id={rdzv_id}"] if rdzv_id else []
             return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                                      f"--max-restarts={max_restarts}", f"--master_port={QG.find_free_port()}",
-                                     str(SCRIPT), "--config", str(path), *args],
+                                     *run_id, str(SCRIPT), "--config", str(path), *args],
                                     cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
         @staticmethod
@@ -164,3 +165,30 @@ def test_a_run_continued_on_another_world_size_takes_this_jobs_batch_lr_and_sche
         epoch = int(row["epoch"])
         expected = 1e-2 * new_world * (1 + math.cos(math.pi * epoch / 4)) / 2
         assert float(row["lr"]) == pytest.approx(expected, rel=1e-6), epoch
+
+
+def test_sigterm_checkpoints_every_rank_and_the_requeued_job_continues(job):
+    """SLURM's notice (SIGTERM to torchrun, which passes it to its workers); the requeued job is the same
+    command with the same --rdzv-id (the SLURM script passes the job id), and finds its run by it."""
+    reference = job.torchrun(2, "--set", "training.run_name=uninterrupted")
+    assert reference.wait(timeout=240) == 0, reference.stdout.read()[-4000:]
+    preempted = job.torchrun(2, rdzv_id="slurm-4242")
+    try:
+        run_dir = _wait_for_epochs(job, 2, preempted)
+        time.sleep(0.35)  # somewhere inside the next epoch
+        preempted.send_signal(signal.SIGTERM)
+        output, _ = preempted.communicate(timeout=120)
+    finally:
+        preempted.kill()
+    assert "stopped on SIGTERM after checkpointing" in output, output[-5000:]
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    requeued = job.torchrun(2, rdzv_id="slurm-4242")
+    output, _ = requeued.communicate(timeout=240)
+    assert requeued.returncode == 0, output[-5000:]
+    assert job.run_dirs() == [run_dir]
+    assert _epochs(run_dir) == list(range(EPOCHS))
+    resumed_at = f"resuming {run_dir} at epoch {state['in_epoch']['epoch'] if state['in_epoch'] else state['epoch'] + 1}"
+    assert resumed_at in output, output[-5000:]
+    expected, got = _final_model(job.runs / "uninterrupted"), _final_model(run_dir)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
