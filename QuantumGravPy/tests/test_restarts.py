@@ -17,7 +17,6 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-import yaml
 
 import QuantumGrav as QG
 from QuantumGrav.config import resolve_pyobject
@@ -28,37 +27,60 @@ SCRIPT = REPO / "QuantumGravPy" / "examples" / "train_ddp_standalone.py"
 EPOCHS = 6
 
 
-@pytest.fixture
-def job(tmp_path, data_root):
-    """A tiny config file; ``job.start(args)`` starts the standalone script under torchrun with it."""
-    config = QG.apply_overrides(TINY, {"training.path": str(tmp_path / "runs"), "training.num_epochs": EPOCHS,
-                                       "data.root": str(data_root), "early_stopping.patience": 100,
-                                       "criterion": resolve_pyobject("ddp_helpers.cross_entropy_slowly")})
-    path = tmp_path / "job.yaml"
-    path.write_text(QG.dump_config(QG.load_config(config)))
+def _torchrun(config_path: Path, nproc: int, *args: str, max_restarts: int = 0,
+              rdzv_id: str | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
     for variable in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
         env.pop(variable, None)
+    run_id = [f"--rdzv-id={rdzv_id}"] if rdzv_id else []
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                             f"--max-restarts={max_restarts}", f"--master_port={QG.find_free_port()}", *run_id,
+                             str(SCRIPT), "--config", str(config_path), *args],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory) -> Path:
+    """The tiny job (epochs slow enough to stop one in the middle), written as a config file."""
+    folder = tmp_path_factory.mktemp("restarts")
+    config = QG.apply_overrides(TINY, {"training.path": str(folder / "runs"), "training.num_epochs": EPOCHS,
+                                       "data.root": str(folder / "data"), "early_stopping.patience": 100,
+                                       "criterion": resolve_pyobject("ddp_helpers.cross_entropy_slowly")})
+    path = folder / "job.yaml"
+    path.write_text(QG.dump_config(QG.load_config(config)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_model(config_file) -> dict:
+    """Final weights of the job run on 2 processes without any fault: what every recovery must reproduce."""
+    reference = _torchrun(config_file, 2, "--set", "training.run_name=uninterrupted")
+    assert reference.wait(timeout=240) == 0, reference.stdout.read()[-4000:]
+    return _final_model(config_file.parent / "runs" / "uninterrupted")
+
+
+@pytest.fixture
+def job(tmp_path, config_file):
+    """``job.torchrun(nproc, ...)`` runs the job with its run directories under this test's tmp_path."""
 
     class Job:
         runs = tmp_path / "runs"
-        config_path = path
 
         @staticmethod
-        def torchrun(nproc: int, *args: str, max_restarts: int = 0, rdzv_id: str | None = None) -> subprocess.Popen:
-            run_id = [f"--rdzv-id={rdzv_id}"] if rdzv_id else []
-            return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                                     f"--max-restarts={max_restarts}", f"--master_port={QG.find_free_port()}",
-                                     *run_id, str(SCRIPT), "--config", str(path), *args],
-                                    cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        def torchrun(nproc: int, *args: str, **kwargs) -> subprocess.Popen:
+            return _torchrun(config_file, nproc, "--set", f"training.path={Job.runs}", *args, **kwargs)
 
         @staticmethod
         def run_dirs() -> list[Path]:
-            """The run directories of the job under test (not the uninterrupted reference)."""
             folders = Job.runs.iterdir() if Job.runs.exists() else []
-            return sorted(p for p in folders if p.is_dir() and p.name not in ("uninterrupted", ".jobs"))
+            return sorted(p for p in folders if p.is_dir() and p.name != ".jobs")
 
     return Job
+
+
+def _assert_same_weights(expected: dict, got: dict) -> None:
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
 
 
 def _epochs(run_dir: Path) -> list[int]:
@@ -91,9 +113,7 @@ def _final_model(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
 
 
-def test_a_worker_killed_under_torchrun_restarts_and_the_run_continues_where_it_stopped(job):
-    reference = job.torchrun(2, "--set", "training.run_name=uninterrupted")
-    assert reference.wait(timeout=240) == 0, reference.stdout.read()[-4000:]
+def test_a_worker_killed_under_torchrun_restarts_and_the_run_continues_where_it_stopped(job, uninterrupted_model):
     launcher = job.torchrun(2, max_restarts=1)
     try:
         _wait_for_epochs(job, 3, launcher)
@@ -106,9 +126,7 @@ def test_a_worker_killed_under_torchrun_restarts_and_the_run_continues_where_it_
     assert len(run_dirs) == 1, f"the restart must continue the first attempt's run, got {run_dirs}"
     assert _epochs(run_dirs[0]) == list(range(EPOCHS))  # every epoch exactly once
     assert "resuming" in output
-    expected, got = _final_model(job.runs / "uninterrupted"), _final_model(run_dirs[0])
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
+    _assert_same_weights(uninterrupted_model, _final_model(run_dirs[0]))
 
 
 def _train_in_process(config: dict):
@@ -137,9 +155,7 @@ def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_and_ends_as_if_never_s
     resumed = _train_in_process(QG.apply_overrides(killed, {"training.resume": str(run_dir)}))
     assert [r["epoch"] for r in resumed.history] == [0, 1]
     assert resumed.history[1]["train_loss"] == pytest.approx(reference.history[1]["train_loss"], rel=1e-6)
-    expected, got = _final_model(reference.run_dir), _final_model(run_dir)
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
+    _assert_same_weights(_final_model(reference.run_dir), _final_model(run_dir))
 
 
 @pytest.mark.parametrize("old_world, new_world", [(2, 3), (2, 1)])
@@ -167,11 +183,9 @@ def test_a_run_continued_on_another_world_size_takes_this_jobs_batch_lr_and_sche
         assert float(row["lr"]) == pytest.approx(expected, rel=1e-6), epoch
 
 
-def test_sigterm_checkpoints_every_rank_and_the_requeued_job_continues(job):
+def test_sigterm_checkpoints_every_rank_and_the_requeued_job_continues(job, uninterrupted_model):
     """SLURM's notice (SIGTERM to torchrun, which passes it to its workers); the requeued job is the same
     command with the same --rdzv-id (the SLURM script passes the job id), and finds its run by it."""
-    reference = job.torchrun(2, "--set", "training.run_name=uninterrupted")
-    assert reference.wait(timeout=240) == 0, reference.stdout.read()[-4000:]
     preempted = job.torchrun(2, rdzv_id="slurm-4242")
     try:
         run_dir = _wait_for_epochs(job, 2, preempted)
@@ -187,8 +201,6 @@ def test_sigterm_checkpoints_every_rank_and_the_requeued_job_continues(job):
     assert requeued.returncode == 0, output[-5000:]
     assert job.run_dirs() == [run_dir]
     assert _epochs(run_dir) == list(range(EPOCHS))
-    resumed_at = f"resuming {run_dir} at epoch {state['in_epoch']['epoch'] if state['in_epoch'] else state['epoch'] + 1}"
-    assert resumed_at in output, output[-5000:]
-    expected, got = _final_model(job.runs / "uninterrupted"), _final_model(run_dir)
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
+    resumed_epoch = state["in_epoch"]["epoch"] if state["in_epoch"] else state["epoch"] + 1
+    assert f"resuming {run_dir} at epoch {resumed_epoch}" in output, output[-5000:]
+    _assert_same_weights(uninterrupted_model, _final_model(run_dir))
