@@ -102,7 +102,7 @@ def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
     if value.shape != (1,):
         raise _format_error(store, group, f"'{name}' has shape {value.shape}; expected a one-element array "
                                           f"(how save_data.jl writes a scalar)")
-    return value[0]
+    return value[0].item()
 
 
 def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray:
@@ -114,12 +114,13 @@ def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray
     if stored_adj.dtype.kind not in "biu" or ((stored_adj != 0) & (stored_adj != 1)).any():
         raise _format_error(store, group, f"'adj' ({stored_adj.dtype}) has entries other than 0 and 1")
     R = np.ascontiguousarray(stored_adj.T.astype(bool))
-    if R.diagonal().any():
-        raise _format_error(store, group, "'adj' relates an element to itself (a diagonal entry or a cycle); "
-                                          "expected a causal matrix, a strict partial order")
-    if not np.array_equal(transitive_closure(R), R):
-        raise _format_error(store, group, "'adj' is not transitively closed (or has a cycle); expected the "
-                                          "causal matrix make_adj writes, with every relation, not only links")
+    closure = transitive_closure(R)
+    if closure.diagonal().any():
+        raise _format_error(store, group, "'adj' has a cycle (or relates an element to itself); expected a "
+                                          "causal matrix, a strict partial order")
+    if not np.array_equal(closure, R):
+        raise _format_error(store, group, "'adj' is not transitively closed; expected the causal matrix "
+                                          "make_adj writes, with every relation, not only the links")
     return R
 
 
@@ -237,10 +238,10 @@ class QuantumGravJLDataset(Dataset):
         code = _scalar(self._read_array(store_index, group, "cset_type"), "cset_type", store, group)
         if manifold_like not in (0, 1):
             raise _format_error(store, group, f"'manifold_like' is {manifold_like!r}; expected a Bool")
-        if not isinstance(code, np.integer) or int(code) not in JULIA_CSET_TYPES:
+        if type(code) is not int or code not in JULIA_CSET_TYPES:  # not a bool or a float 1.0
             raise _format_error(store, group, f"unknown cset_type code {code!r}; expected one of "
                                               f"{JULIA_CSET_TYPES} (cset_type_encoder in produce_data.jl)")
-        return bool(manifold_like), int(code)
+        return bool(manifold_like), code
 
     def _label(self, store_index: int, group: str) -> int:
         manifold_like, code = self._read_labels(store_index, group)
