@@ -143,6 +143,8 @@ def test_features_are_cached_next_to_the_store_once_and_keyed_by_content(tmp_pat
     rewritten = QuantumGravJLDataset(store)[0]
     assert len(list((tmp_path / "s.zarr.qg_features").glob("*.pt"))) == 4
     assert not torch.equal(rewritten.x, first[0].x) or rewritten.num_nodes != first[0].num_nodes
+    _replace(store, "cset_1/manifold_like", np.array([False]))  # the labels are cached too: never stale
+    assert int(QuantumGravJLDataset(store)[0].y) == 0
     links, relations = QuantumGravJLDataset(store)[0], QuantumGravJLDataset(store, edges="relations")[0]
     assert relations.edge_index.shape[1] > links.edge_index.shape[1], "the edge kind is part of the key"
     on_the_fly = write_julia_store(tmp_path / "t.zarr", sprinklings(1), [POLYNOMIAL], [True])
