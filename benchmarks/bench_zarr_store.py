@@ -35,8 +35,8 @@ def run(sizes: list[int], num: int, seed: int, folder: Path) -> list[tuple[int, 
     rows = []
     for n in sizes:
         rng = np.random.default_rng(seed)
-        store = write_julia_store(folder / f"polynomial_n{n}.zarr", [cs.sprinkle_diamond(n, 4, rng)[1] for _ in range(num)],
-                                  [POLYNOMIAL] * num, [True] * num)
+        matrices = [cs.sprinkle_diamond(n, 4, rng)[1] for _ in range(num)]
+        store = write_julia_store(folder / f"polynomial_n{n}.zarr", matrices, [POLYNOMIAL] * num, [True] * num)
         rows.append((n, "on the fly (cache=False)", items_per_second(QuantumGravJLDataset(store, cache=False))))
         rows.append((n, "cache, first pass (computes, writes)", items_per_second(QuantumGravJLDataset(store))))
         rows.append((n, "cache, second pass (reads)", items_per_second(QuantumGravJLDataset(store))))

@@ -13,6 +13,7 @@ github.com/ssciwr/QuantumGrav, QuantumGrav.jl/:
 """
 
 import json
+import pickle
 import shutil
 import sys
 from pathlib import Path
@@ -231,6 +232,8 @@ def test_dataloader_workers_read_the_stores_lazily(two_stores):
     batches = list(loader)
     assert torch.equal(torch.cat([b.y for b in batches]), torch.cat([g.y for g in serial]))
     assert torch.equal(torch.cat([b.x for b in batches]), torch.cat([g.x for g in serial]))
+    copied = pickle.loads(pickle.dumps(dataset))  # as spawned processes get it: without open stores
+    assert not copied._handles and torch.equal(copied[4].x, serial[4].x)
 
 
 def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
