@@ -95,6 +95,17 @@ def test_sprinklings_read_from_a_store_give_the_generators_graphs(tmp_path, cach
             assert torch.equal(ours.y, theirs.y) and ours.num_nodes == theirs.num_nodes
 
 
+def test_a_format_3_store_reads_like_a_format_2_store(tmp_path):
+    """Zarr.jl's format 3 writer (src/metadata3.jl, lower3) also reverses the dimensions and keeps C order."""
+    matrices = sprinklings(2) + layered(1)
+    stores = [write_julia_store(tmp_path / f"v{f}.zarr", matrices, [POLYNOMIAL, POLYNOMIAL, LAYERED],
+                                [True, True, False], zarr_format=f) for f in (2, 3)]
+    assert (stores[1] / "zarr.json").is_file() and not (stores[1] / ".zgroup").exists()
+    v2, v3 = (QuantumGravJLDataset(store, target="cset_type", cset_types=["polynomial", "layered"]) for store in stores)
+    for a, b in zip(v2, v3):
+        assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.y, b.y)
+
+
 def test_sets_not_in_a_natural_labelling_keep_their_labels_and_get_the_same_features(tmp_path):
     R = layered(1, n=20)[0]
     perm = np.random.default_rng(3).permutation(20)
@@ -212,7 +223,7 @@ def test_a_path_that_is_not_a_store_is_one_message(tmp_path):
     with pytest.raises(UserError, match="no such folder"):
         QuantumGravJLDataset(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match=r"empty: not a Zarr store \(no .zgroup\) and no store inside"):
+    with pytest.raises(UserError, match=r"empty: not a Zarr store \(no .zgroup or zarr.json\) and no store inside"):
         QuantumGravJLDataset(tmp_path / "empty")
     zarr.open_group(str(tmp_path / "hollow.zarr"), mode="w", zarr_format=2)
     with pytest.raises(UserError, match=r"hollow.zarr: no cset_\{i\} groups"):

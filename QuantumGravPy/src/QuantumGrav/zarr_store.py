@@ -79,7 +79,7 @@ def find_stores(path: str | os.PathLike) -> list[Path]:
                         f"QuantumGrav.jl's produce_data, or a folder of such stores)")
     stores = sorted(child for child in path.iterdir() if _is_store(child))
     if not stores:
-        raise UserError(f"QuantumGrav.jl data path {path}: not a Zarr store (no .zgroup) and no store inside; "
+        raise UserError(f"QuantumGrav.jl data path {path}: not a Zarr store (no .zgroup or zarr.json) and no store inside; "
                         f"expected a store written by QuantumGrav.jl's produce_data or a folder of them")
     return stores
 
@@ -318,17 +318,20 @@ def _writable_folder(folder: Path) -> bool:
 
 
 def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndarray], cset_type_codes: Sequence[int],
-                      manifold_like: Sequence[bool]) -> Path:
+                      manifold_like: Sequence[bool], *, zarr_format: int = 2) -> Path:
     """Write causal sets with zarr-python exactly as QuantumGrav.jl's produce_data writes them (for tests,
     examples and benchmarks): groups ``cset_1``.. with ``adj`` (UInt8, stored as Zarr.jl stores Julia's
     ``make_adj``: the transpose of R), ``manifold_like`` (Bool) and ``cset_type`` (Int64) as one-element
-    arrays, Blosc lz4 clevel 9 bit-shuffle (save_data.jl's defaults), Zarr format 2, one chunk per array
-    (save_data.jl's ``default_chunks`` cuts UInt8 matrices into 1000 x 1000 chunks)."""
+    arrays, Blosc lz4 clevel 9 bit-shuffle and chunks as save_data.jl's defaults (``default_chunks``:
+    1000 x 1000 for UInt8 matrices), Zarr format 2 as Zarr.jl 0.9 (QuantumGrav.jl's compat) writes it.
+    ``zarr_format=3`` writes what a newer Zarr.jl writes in format 3 (dimensions also reversed, C order)."""
     zarr = import_zarr()
-    from numcodecs import Blosc
-
-    blosc = Blosc(cname="lz4", clevel=9, shuffle=Blosc.BITSHUFFLE)
-    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    if zarr_format == 2:
+        from numcodecs import Blosc
+        blosc = Blosc(cname="lz4", clevel=9, shuffle=Blosc.BITSHUFFLE)
+    else:
+        blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=9, shuffle="bitshuffle")
+    root = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
     for i, (R, code, manifold) in enumerate(zip(causal_matrices, cset_type_codes, manifold_like, strict=True), 1):
         group = root.create_group(f"cset_{i}")
         values = {"adj": np.asarray(R, dtype=np.uint8).T, "manifold_like": np.array([manifold], dtype=bool),
@@ -336,6 +339,6 @@ def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndar
         for name, value in values.items():
             chunks = tuple(min(size, 1000) for size in value.shape)
             array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,
-                                       compressors=blosc, fill_value=None)
+                                       compressors=blosc, fill_value=None if zarr_format == 2 else 0)
             array[...] = value
     return Path(path)
