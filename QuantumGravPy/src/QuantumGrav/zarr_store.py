@@ -12,9 +12,9 @@ The layout, read from the Julia sources in github.com/ssciwr/QuantumGrav (``Quan
 * ``src/save_data.jl`` (``dict_to_zarr``, ``write_arraylike_to_zarr``): every value is an array,
   scalars as one-element arrays, Blosc-compressed (lz4, clevel 9, bit-shuffle), Zarr format 2.
 * ``src/graph_utils.jl`` (``make_adj``): ``adj = transpose(hcat(c.future_relations...))``, so in
-  Julia ``adj[i, j] == 1`` iff element i precedes j. Zarr.jl stores Julia's column-major arrays
-  by reversing the dimensions (shape ``(N, N)`` is written as is, the bytes are column-major but
-  declared C order), so numpy reads the *transpose*: ``stored[j, i] == 1`` iff i precedes j, and
+  Julia ``adj[i, j] == 1`` iff element i precedes j. Zarr.jl writes an array's column-major bytes
+  and declares them C order with the dimensions reversed (Zarr.jl's ``metadata.jl``; format 3 alike,
+  ``metadata3.jl``), so numpy reads the *transpose*: ``stored[j, i] == 1`` iff i precedes j, and
   our causal matrix is ``R = stored.T``.
 
 Non-sprinkled sets need not be in a natural labelling (``R`` need not be upper triangular): the
@@ -79,8 +79,8 @@ def find_stores(path: str | os.PathLike) -> list[Path]:
                         f"QuantumGrav.jl's produce_data, or a folder of such stores)")
     stores = sorted(child for child in path.iterdir() if _is_store(child))
     if not stores:
-        raise UserError(f"QuantumGrav.jl data path {path}: not a Zarr store (no .zgroup or zarr.json) and no store inside; "
-                        f"expected a store written by QuantumGrav.jl's produce_data or a folder of them")
+        raise UserError(f"QuantumGrav.jl data path {path}: not a Zarr store (no .zgroup or zarr.json) and no store "
+                        f"inside; expected a store written by QuantumGrav.jl's produce_data or a folder of them")
     return stores
 
 
