@@ -31,7 +31,7 @@ from QuantumGrav import causal_sets as cs
 from QuantumGrav import zarr_store
 from QuantumGrav.data import CausalSetDataset
 from QuantumGrav.errors import UserError
-from QuantumGrav.zarr_store import JULIA_CSET_TYPES, QuantumGravJLDataset, write_julia_store
+from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
 
 REPO = Path(__file__).resolve().parents[2]
 POLYNOMIAL, LAYERED = 1, 6  # codes of cset_type_encoder in produce_data.jl
