@@ -106,9 +106,9 @@ def _shape_text(value: Any) -> str:
     return type(value).__name__
 
 
-def check_samples(dataset: Any, source: str) -> Any:
+def check_samples(dataset: Any, source: str) -> dict[int, Any]:
     """Check the first, middle and last items (``x``, ``edge_index``, ``y`` present and shaped, the same
-    feature width) and return the first. Any problem is one ConfigError naming ``source``."""
+    feature width) and return them by position. Any problem is one ConfigError naming ``source``."""
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise ConfigError(f"{source}: expected a PyG Dataset or a sequence of Data, got {type(dataset).__name__}")
     if len(dataset) < 3:
@@ -125,7 +125,7 @@ def check_samples(dataset: Any, source: str) -> Any:
         listing = ", ".join(f"item {p}: {w}" for p, w in widths.items())
         raise ConfigError(f"{source}: every item needs the same number of node features (x's columns), got "
                           f"{listing}")
-    return items[0]
+    return dict(zip(positions, items))
 
 
 # --------------------------------------------------------------------------- split and loaders

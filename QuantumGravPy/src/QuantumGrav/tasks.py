@@ -223,18 +223,19 @@ def train_mean_metrics(train_y: Sequence[float], test_y: Sequence[float]) -> dic
     return {f"train_mean_{k}": v for k, v in task.metrics(totals).items() if k in ("mae", "rmse", "r2")}
 
 
-def _num_classes(dataset, first) -> int:
+def _num_classes(dataset) -> int:
     declared = getattr(dataset, "num_classes", None)
     if isinstance(declared, int) and declared > 0:
         return declared
     return int(max(int(item.y.reshape(-1)[0]) for item in dataset)) + 1  # a plain list of Data
 
 
-def resolve_task(task_cfg: dict[str, Any], dataset, first: Any, source: str) -> Task:
+def resolve_task(task_cfg: dict[str, Any], dataset, samples: dict[int, Any], source: str) -> Task:
     """The task of ``task_cfg`` (``type: auto`` asks the dataset: its ``task`` attribute if it has one,
-    else regression for a floating-point ``y`` and multiclass for an integer one). ``first`` is the
-    dataset's first item, already checked to have ``y``; a ``y`` that does not fit is a ConfigError."""
+    else regression for a floating-point ``y`` and multiclass for an integer one). ``samples`` are items
+    by position, already checked to have ``y``; a ``y`` that does not fit the task is a ConfigError."""
     kind = task_cfg["type"]
+    first = samples[min(samples)]
     if kind == "auto":
         kind = getattr(dataset, "task", None) or ("regression" if first.y.is_floating_point() else "multiclass")
     if kind not in TASK_TYPES:
@@ -245,12 +246,13 @@ def resolve_task(task_cfg: dict[str, Any], dataset, first: Any, source: str) -> 
     elif kind == "binary":
         task = BinaryTask(task_cfg["threshold"], names)
     else:
-        task = MulticlassTask(_num_classes(dataset, first), names)
-    problem = task.target_problem(first.y)
-    if problem:
-        how = "set task.type to the task y is meant for, or fix y" if task_cfg["type"] != "auto" else (
-            "set task.type (multiclass, binary or regression)")
-        raise ConfigError(f"{source}: the first item does not fit the {task.type} task: {problem}; {how}")
+        task = MulticlassTask(_num_classes(dataset), names)
+    for position, item in samples.items():
+        problem = task.target_problem(item.y)
+        if problem:
+            how = ("set task.type to the task y is meant for (multiclass, binary or regression), or fix y"
+                   if task_cfg["type"] == "auto" else "fix y, or set task.type to the task y is meant for")
+            raise ConfigError(f"{source}: item {position} does not fit the {task.type} task: {problem}; {how}")
     return task
 
 

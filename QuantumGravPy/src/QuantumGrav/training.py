@@ -76,8 +76,9 @@ class Trainer:
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
         self.dataset = data_sources.load_dataset(self.config, self.runtime, dataset)
         source = data_sources.source_name(self.config, dataset)
-        first = data_sources.check_samples(self.dataset, source)
-        self.task = tasks.resolve_task(self.config["task"], self.dataset, first, source)
+        samples = data_sources.check_samples(self.dataset, source)
+        self.task = tasks.resolve_task(self.config["task"], self.dataset, samples, source)
+        first = samples[0]
         tasks.check_metric(self.config["early_stopping"]["metric"], self.task)
         self.split = dict(zip(("train", "val", "test"), split_indices(
             len(self.dataset), self.config["data"]["split"], self.config["data"]["split_seed"])))
