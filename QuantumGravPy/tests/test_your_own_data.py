@@ -71,6 +71,10 @@ def test_regression_metrics_from_reduced_totals_equal_scikit_learn_on_the_whole_
 def test_early_stopping_mode_follows_the_metric_and_the_metric_must_belong_to_the_task(tiny_config, tmp_path):
     assert tiny_config({"early_stopping.metric": "val_f1"})["early_stopping"]["mode"] == "max"
     assert tiny_config({"early_stopping.metric": "val_mae"})["early_stopping"]["mode"] == "min"
+    resolved = tiny_config()  # its mode was filled in: min, for val_loss
+    with pytest.raises(QG.ConfigError, match="early_stopping.mode: 'min' but val_f1 improves towards 'max'; set "
+                                             "mode to null"):
+        QG.load_config(resolved, {"early_stopping.metric": "val_f1"})
     with pytest.raises(QG.ConfigError, match="early_stopping.metric: val_f1 is not reported by the multiclass task; "
                                              "expected one of val_loss, val_accuracy"):
         QG.Trainer(tiny_config({"early_stopping.metric": "val_f1"}))
@@ -218,3 +222,11 @@ def test_launch_refuses_a_dataset_class_defined_in_a_notebook_or_function(tiny_c
     with pytest.raises(QG.UserError, match=r"data.type = .*NotebookSets: spawned worker processes cannot import "
                                            r".*Move it into a .py module next to the notebook"):
         QG.launch(tiny_config({"data.type": NotebookSets}), nproc=2)
+
+
+def test_a_multiclass_loss_for_a_binary_task_is_refused(tiny_config):
+    # cross_entropy over one logit is a constant 0: the run would learn nothing, silently.
+    config = tiny_config({**BINARY, "criterion": resolve_pyobject("torch.nn.functional.cross_entropy")})
+    with pytest.raises(QG.ConfigError, match="criterion: cross_entropy is a multiclass loss, but the task is binary; "
+                                             "remove criterion"):
+        QG.Trainer(config)

@@ -491,6 +491,11 @@ def _cross_checks(cfg: dict, errors: list[str]) -> None:
         if cls in MANIFOLD_CLASSES and MANIFOLD_CLASSES[cls] not in data["dimensions"]:
             errors.append(f"data.classes: '{cls}' needs dimension {MANIFOLD_CLASSES[cls]} in data.dimensions, "
                           f"got dimensions {data['dimensions']}; add it there or remove the class")
+    es = cfg["early_stopping"]
+    if es["mode"] is not None and es["mode"] != metric_mode(es["metric"]):
+        # Always a mistake, often made by overriding the metric of an already resolved config.
+        errors.append(f"early_stopping.mode: '{es['mode']}' but {es['metric']} improves towards "
+                      f"'{metric_mode(es['metric'])}'; set mode to null (it then follows the metric)")
     lr = cfg["training"]["optimizer_kwargs"].get("lr")
     if lr is not None:
         try:

@@ -140,7 +140,7 @@ class MulticlassTask(ClassificationTask):
         return outputs.argmax(dim=-1)
 
     def describe(self) -> str:
-        return f"multiclass, {self.num_classes} classes: {', '.join(self.class_names)}"
+        return f"{self.num_classes} classes: {', '.join(self.class_names)}"
 
 
 class BinaryTask(ClassificationTask):
@@ -269,6 +269,11 @@ def build_criterion(criterion: Any, task: Task, device: torch.device):
     a config error, not a crash in epoch 0. It is called as ``criterion(outputs, task.target(y))``."""
     if criterion is None:
         return task.default_loss
+    if task.type != "multiclass" and criterion in _MULTICLASS_LOSSES:
+        # With one output per graph these give a constant loss (a softmax over one class): nothing is learned.
+        raise ConfigError(f"criterion: {criterion.__name__} is a multiclass loss, but the task is {task.type}; "
+                          f"remove criterion (or set it to null) to use the task's loss, "
+                          f"{task.default_loss.__name__}")
     if isinstance(criterion, type):
         try:
             criterion = criterion()
@@ -287,6 +292,9 @@ def build_criterion(criterion: Any, task: Task, device: torch.device):
         raise ConfigError(f"criterion: expected a scalar loss tensor from criterion(outputs, target), got {got} "
                           "(a reduction='none' loss must be averaged)")
     return criterion
+
+
+_MULTICLASS_LOSSES = (F.cross_entropy, F.nll_loss, torch.nn.CrossEntropyLoss, torch.nn.NLLLoss)
 
 
 def _target_text(task: Task) -> str:

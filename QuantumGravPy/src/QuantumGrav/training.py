@@ -414,7 +414,8 @@ class Trainer:
         self._save_checkpoints(record["epoch"], improved)
         if self.experiment:
             self.experiment.log_epoch(record, record["epoch"])
-        scores = "  ".join(f"val_{m} {record[f'val_{m}']:.3f}" for m in self.task.metric_names[1:])
+        short = {"accuracy": "acc"}  # the log's name for it since the first release
+        scores = "  ".join(f"val_{short.get(m, m)} {record[f'val_{m}']:.3f}" for m in self.task.metric_names[1:])
         logger.info(f"epoch {record['epoch']:3d}  train_loss {record['train_loss']:.4f}  val_loss "
                     f"{record['val_loss']:.4f}  {scores}  lr {record['lr']:.2e}"
                     f"  {record['graphs_per_s']:.0f} graphs/s{'  *best*' if improved else ''}")
@@ -560,7 +561,7 @@ class Trainer:
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
             f" {counts['size_mb']:.2f} MB)",
             f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
-            f"task {self.task.describe()}",
+            f"{self.task.describe()}",
             f"epochs            {self.start_epoch}..{self.tcfg['num_epochs'] - 1}  "
             f"({len(train_loader)} train batches per process per epoch)",
         ]
