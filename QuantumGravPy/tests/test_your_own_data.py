@@ -230,3 +230,33 @@ def test_a_multiclass_loss_for_a_binary_task_is_refused(tiny_config):
     with pytest.raises(QG.ConfigError, match="criterion: cross_entropy is a multiclass loss, but the task is binary; "
                                              "remove criterion"):
         QG.Trainer(config)
+
+
+# --------------------------------------------------------------------------- the generator's targets
+def test_the_generator_offers_the_myrheim_meyer_dimension_as_a_continuous_target(tmp_path):
+    from QuantumGrav.causal_sets import INVARIANT_NAMES
+
+    dataset = QG.CausalSetDataset(tmp_path, num_samples=20, n_min=12, n_max=16, target="myrheim_meyer_dimension")
+    column = INVARIANT_NAMES.index("myrheim_meyer_dimension")
+    assert dataset.task == "regression" and dataset.class_names == []
+    for graph in dataset:
+        assert graph.y.dtype == torch.float32 and graph.y.item() == graph.invariants[0, column].item()
+    assert len({round(graph.y.item(), 6) for graph in dataset}) > len(dataset) // 2  # continuous, not a few labels
+
+
+@pytest.mark.parametrize("target, task, width, names", [
+    ("manifold_like", "binary", 1, ["non_manifold_like", "manifold_like"]),
+    ("dimension", "multiclass", 3, ["d=2", "d=3", "d=4"]),
+    ("myrheim_meyer_dimension", "regression", 1, []),
+])
+def test_task_auto_follows_the_generator_target(tiny_config, target, task, width, names):
+    trainer = QG.Trainer(tiny_config({"data.target": target}))
+    trainer.close()
+    assert (trainer.task.type, trainer.task.output_width, trainer.task.class_names) == (task, width, names)
+
+
+def test_task_type_overrides_what_the_data_suggests(tiny_config):
+    # manifold_like as two classes with cross-entropy, as before binary tasks existed.
+    trainer = QG.Trainer(tiny_config({"data.target": "manifold_like", "task.type": "multiclass"}))
+    trainer.close()
+    assert trainer.task.type == "multiclass" and trainer.task.output_width == 2
