@@ -75,13 +75,19 @@ class GNNClassifier(nn.Module):
         return self.head(self._pool(x, batch))
 
 
-def build_model(model_cfg: dict[str, Any], in_channels: int, num_classes: int) -> nn.Module:
-    """The model the config describes; a custom ``model.type`` gets (in_channels, num_classes, **kwargs)."""
+def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) -> nn.Module:
+    """The model the config describes, with ``out_channels`` outputs per graph (the task's width: the
+    number of classes, or 1 for binary and regression tasks).
+
+    A custom ``model.type`` is built as ``type(in_channels, out_channels, **model.kwargs)`` and its
+    ``forward(batch)`` gets a PyG ``Batch`` (x, edge_index, batch and every other attribute of the
+    dataset's items, e.g. graph-level ``invariants`` [graphs, K]) and returns ``[graphs, out_channels]``.
+    """
     model_type = model_cfg.get("type") or GNNClassifier
     if model_type is not GNNClassifier:
-        return model_type(in_channels, num_classes, **model_cfg.get("kwargs", {}))
+        return model_type(in_channels, out_channels, **model_cfg.get("kwargs", {}))
     keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden")
-    return GNNClassifier(in_channels, num_classes, **{k: model_cfg[k] for k in keys if k in model_cfg})
+    return GNNClassifier(in_channels, out_channels, **{k: model_cfg[k] for k in keys if k in model_cfg})
 
 
 def count_parameters(model: nn.Module) -> dict[str, float]:

@@ -21,14 +21,15 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
-from torch.utils.data import DistributedSampler, Sampler
+from torch.utils.data import DistributedSampler
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
 from .baseline import evaluate_baseline
-from .config import dump_config, load_config, load_yaml_text
-from .data import CausalSetDataset, split_indices
+from .config import dump_config, load_config, load_yaml_text, pyobject_path
+from . import data_sources, tasks
+from .data import split_indices
 from .distributed import Runtime, configured_device_type
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, Preempted, UserError
@@ -37,7 +38,8 @@ from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .resume import StopRequest, forget_run, job_token, remember_run, run_to_continue, sigterm_requests_a_stop
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
-                            load_checkpoint, plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
+                            load_checkpoint, plot_confusion_matrix, plot_predictions, plot_training_curves,
+                            save_checkpoint, write_json)
 from .schedules import build_scheduler, derive_hyperparameters, fast_forward, schedule_spans_num_epochs
 from .wandb_logger import WandbLogger
 
@@ -54,37 +56,16 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-class ShardSampler(Sampler[int]):
-    """Rank r evaluates items r, r+W, r+2W, ...: disjoint shards, no padding, nothing counted twice
-    (DistributedSampler pads with duplicates, which would bias validation metrics)."""
-
-    def __init__(self, num_items: int, rank: int, world_size: int):
-        self.indices = list(range(rank, num_items, world_size))
-
-    def __iter__(self):
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
-def make_train_sampler(dataset, rank: int, world_size: int, shuffle: bool, seed: int) -> DistributedSampler:
-    """Rank ``rank``'s shard of the training set, reshuffled by ``set_epoch``.
-
-    Used even for one process: the permutation then depends only on (seed, epoch), so
-    a resumed run, and an N-process run taken together, see the same sample order.
-    """
-    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
-
-
 class Trainer:
     """Train, validate and test a GNN on causal sets in one process.
 
     ``prepare_dataloaders()``, ``run_training(train_loader, val_loader)`` and
     ``run_test(test_loader)`` are the whole API; ``TrainerDDP`` has the same.
+    ``dataset``: train on this PyG Dataset or sequence of ``Data`` instead of the configured one
+    (see ``data_sources``).
     """
 
-    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None):
+    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None):
         self.config = load_config(config)
         self.tcfg = self.config["training"]
         self.runtime = runtime or Runtime(device=resolve_device(self.tcfg["device"]))
@@ -99,15 +80,20 @@ class Trainer:
         self._resume_dir = self._find_run_to_continue()
         self._resume_state = self._read_resume_checkpoint(self._resume_dir) if self._resume_dir else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
-        self.dataset = self._load_dataset()
+        self.dataset = data_sources.load_dataset(self.config, self.runtime, dataset)
+        source = data_sources.source_name(self.config, dataset)
+        samples = data_sources.check_samples(self.dataset, source)
+        self.task = tasks.resolve_task(self.config["task"], self.dataset, samples, source)
+        first = samples[0]
+        tasks.check_metric(self.config["early_stopping"]["metric"], self.task)
         self.split = dict(zip(("train", "val", "test"), split_indices(
             len(self.dataset), self.config["data"]["split"], self.config["data"]["split_seed"])))
-        core = self._build("model", build_model, self.config["model"], self.dataset.num_node_features,
-                           self.dataset.num_classes)
+        model_key = "model.kwargs" if self.config["model"]["type"] is not None else "model"
+        core = self._build(model_key, build_model, self.config["model"], first.x.size(1), self.task.output_width)
         self.core_model = core.to(self.device)  # move to the device *before* any DDP wrapping
-        self._check_model_forward()
+        self._check_model_forward(first)
         self.model = self._wrap_model(self.core_model)
-        self.criterion = self._build_criterion(self.config["criterion"])
+        self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
         self.derived = derive_hyperparameters(self.tcfg, self.runtime.world_size)
         self.optimizer = self._build("training.optimizer_kwargs", self.tcfg["optimizer_type"],
                                      self.core_model.parameters(), *self.tcfg["optimizer_args"],
@@ -193,50 +179,31 @@ class Trainer:
                                    "schedule that spans the runs, or start a new run")
         return state
 
-    def _load_dataset(self) -> CausalSetDataset:
-        # Rank 0 generates and caches; the others wait, then read the cache.
-        with self.runtime.main_process_first(timeout_s=self.config["parallel"]["data_timeout_s"]):
-            try:
-                return CausalSetDataset.from_config(self.config["data"])
-            except OSError as err:
-                raise UserError(f"data.root: cannot read or write the data cache in '{self.config['data']['root']}' "
-                                f"({err.strerror or err}); set data.root to a folder you can write to") from None
-
     @torch.no_grad()
-    def _check_model_forward(self) -> None:
-        """One forward pass on a real graph now, so a layer that cannot run on these graphs (one that
-        needs edge features, say) is a config error before any run exists, not a crash in epoch 0."""
-        graph = Batch.from_data_list([self.dataset[0]]).to(self.device)
+    def _check_model_forward(self, first) -> None:
+        """One forward pass on a real graph now, so a model that cannot run on these graphs (a layer that
+        needs edge features, a graph attribute the data lacks) or returns the wrong shape for the task is
+        a config error, naming the key to change, before any run exists, not a crash in epoch 0."""
+        custom = self.config["model"]["type"]
+        key = "model.type" if custom is not None else "model"
+        name = f"{key} ({pyobject_path(custom)})" if custom is not None else key
+        graph = Batch.from_data_list([first]).to(self.device)
         self.core_model.eval()
         try:
-            logits = self.core_model(graph)
+            outputs = self.core_model(graph)
         except Exception as err:  # noqa: BLE001 - any failure here is a model that does not fit the data
-            raise ConfigError(f"model: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
-                              "the model must run on graphs with node features x and edge_index only "
-                              "(no edge features)") from None
+            fix = (f"the batch holds only {', '.join(sorted(graph.keys()))}" if custom is not None else
+                   "the model must run on graphs with node features x and edge_index only (no edge features)")
+            raise ConfigError(f"{name}: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
+                              f"{fix}") from None
         finally:
             self.core_model.train()
-        expected = [1, self.dataset.num_classes]
-        if not isinstance(logits, torch.Tensor) or list(logits.shape) != expected:
-            got = f"shape {list(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise ConfigError(f"model: expected logits of shape {expected} (graphs x classes) for one causal set, "
-                              f"got {got}")
-
-    def _build_criterion(self, criterion: Any):
-        """The loss, checked once on dummy logits so a wrong signature is a config error, not a crash later."""
-        loss = self._build("criterion", criterion) if isinstance(criterion, type) else criterion
-        classes = self.dataset.num_classes
-        try:
-            logits = torch.zeros(2, classes, device=self.device)
-            value = loss(logits, torch.zeros(2, dtype=torch.long, device=self.device))
-        except Exception as err:  # noqa: BLE001 - any failure here is a wrong criterion
-            raise ConfigError(f"criterion: calling it as criterion(logits, target) failed ({type(err).__name__}: "
-                              f"{err}); it must take logits [graphs, classes] and class indices [graphs]") from None
-        if not (isinstance(value, torch.Tensor) and value.numel() == 1):
-            got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ConfigError(f"criterion: expected a scalar loss tensor from criterion(logits, target), got {got} "
-                              "(a reduction='none' loss must be averaged)")
-        return loss
+        expected = [1, self.task.output_width]
+        if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
+            got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+            raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {self.task.type}"
+                              f" task) for one causal set, got {got}; the model is built with out_channels="
+                              f"{self.task.output_width}")
 
     def _write_resolved_config(self) -> None:
         # Without resume and run_name, `--config <run dir>/config.yaml` starts the same run anew.
@@ -253,26 +220,9 @@ class Trainer:
         return WandbLogger(wandb_cfg, self.run_dir, {**self.config, "derived": self.derived}, resume_id=resume_id)
 
     # ------------------------------------------------------------------ data
-    def _subset(self, name: str):
-        return self.dataset.index_select(self.split[name])
-
-    def _loader(self, dataset, section: str, sampler: Sampler | None) -> DataLoader:
-        cfg = self.config[section]
-        extra = {"prefetch_factor": cfg["prefetch_factor"]} if cfg["num_workers"] and cfg["prefetch_factor"] else {}
-        return DataLoader(dataset, batch_size=cfg["batch_size"], sampler=sampler, shuffle=False,
-                          num_workers=cfg["num_workers"], pin_memory=cfg["pin_memory"] and self.device.type == "cuda",
-                          drop_last=cfg.get("drop_last", False), persistent_workers=cfg["num_workers"] > 0, **extra)
-
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
-        rank, world = self.runtime.rank, self.runtime.world_size
-        train = self._subset("train")
-        train_sampler = make_train_sampler(train, rank, world, self.tcfg["shuffle"], self.tcfg["seed"])
-        val = self._subset("val")
-        val_sampler = ShardSampler(len(val), rank, world) if self.config["validation"]["mode"] == "sharded" else None
-        test = self._subset("test")
-        return (self._loader(train, "training", train_sampler), self._loader(val, "validation", val_sampler),
-                self._loader(test, "testing", None))
+        return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime)
 
     # ------------------------------------------------------------------ the loop
     def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
@@ -291,7 +241,7 @@ class Trainer:
                     break
         self._finish_training(stop_reason)
         train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
-        val_history = [{"epoch": r["epoch"], "loss": r["val_loss"], "accuracy": r["val_accuracy"]}
+        val_history = [{"epoch": r["epoch"], **{m: r[f"val_{m}"] for m in self.task.metric_names}}
                        for r in self.history]
         return train_history, val_history
 
@@ -389,7 +339,7 @@ class Trainer:
         context = no_sync() if (no_sync is not None and not sync) else contextlib.nullcontext()
         with context:
             with self._autocast():
-                loss = self.criterion(self.model(batch), batch.y.view(-1))
+                loss = self.criterion(self.model(batch), self.task.target(batch.y))
             scaled = loss / group_size  # the mean over the whole group, as one batch of that size
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         if not self._checked_unused_parameters:
@@ -433,40 +383,30 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def _evaluate_local(self, loader: DataLoader) -> torch.Tensor:
-        """[loss sum, correct, count, confusion matrix (flattened)] over this rank's batches.
+    def _evaluate_local(self, loader: DataLoader, predictions: list | None = None) -> torch.Tensor:
+        """The task's metric totals (loss sum, count, confusion matrix or error sums) over this rank's
+        batches; (predicted, true) pairs are appended to ``predictions`` when it is given.
 
         Uses the unwrapped model: DDP's forward would broadcast buffers, a collective
         that hangs when ranks hold different numbers of evaluation batches.
         """
-        num_classes = self.dataset.num_classes
-        totals = torch.zeros(3 + num_classes**2, device=self.device, dtype=torch.float64)
+        totals = self.task.zero_totals(self.device)
         was_training = self.core_model.training
         self.core_model.eval()
         for batch in loader:
             batch = batch.to(self.device, non_blocking=True)
             with self._autocast():
-                logits = self.core_model(batch)
-            target = batch.y.view(-1)
-            loss = self.criterion(logits.float(), target)
-            predicted = logits.argmax(dim=-1)
-            totals[0] += loss.double() * target.numel()
-            totals[1] += (predicted == target).sum()
-            totals[2] += target.numel()
-            totals[3:] += torch.bincount(target * num_classes + predicted, minlength=num_classes**2).double()
+                outputs = self.core_model(batch)
+            target = self.task.target(batch.y)
+            outputs = outputs.float()
+            totals += self.task.batch_totals(outputs, target, self.criterion(outputs, target))
+            if predictions is not None:
+                predictions += zip(outputs.view(-1).tolist(), target.view(-1).tolist())
         self.core_model.train(was_training)
         return totals
 
-    def _metrics_from_totals(self, totals: torch.Tensor) -> dict[str, Any]:
-        values = totals.tolist()
-        count = max(values[2], 1.0)
-        k = self.dataset.num_classes
-        confusion = [[int(values[3 + i * k + j]) for j in range(k)] for i in range(k)]
-        return {"loss": values[0] / count, "accuracy": values[1] / count, "count": int(values[2]),
-                "confusion": confusion}
-
     def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
-        """Exact metrics (loss, accuracy, count, confusion) of the current model on ``loader``.
+        """Exact metrics of the current model on ``loader``: loss, count and the task's (``tasks``).
 
         Sharded mode: every rank evaluates its shard and the sums and counts are reduced, then
         divided (never an average of per-rank means). rank0 mode: rank 0 evaluates all of it and
@@ -474,9 +414,9 @@ class Trainer:
         """
         if self.config["validation"]["mode"] == "rank0":
             # Rank 0 evaluates the whole split; the others go straight to the epoch's broadcast.
-            return self._metrics_from_totals(self._evaluate_local(loader)) if self.runtime.is_main else None
+            return self.task.metrics(self._evaluate_local(loader)) if self.runtime.is_main else None
         self._sync_buffers_from_main()
-        return self._metrics_from_totals(self.runtime.sum_across_ranks(self._evaluate_local(loader)))
+        return self.task.metrics(self.runtime.sum_across_ranks(self._evaluate_local(loader)))
 
     def _sync_buffers_from_main(self) -> None:
         # Each rank's last training forward updated its own BatchNorm running statistics;
@@ -491,8 +431,8 @@ class Trainer:
         self.memory.start_new_peak()
         decision = None
         if self.runtime.is_main:
-            record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],
-                      "val_accuracy": val["accuracy"], "lr": self.optimizer.param_groups[0]["lr"],
+            scores = {f"val_{m}": val[m] for m in self.task.metric_names}
+            record = {"epoch": epoch, "train_loss": train["loss"], **scores, "lr": self.optimizer.param_groups[0]["lr"],
                       "epoch_time_s": seconds, "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9),
                       **memory}
             improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
@@ -517,8 +457,10 @@ class Trainer:
         self._save_checkpoints(record["epoch"], improved)
         if self.experiment:
             self.experiment.log_epoch(record, record["epoch"])
+        short = {"accuracy": "acc"}  # the log's name for it since the first release
+        scores = "  ".join(f"val_{short.get(m, m)} {record[f'val_{m}']:.3f}" for m in self.task.metric_names[1:])
         logger.info(f"epoch {record['epoch']:3d}  train_loss {record['train_loss']:.4f}  val_loss "
-                    f"{record['val_loss']:.4f}  val_acc {record['val_accuracy']:.3f}  lr {record['lr']:.2e}"
+                    f"{record['val_loss']:.4f}  {scores}  lr {record['lr']:.2e}"
                     f"  {record['graphs_per_s']:.0f} graphs/s{'  *best*' if improved else ''}")
 
     def _checkpoint_state(self, epoch: int, in_epoch: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -614,7 +556,8 @@ class Trainer:
             write_json(self.run_dir / "summary.json", self.summary)
             rows = self.metrics_csv.rows()
             if rows:
-                figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png")
+                figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png",
+                                              metric=f"val_{self.task.metric_names[1]}")
                 if self.experiment:
                     self.experiment.log_images({"training_curves": figure})
         # Every rank says where it stopped (in its own log file): they must all agree.
@@ -623,25 +566,44 @@ class Trainer:
     # ------------------------------------------------------------------ test
     def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
         """Evaluate the best model on the whole test split, on rank 0 only (no collectives, so it
-        may be called on rank 0 alone). Returns test and baseline metrics; None on other ranks."""
+        may be called on rank 0 alone). Returns ``test_<metric>`` for each of the task's metrics and
+        the baseline's; None on other ranks."""
         if not self.runtime.is_main:
             return None
         if self._best_state is not None:
             self.core_model.load_state_dict(self._best_state)
-        test = self._metrics_from_totals(self._evaluate_local(test_loader))
-        baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
-        result = {"test_loss": test["loss"], "test_accuracy": test["accuracy"], "num_test": test["count"],
-                  "baseline_accuracy": baseline["accuracy"], "baseline_method": baseline["method"],
-                  "confusion_matrix": test["confusion"], "class_names": list(self.dataset.class_names)}
+        predictions: list[tuple[float, float]] = []
+        test = self.task.metrics(self._evaluate_local(test_loader, predictions))
+        result = {f"test_{m}": test[m] for m in self.task.metric_names}
+        result["num_test"] = test["count"]
+        if isinstance(self.task, tasks.ClassificationTask):
+            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
+            figure = plot_confusion_matrix(test["confusion"], self.task.class_names,
+                                           self.run_dir / FIGURE_DIR / "confusion_matrix.png")
+        else:
+            result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
+            figure = plot_predictions(predictions, self.run_dir / FIGURE_DIR / "predictions.png")
+        if self._has_invariants() and isinstance(self.task, tasks.ClassificationTask):
+            baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
+            result.update(baseline_accuracy=baseline["accuracy"], baseline_method=baseline["method"])
         self.summary.update(result)
         write_json(self.run_dir / "summary.json", self.summary)
-        figure = plot_confusion_matrix(test["confusion"], result["class_names"],
-                                       self.run_dir / FIGURE_DIR / "confusion_matrix.png")
         if self.experiment:
-            self.experiment.log_images({"confusion_matrix": figure})
+            self.experiment.log_images({figure.stem: figure})
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
-        logger.info(f"test accuracy {test['accuracy']:.3f} (baseline on order invariants {baseline['accuracy']:.3f})")
+        scores = ", ".join(f"{m} {test[m]:.3f}" for m in self.task.metric_names[1:])
+        baseline_text = f" (baseline on order invariants {result['baseline_accuracy']:.3f})" if (
+            "baseline_accuracy" in result) else ""
+        logger.info(f"test {scores}{baseline_text}")
         return result
+
+    def _has_invariants(self) -> bool:
+        """The order-invariant baseline needs the generator's per-set ``invariants``."""
+        return getattr(self.dataset[0], "invariants", None) is not None
+
+    def _targets(self, split: str) -> list[float]:
+        """The ``y`` values of one split (rank 0, at test time)."""
+        return [float(self.dataset[i].y.reshape(-1)[0]) for i in self.split[split]]
 
     def close(self) -> None:
         """Finish the experiment logger (W&B run) and close this rank's log file. Safe to call twice."""
@@ -681,7 +643,7 @@ class Trainer:
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
             f" {counts['size_mb']:.2f} MB)",
             f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
-            f"{self.dataset.num_classes} classes: {', '.join(self.dataset.class_names)}",
+            f"{self.task.describe()}",
             f"epochs            {self.start_epoch}..{self.tcfg['num_epochs'] - 1}  "
             f"({len(train_loader)} train batches per process per epoch)",
         ]
@@ -702,9 +664,13 @@ def summarise_run(result: dict[str, Any]) -> str:
     ]
     test = result.get("test") or {}
     if test:
-        lines += [f"test accuracy   {test['test_accuracy']:.3f}  (loss {test['test_loss']:.4f}, "
-                  f"{test['num_test']} causal sets)",
-                  f"baseline        {test['baseline_accuracy']:.3f}  ({test['baseline_method']})"]
+        scores = "  ".join(f"{k.removeprefix('test_')} {v:.3f}" for k, v in test.items()
+                           if k.startswith("test_") and k != "test_loss")
+        lines.append(f"test            {scores}  (loss {test['test_loss']:.4f}, {test['num_test']} causal sets)")
+        if "baseline_accuracy" in test:
+            lines.append(f"baseline        accuracy {test['baseline_accuracy']:.3f}  ({test['baseline_method']})")
+        if "train_mean_rmse" in test:
+            lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")
     return "\n".join(lines)
 
