@@ -25,7 +25,7 @@ from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
-from .baseline import evaluate_baseline
+from .baseline import describe_baselines, evaluate_baselines, flatten_baselines
 from .config import dump_config, load_config, load_yaml_text
 from .data import CausalSetDataset, split_indices
 from .distributed import Runtime, configured_device_type
@@ -547,9 +547,9 @@ class Trainer:
         if self._best_state is not None:
             self.core_model.load_state_dict(self._best_state)
         test = self._metrics_from_totals(self._evaluate_local(test_loader))
-        baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
+        baselines = evaluate_baselines(self.dataset, self.split["train"], self.split["test"])
         result = {"test_loss": test["loss"], "test_accuracy": test["accuracy"], "num_test": test["count"],
-                  "baseline_accuracy": baseline["accuracy"], "baseline_method": baseline["method"],
+                  **flatten_baselines(baselines), "baselines": baselines,
                   "confusion_matrix": test["confusion"], "class_names": list(self.dataset.class_names)}
         self.summary.update(result)
         write_json(self.run_dir / "summary.json", self.summary)
@@ -558,7 +558,7 @@ class Trainer:
         if self.experiment:
             self.experiment.log_images({"confusion_matrix": figure})
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
-        logger.info(f"test accuracy {test['accuracy']:.3f} (baseline on order invariants {baseline['accuracy']:.3f})")
+        logger.info(f"test accuracy {test['accuracy']:.3f}; " + "; ".join(describe_baselines(baselines)))
         return result
 
     def close(self) -> None:
@@ -622,7 +622,7 @@ def summarise_run(result: dict[str, Any]) -> str:
     if test:
         lines += [f"test accuracy   {test['test_accuracy']:.3f}  (loss {test['test_loss']:.4f}, "
                   f"{test['num_test']} causal sets)",
-                  f"baseline        {test['baseline_accuracy']:.3f}  ({test['baseline_method']})"]
+                  *describe_baselines(test["baselines"])]
     lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")
     return "\n".join(lines)
 
