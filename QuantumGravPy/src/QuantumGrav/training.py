@@ -26,7 +26,7 @@ from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
-from .baseline import evaluate_baseline
+from .baseline import describe_baselines, evaluate_baselines, flatten_baselines
 from .config import dump_config, load_config, load_yaml_text, pyobject_path
 from . import data_sources, tasks
 from .data import split_indices
@@ -576,25 +576,26 @@ class Trainer:
         test = self.task.metrics(self._evaluate_local(test_loader, predictions))
         result = {f"test_{m}": test[m] for m in self.task.metric_names}
         result["num_test"] = test["count"]
-        if isinstance(self.task, tasks.ClassificationTask):
+        classification = isinstance(self.task, tasks.ClassificationTask)
+        if classification:
             result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
             figure = plot_confusion_matrix(test["confusion"], self.task.class_names,
                                            self.run_dir / FIGURE_DIR / "confusion_matrix.png")
         else:
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
             figure = plot_predictions(predictions, self.run_dir / FIGURE_DIR / "predictions.png")
-        if self._has_invariants() and isinstance(self.task, tasks.ClassificationTask):
-            baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
-            result.update(baseline_accuracy=baseline["accuracy"], baseline_method=baseline["method"])
+        baselines = {}
+        if self._has_invariants():  # the generator's per-set invariants: both baselines, for this task
+            baselines = evaluate_baselines(self.dataset, self.split["train"], self.split["test"],
+                                           task="classification" if classification else "regression")
+            result.update(**flatten_baselines(baselines), baselines=baselines)
         self.summary.update(result)
         write_json(self.run_dir / "summary.json", self.summary)
         if self.experiment:
             self.experiment.log_images({figure.stem: figure})
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
         scores = ", ".join(f"{m} {test[m]:.3f}" for m in self.task.metric_names[1:])
-        baseline_text = f" (baseline on order invariants {result['baseline_accuracy']:.3f})" if (
-            "baseline_accuracy" in result) else ""
-        logger.info(f"test {scores}{baseline_text}")
+        logger.info("; ".join([f"test {scores}", *describe_baselines(baselines)]))
         return result
 
     def _has_invariants(self) -> bool:
@@ -667,8 +668,7 @@ def summarise_run(result: dict[str, Any]) -> str:
         scores = "  ".join(f"{k.removeprefix('test_')} {v:.3f}" for k, v in test.items()
                            if k.startswith("test_") and k != "test_loss")
         lines.append(f"test            {scores}  (loss {test['test_loss']:.4f}, {test['num_test']} causal sets)")
-        if "baseline_accuracy" in test:
-            lines.append(f"baseline        accuracy {test['baseline_accuracy']:.3f}  ({test['baseline_method']})")
+        lines += describe_baselines(test.get("baselines", {}))
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")
