@@ -36,7 +36,7 @@ from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
                             load_checkpoint, plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
-from .schedules import build_scheduler, derive_hyperparameters, schedule_spans_num_epochs
+from .schedules import build_scheduler, derive_hyperparameters, fit_schedule_to_num_epochs
 from .wandb_logger import WandbLogger
 
 logger = get_logger("training")
@@ -167,12 +167,6 @@ class Trainer:
             raise ConfigError(f"training.resume: this config changes {', '.join(changed)} of the run being resumed; "
                               "a resumed run trains the same model on the same data. Resume with the run's own "
                               f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run")
-        planned = stored["training"]["num_epochs"]
-        if schedule_spans_num_epochs(self.tcfg) and planned != self.tcfg["num_epochs"]:
-            rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its "
-                                   f"cosine schedule (restored from the checkpoint) keeps that length, so it does not "
-                                   f"stretch to {self.tcfg['num_epochs']}; set training.scheduler_kwargs.T_max for a "
-                                   "schedule that spans the runs, or start a new run")
         return state
 
     def _load_dataset(self) -> CausalSetDataset:
@@ -507,6 +501,7 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         # After the scheduler: building one resets the optimizer's LR (SequentialLR does).
         self.optimizer.load_state_dict(state["optimizer"])
+        self._fit_schedule_to_num_epochs(load_yaml_text(state["config_yaml"])["training"]["num_epochs"])
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
@@ -522,6 +517,14 @@ class Trainer:
         if self.runtime.is_main:
             self.metrics_csv.keep_epochs_before(self.start_epoch)
         logger.info(f"resuming {self.run_dir} at epoch {self.start_epoch}")
+
+    def _fit_schedule_to_num_epochs(self, planned_epochs: int) -> None:
+        """A resume that changes num_epochs: a cosine whose length follows it is re-planned for the new length."""
+        done = fit_schedule_to_num_epochs(self.scheduler, self.tcfg, self.derived, self._batches_per_epoch(),
+                                          planned_epochs)
+        if done:
+            logger.info(f"training.num_epochs: the resumed run was planned for {planned_epochs} epochs, now "
+                        f"{self.tcfg['num_epochs']}; {done}")
 
     def _finish_training(self, stop_reason: str) -> None:
         es = self.early_stopping
@@ -594,8 +597,9 @@ class Trainer:
             f"  device={self.device}",
             f"batch size        {self.tcfg['batch_size']} per process x {self.tcfg['accumulation_steps']} "
             f"accumulation x {rt.world_size} processes = {d['effective_batch_size']} effective",
-            f"learning rate     {d['lr']:.3g} (base {d['base_lr']:.3g}, scaling {self.tcfg['lr_scaling']}, "
-            f"warmup {d['warmup_epochs']} epochs)  amp={self.tcfg['amp']}",
+            f"learning rate     {self.optimizer.param_groups[0]['lr']:.3g} at the first step (peak {d['lr']:.3g}, "
+            f"base {d['base_lr']:.3g}, scaling {self.tcfg['lr_scaling']}, warmup {d['warmup_epochs']} epochs)"
+            f"  amp={self.tcfg['amp']}",
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
             f" {counts['size_mb']:.2f} MB)",
             f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
