@@ -2,10 +2,12 @@
 
 import csv
 import json
+import platform
 from pathlib import Path
 
 import pytest
 import torch
+import torch_geometric
 from torch_geometric.data import Batch
 
 import QuantumGrav as QG
@@ -56,6 +58,10 @@ def test_short_training_run_learns_and_writes_the_run_directory(tiny_config):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "completed 12 epochs"
     assert 0.0 <= summary["baseline_accuracy"] <= 1.0 and summary["test_accuracy"] == test["test_accuracy"]
+    # What a reader needs to reproduce the result: processes, wall time, versions.
+    assert summary["world_size"] == 1 and summary["wall_time_s"] > 0
+    assert summary["versions"] == {"python": platform.python_version(), "torch": torch.__version__,
+                                   "torch_geometric": torch_geometric.__version__, "QuantumGrav": QG.__version__}
     assert QG.load_config(run_dir / "config.yaml")["training"]["num_epochs"] == 12
 
 

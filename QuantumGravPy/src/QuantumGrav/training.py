@@ -35,7 +35,8 @@ from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
-                            load_checkpoint, plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
+                            load_checkpoint, plot_confusion_matrix, plot_training_curves, run_provenance,
+                            save_checkpoint, write_json)
 from .schedules import build_scheduler, derive_hyperparameters, fit_schedule_to_num_epochs
 from .wandb_logger import WandbLogger
 
@@ -116,7 +117,8 @@ class Trainer:
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
         self.history: list[dict[str, Any]] = []
-        self.summary: dict[str, Any] = {"run_dir": str(self.run_dir)}
+        self.summary: dict[str, Any] = {"run_dir": str(self.run_dir), **run_provenance(self.runtime.world_size)}
+        self._started = time.perf_counter()
         self._checked_unused_parameters = False
         self.experiment = None
         if self._resume_state:
@@ -532,7 +534,7 @@ class Trainer:
             self.summary.update({"stop_reason": stop_reason, "stopped_at_epoch": self.epoch,
                                  "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
                                  "derived": self.derived})
-            write_json(self.run_dir / "summary.json", self.summary)
+            self._write_summary()
             rows = self.metrics_csv.rows()
             if rows:
                 figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png")
@@ -540,6 +542,11 @@ class Trainer:
                     self.experiment.log_images({"training_curves": figure})
         # Every rank says where it stopped (in its own log file): they must all agree.
         logger.info(f"training finished at epoch {self.epoch}: {stop_reason}")
+
+    def _write_summary(self) -> None:
+        """Rank 0: summary.json, with the wall time of this process's run so far (a resumed run: since the resume)."""
+        self.summary["wall_time_s"] = round(time.perf_counter() - self._started, 3)
+        write_json(self.run_dir / "summary.json", self.summary)
 
     # ------------------------------------------------------------------ test
     def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
@@ -555,7 +562,7 @@ class Trainer:
                   "baseline_accuracy": baseline["accuracy"], "baseline_method": baseline["method"],
                   "confusion_matrix": test["confusion"], "class_names": list(self.dataset.class_names)}
         self.summary.update(result)
-        write_json(self.run_dir / "summary.json", self.summary)
+        self._write_summary()
         figure = plot_confusion_matrix(test["confusion"], result["class_names"],
                                        self.run_dir / FIGURE_DIR / "confusion_matrix.png")
         if self.experiment:
