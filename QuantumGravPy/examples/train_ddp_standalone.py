@@ -19,10 +19,11 @@ Everything distributed lives in the library: QG.run_job builds, trains, tests an
 down in try/finally; QG.launch spawns workers and stops them all if one fails.
 """
 
+import os
 import sys
 
 from QuantumGrav.cli import main
 
 if __name__ == "__main__":
     # The same command line as `python -m QuantumGrav train`: --config, --set KEY=VALUE, --nproc, --resume.
-    sys.exit(main(["train", *sys.argv[1:]]))
+    sys.exit(main(["train", *sys.argv[1:]], train_prog=os.path.basename(sys.argv[0])))
