@@ -254,3 +254,18 @@ def test_the_standalone_example_names_itself_in_its_usage(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"], train_prog="train_ddp_standalone.py")
     assert capsys.readouterr().out.startswith("usage: train_ddp_standalone.py [-h] [--config CONFIG]")
+
+
+def test_the_smoke_switch_shrinks_the_data_and_the_epochs_of_config_files_only(monkeypatch, tmp_path):
+    import QuantumGrav as QG
+
+    config_file = REPO / "configs" / "train.yaml"
+    monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
+    smoke = QG.load_config(config_file)
+    assert (smoke["data"]["num_samples"], smoke["data"]["n_min"], smoke["data"]["n_max"]) == (40, 8, 12)
+    assert smoke["training"]["num_epochs"] == 2  # the file says 40
+    explicit = QG.load_config(config_file, {"training.num_epochs": 5, "data.num_samples": 1000})
+    assert explicit["training"]["num_epochs"] == 5 and explicit["data"]["num_samples"] == 40
+    assert QG.load_config(explicit)["training"]["num_epochs"] == 5  # a resolved config is not capped again
+    monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "0")
+    assert QG.load_config(config_file)["data"]["num_samples"] == 2000
