@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Train a QuantumGrav GNN with DDP: under torchrun, or on its own (it then spawns the processes).
 
+From the repository root, with the environment active (`source .venv/bin/activate`):
+
     # N processes on this machine, started by torchrun (recommended; CPU runs use gloo, GPUs NCCL):
     torchrun --nproc_per_node=2 QuantumGravPy/examples/train_ddp_standalone.py --config configs/train_ddp.yaml
 
