@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Train a QuantumGrav GNN with DDP: under torchrun, or on its own (it then spawns the processes).
 
+From the repository root, with the environment active (`source .venv/bin/activate`):
+
     # N processes on this machine, started by torchrun (recommended; CPU runs use gloo, GPUs NCCL):
     torchrun --nproc_per_node=2 QuantumGravPy/examples/train_ddp_standalone.py --config configs/train_ddp.yaml
 
@@ -19,10 +21,11 @@ Everything distributed lives in the library: QG.run_job builds, trains, tests an
 down in try/finally; QG.launch spawns workers and stops them all if one fails.
 """
 
+import os
 import sys
 
 from QuantumGrav.cli import main
 
 if __name__ == "__main__":
     # The same command line as `python -m QuantumGrav train`: --config, --set KEY=VALUE, --nproc, --resume.
-    sys.exit(main(["train", *sys.argv[1:]]))
+    sys.exit(main(["train", *sys.argv[1:]], train_prog=os.path.basename(sys.argv[0])))

@@ -57,6 +57,15 @@ def test_overrides_from_strings_and_mappings():
     assert parse_override("training.run_name=abc") == ("training.run_name", "abc")
 
 
+def test_a_python_override_may_name_an_object_as_pyobject_text_like_set_does():
+    config = QG.load_config(REPO / "configs" / "train.yaml", {"criterion": "!pyobject torch.nn.functional.mse_loss",
+                                                              "training.run_name": "a: b"})
+    assert config["criterion"] is torch.nn.functional.mse_loss
+    assert config["training"]["run_name"] == "a: b"  # other strings are not read as YAML
+    with pytest.raises(QG.ConfigError, match=r"criterion: expected an importable Python object .*no_such_loss"):
+        QG.load_config(None, {"criterion": "!pyobject torch.nn.functional.no_such_loss"})
+
+
 BAD_CONFIGS = [
     ({"training": {"batch_size": 0}}, "training.batch_size: expected an integer >= 1, got 0"),
     ({"training": {"batch_size": "32"}}, "training.batch_size: expected an integer >= 1, got '32'"),

@@ -92,7 +92,7 @@ def test_single_process_notebook_with_a_narrower_model_and_fewer_epochs(tmp_path
 
 def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("03_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1,
+    notebook = run_notebook("03_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1, min_delta=10.0,
                             validation_mode="rank0", data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 

@@ -2,10 +2,12 @@
 
 import csv
 import json
+import platform
 from pathlib import Path
 
 import pytest
 import torch
+import torch_geometric
 from torch_geometric.data import Batch
 
 import QuantumGrav as QG
@@ -56,6 +58,10 @@ def test_short_training_run_learns_and_writes_the_run_directory(tiny_config):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "completed 12 epochs"
     assert 0.0 <= summary["baseline_accuracy"] <= 1.0 and summary["test_accuracy"] == test["test_accuracy"]
+    # What a reader needs to reproduce the result: processes, wall time, versions.
+    assert summary["world_size"] == 1 and summary["wall_time_s"] > 0
+    assert summary["versions"] == {"python": platform.python_version(), "torch": torch.__version__,
+                                   "torch_geometric": torch_geometric.__version__, "QuantumGrav": QG.__version__}
     assert QG.load_config(run_dir / "config.yaml")["training"]["num_epochs"] == 12
 
 
@@ -180,10 +186,20 @@ def test_a_layer_that_needs_edge_features_is_a_config_error_before_any_run_exist
     assert not (tmp_path / "runs").exists()
 
 
-def test_resuming_for_more_epochs_says_the_lr_schedule_keeps_its_length(tiny_config, collect_log):
+def test_extending_a_finished_cosine_run_continues_on_the_cosine_of_the_new_length(tiny_config, collect_log):
+    """A 3-epoch run resumed with num_epochs=5 trains epochs 3 and 4 at the LRs a 5-epoch run has there
+    (a cosine past its end would restart from zero), and the start block says the LR of the first step."""
     cosine = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")
-    first, _, _ = _train(tiny_config({"training.num_epochs": 2, "training.scheduler_type": cosine}))
-    warnings = collect_log("QuantumGrav.training")
-    resumed = QG.apply_overrides(first.config, {"training.num_epochs": 4, "training.resume": str(first.run_dir)})
-    QG.Trainer(resumed).close()
-    assert any("planned for 2 epochs" in w and "does not stretch to 4" in w for w in warnings), warnings
+    schedule = {"training.scheduler_type": cosine, "training.warmup_epochs": 1}  # warmup, then the cosine
+    straight, _, _ = _train(tiny_config({**schedule, "training.num_epochs": 5, "training.run_name": "straight"}))
+    first, _, _ = _train(tiny_config({**schedule, "training.num_epochs": 3, "training.run_name": "extended"}))
+    messages = collect_log("QuantumGrav.training", "INFO")
+    resumed, _, _ = _train(QG.apply_overrides(first.config, {"training.num_epochs": 5,
+                                                             "training.resume": str(first.run_dir)}))
+
+    lrs = [float(row["lr"]) for row in _csv_rows(resumed.run_dir)]
+    expected = [float(row["lr"]) for row in _csv_rows(straight.run_dir)]
+    assert lrs[3:] == pytest.approx(expected[3:], rel=1e-9) and lrs[3] > lrs[4] > 0
+    start_block = next(m for m in messages if m.startswith("training set-up"))
+    assert f"learning rate     {lrs[3]:.3g} at the first step" in start_block
+    assert any("planned for 3 epochs, now 5" in m for m in messages), messages

@@ -52,7 +52,7 @@ def test_ddp_run_with_bf16_accumulation_scaling_and_clipping(tiny_config):
     assert _lrs(run_dir)[0] == pytest.approx(4e-3)
     log = (run_dir / "logs" / "rank_0.log").read_text()
     assert "8 per process x 2 accumulation x 2 processes = 32 effective" in log
-    assert "learning rate     0.004 (base 0.001, scaling linear" in log
+    assert "learning rate     0.004 at the first step (peak 0.004, base 0.001, scaling linear" in log
 
 
 def test_warmup_then_cosine_and_exact_resume_mid_warmup(tiny_config):

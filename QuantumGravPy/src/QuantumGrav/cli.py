@@ -43,10 +43,11 @@ def _port(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
+    """``train_prog``: the name ``train``'s usage and errors give, for a script that is that command."""
     parser = _Parser(prog="python -m QuantumGrav", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    train = commands.add_parser("train", help="generate data (cached), train, test; print a summary")
+    train = commands.add_parser("train", prog=train_prog, help="generate data (cached), train, test; print a summary")
     train.add_argument("--config", default="configs/train.yaml", help="YAML config (default: %(default)s)")
     train.add_argument("--merge", action="append", default=[], metavar="YAML",
                        help="lay a partial config over --config, e.g. configs/logger/wandb_ddp.yaml (repeatable)")
@@ -84,9 +85,9 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(train_prog).parse_args(argv)
         if args.command == "doctor":
             from .doctor import run_doctor
 

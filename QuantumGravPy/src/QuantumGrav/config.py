@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from .errors import ConfigError
+from .smoke_test import apply_smoke_test, cap_file_epochs
 from .tasks import EARLY_STOPPING_METRICS, TASK_TYPES, metric_mode
 
 PYOBJECT_TAG = "!pyobject"
@@ -561,12 +562,23 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def _python_override_value(value: Any) -> Any:
+    """A Python override given as YAML's ``'!pyobject dotted.path'`` text means the object, as with --set
+    (plain strings stay strings: only this tag is read, so a run name like 'a: b' is not parsed)."""
+    if isinstance(value, str) and value.lstrip().startswith(PYOBJECT_TAG + " "):
+        return load_yaml_text(value)
+    return value
+
+
 def apply_overrides(config: dict, overrides: Iterable[str] | Mapping[str, Any] | None) -> dict:
     """Return a copy of ``config`` with dotted-key overrides applied (strings or a mapping)."""
     out = copy.deepcopy(config)
     if not overrides:
         return out
-    items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+    if isinstance(overrides, Mapping):
+        items = [(key, _python_override_value(value)) for key, value in overrides.items()]
+    else:
+        items = map(parse_override, overrides)
     for dotted, value in items:
         node = out
         *parents, leaf = dotted.split(".")
@@ -619,7 +631,7 @@ def _read_source(source: str | Path | Mapping[str, Any] | None) -> dict:
     raw = copy.deepcopy(dict(source)) if isinstance(source, Mapping) else read_config_file(source)
     if not isinstance(raw, dict):
         raise ConfigError(f"config: expected a mapping of sections at the top level, got {_describe(raw)}")
-    return raw
+    return raw if isinstance(source, Mapping) else cap_file_epochs(raw)
 
 
 def load_config(
@@ -635,7 +647,7 @@ def load_config(
     raw: dict = {}
     for item in sources:
         raw = merge_configs(raw, _read_source(item))
-    return validate_config(apply_overrides(raw, overrides))
+    return validate_config(apply_smoke_test(apply_overrides(raw, overrides)))
 
 
 def find_unimportable(config: Any, prefix: str = "") -> list[tuple[str, str]]:

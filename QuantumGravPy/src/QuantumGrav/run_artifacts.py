@@ -65,6 +65,19 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
+def run_provenance(world_size: int) -> dict[str, Any]:
+    """What a reader of a result needs to reproduce it: processes, start time, and the versions that ran."""
+    import platform
+
+    import torch_geometric
+
+    from . import __version__
+
+    return {"world_size": world_size, "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "torch_geometric": torch_geometric.__version__, "QuantumGrav": __version__}}
+
+
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """``state`` holds only tensors, numbers, strings and containers: loadable with weights_only=True."""
     atomic_replace(Path(path), lambda tmp: torch.save(state, tmp))

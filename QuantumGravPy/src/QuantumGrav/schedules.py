@@ -4,6 +4,10 @@ The usual DDP scaling rules: when the effective batch grows k-fold (more process
 accumulation), scale the learning rate by k (linear) or sqrt(k), and stretch the
 warmup by the same factor. The reference is ``training.reference_batch_size``
 (default: the batch of one process without accumulation).
+
+A resumed run may change ``num_epochs``; a cosine whose length follows it is then re-planned for
+the new length (``fit_schedule_to_num_epochs``), so extending a finished run does not restart
+its learning rate from zero.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ def schedule_spans_num_epochs(training_cfg: dict[str, Any]) -> bool:
             and not training_cfg["scheduler_args"])
 
 
+def scheduler_steps_per_epoch(training_cfg: dict[str, Any], batches_per_epoch: int) -> int:
+    if training_cfg["scheduler_interval"] == "epoch":
+        return 1
+    return math.ceil(batches_per_epoch / training_cfg["accumulation_steps"])
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, Any], derived: dict[str, Any],
                     batches_per_epoch: int):
     """The configured scheduler, preceded by a linear warmup when ``warmup_epochs`` > 0.
@@ -50,8 +60,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, An
     epochs (or steps) after the warmup. ReduceLROnPlateau is stepped with the early-stopping
     metric, once per epoch. A constructor that rejects the configured arguments is a ConfigError.
     """
-    per_epoch = 1 if training_cfg["scheduler_interval"] == "epoch" else math.ceil(
-        batches_per_epoch / training_cfg["accumulation_steps"])
+    per_epoch = scheduler_steps_per_epoch(training_cfg, batches_per_epoch)
     warmup = derived["warmup_epochs"] * per_epoch
     scheduler_type = training_cfg["scheduler_type"]
     on_plateau = isinstance(scheduler_type, type) and issubclass(scheduler_type, ReduceLROnPlateau)
@@ -73,6 +82,38 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, An
     ramp = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
     after = main or ConstantLR(optimizer, factor=1.0, total_iters=0)
     return SequentialLR(optimizer, [ramp, after], milestones=[warmup])
+
+
+def fit_schedule_to_num_epochs(scheduler, training_cfg: dict[str, Any], derived: dict[str, Any],
+                               batches_per_epoch: int, planned_epochs: int) -> str | None:
+    """Re-plan a restored cosine for a resumed run's new ``num_epochs``; returns what was done (or None).
+
+    The cosine whose length follows num_epochs (CosineAnnealingLR without ``T_max``) is restored from
+    the checkpoint with the length of the run as first planned. Left so, a longer run would go past
+    its end, where a cosine is periodic: the LR would climb from ``eta_min`` again. Instead the
+    schedule follows the new ``num_epochs``: from the resumed epoch on, the LR is that of a run
+    planned for the new ``num_epochs`` from the start (the warmup unchanged), decaying to ``eta_min``
+    at the new last epoch. A finished 40-epoch run extended to 45 thus continues at the LR a
+    45-epoch run has at epoch 40, not at zero. Call it after the scheduler's and the optimizer's
+    states are restored.
+    """
+    if scheduler is None or not schedule_spans_num_epochs(training_cfg) or planned_epochs == training_cfg["num_epochs"]:
+        return None
+    per_epoch = scheduler_steps_per_epoch(training_cfg, batches_per_epoch)
+    warmup = derived["warmup_epochs"] * per_epoch
+    end = training_cfg["num_epochs"] * per_epoch  # optimizer steps of the whole run, as planned now
+    if scheduler.last_epoch >= end:
+        return None  # nothing left to train
+    cosine = scheduler._schedulers[-1] if isinstance(scheduler, SequentialLR) else scheduler
+    cosine.T_max = max(1, end - warmup)
+    if scheduler.last_epoch >= warmup:  # the cosine is under way: continue from its point on the new curve
+        progress = (1 + math.cos(math.pi * cosine.last_epoch / cosine.T_max)) / 2
+        for group, base_lr in zip(cosine.optimizer.param_groups, cosine.base_lrs):
+            # CosineAnnealingLR's recursive form continues from group["lr"].
+            group["lr"] = cosine.eta_min + (base_lr - cosine.eta_min) * progress
+        cosine._last_lr = [group["lr"] for group in cosine.optimizer.param_groups]
+    return (f"the cosine schedule follows the new length: LR {cosine.optimizer.param_groups[0]['lr']:.3g} now, "
+            f"{cosine.eta_min:g} at epoch {training_cfg['num_epochs'] - 1}")
 
 
 def fast_forward(scheduler, steps: int) -> None:

@@ -39,8 +39,9 @@ from .models import build_model, count_parameters
 from .resume import StopRequest, forget_run, job_token, remember_run, run_to_continue, sigterm_requests_a_stop
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
                             load_checkpoint, plot_confusion_matrix, plot_predictions, plot_training_curves,
-                            save_checkpoint, write_json)
-from .schedules import build_scheduler, derive_hyperparameters, fast_forward, schedule_spans_num_epochs
+                            run_provenance, save_checkpoint, write_json)
+from .schedules import (build_scheduler, derive_hyperparameters, fast_forward, fit_schedule_to_num_epochs,
+                        scheduler_steps_per_epoch)
 from .wandb_logger import WandbLogger
 
 logger = get_logger("training")
@@ -108,7 +109,8 @@ class Trainer:
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
         self.history: list[dict[str, Any]] = []
-        self.summary: dict[str, Any] = {"run_dir": str(self.run_dir)}
+        self.summary: dict[str, Any] = {"run_dir": str(self.run_dir), **run_provenance(self.runtime.world_size)}
+        self._started = time.perf_counter()
         self._checked_unused_parameters = False
         self.experiment = None
         if self._resume_state:
@@ -171,12 +173,6 @@ class Trainer:
                               f"continued ({run_dir}); a resumed run trains the same model on the same data. Resume "
                               f"with the run's own config (--config {run_dir / 'config.yaml'} --resume ...) or "
                               "start a new run (another training.run_name)")
-        planned = stored["training"]["num_epochs"]
-        if schedule_spans_num_epochs(self.tcfg) and planned != self.tcfg["num_epochs"]:
-            rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its "
-                                   f"cosine schedule (restored from the checkpoint) keeps that length, so it does not "
-                                   f"stretch to {self.tcfg['num_epochs']}; set training.scheduler_kwargs.T_max for a "
-                                   "schedule that spans the runs, or start a new run")
         return state
 
     @torch.no_grad()
@@ -498,7 +494,8 @@ class Trainer:
                 self.scheduler.load_state_dict(state["scheduler"])
             # After the scheduler: building one resets the optimizer's LR (SequentialLR does).
             self.optimizer.load_state_dict(state["optimizer"])
-        else:
+            self._fit_schedule_to_num_epochs(load_yaml_text(state["config_yaml"])["training"]["num_epochs"])
+        else:  # rebuilt for this job's world size and num_epochs
             self._restore_for_another_world_size(state, old_world)
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -535,16 +532,22 @@ class Trainer:
             group["lr"] = group["initial_lr"] = self.derived["lr"]
         self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch())
         if self.scheduler is not None:
-            completed_epochs = state["epoch"] + 1
-            per_epoch = 1 if self.tcfg["scheduler_interval"] == "epoch" else math.ceil(
-                self._batches_per_epoch() / self.tcfg["accumulation_steps"])
-            fast_forward(self.scheduler, completed_epochs * per_epoch)
+            per_epoch = scheduler_steps_per_epoch(self.tcfg, self._batches_per_epoch())
+            fast_forward(self.scheduler, (state["epoch"] + 1) * per_epoch)  # the epochs completed
         old = state.get("derived") or {}
         rank_zero_warn(logger, f"continuing a run of {old_world} processes on {self.runtime.world_size}: effective "
                                f"batch {old.get('effective_batch_size')} -> {self.derived['effective_batch_size']}, "
                                f"learning rate {old.get('lr', float('nan')):.3g} -> {self.derived['lr']:.3g} "
                                f"(training.lr_scaling: {self.tcfg['lr_scaling']}), warmup "
                                f"{old.get('warmup_epochs')} -> {self.derived['warmup_epochs']} epochs")
+
+    def _fit_schedule_to_num_epochs(self, planned_epochs: int) -> None:
+        """A resume that changes num_epochs: a cosine whose length follows it is re-planned for the new length."""
+        done = fit_schedule_to_num_epochs(self.scheduler, self.tcfg, self.derived, self._batches_per_epoch(),
+                                          planned_epochs)
+        if done:
+            logger.info(f"training.num_epochs: the resumed run was planned for {planned_epochs} epochs, now "
+                        f"{self.tcfg['num_epochs']}; {done}")
 
     def _finish_training(self, stop_reason: str) -> None:
         es = self.early_stopping
@@ -553,7 +556,7 @@ class Trainer:
             self.summary.update({"stop_reason": stop_reason, "stopped_at_epoch": self.epoch,
                                  "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
                                  "derived": self.derived})
-            write_json(self.run_dir / "summary.json", self.summary)
+            self._write_summary()
             rows = self.metrics_csv.rows()
             if rows:
                 figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png",
@@ -562,6 +565,11 @@ class Trainer:
                     self.experiment.log_images({"training_curves": figure})
         # Every rank says where it stopped (in its own log file): they must all agree.
         logger.info(f"training finished at epoch {self.epoch}: {stop_reason}")
+
+    def _write_summary(self) -> None:
+        """Rank 0: summary.json, with the wall time of this process's run so far (a resumed run: since the resume)."""
+        self.summary["wall_time_s"] = round(time.perf_counter() - self._started, 3)
+        write_json(self.run_dir / "summary.json", self.summary)
 
     # ------------------------------------------------------------------ test
     def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
@@ -590,7 +598,7 @@ class Trainer:
                                            task="classification" if classification else "regression")
             result.update(**flatten_baselines(baselines), baselines=baselines)
         self.summary.update(result)
-        write_json(self.run_dir / "summary.json", self.summary)
+        self._write_summary()
         if self.experiment:
             self.experiment.log_images({figure.stem: figure})
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
@@ -639,8 +647,9 @@ class Trainer:
             f"  device={self.device}",
             f"batch size        {self.tcfg['batch_size']} per process x {self.tcfg['accumulation_steps']} "
             f"accumulation x {rt.world_size} processes = {d['effective_batch_size']} effective",
-            f"learning rate     {d['lr']:.3g} (base {d['base_lr']:.3g}, scaling {self.tcfg['lr_scaling']}, "
-            f"warmup {d['warmup_epochs']} epochs)  amp={self.tcfg['amp']}",
+            f"learning rate     {self.optimizer.param_groups[0]['lr']:.3g} at the first step (peak {d['lr']:.3g}, "
+            f"base {d['base_lr']:.3g}, scaling {self.tcfg['lr_scaling']}, warmup {d['warmup_epochs']} epochs)"
+            f"  amp={self.tcfg['amp']}",
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
             f" {counts['size_mb']:.2f} MB)",
             f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
