@@ -204,3 +204,31 @@ def test_sigterm_checkpoints_every_rank_and_the_requeued_job_continues(job, unin
     resumed_epoch = state["in_epoch"]["epoch"] if state["in_epoch"] else state["epoch"] + 1
     assert f"resuming {run_dir} at epoch {resumed_epoch}" in output, output[-5000:]
     _assert_same_weights(uninterrupted_model, _final_model(run_dir))
+
+
+def test_sigterm_to_the_launching_process_stops_every_worker_after_a_checkpoint(config_file, tmp_path):
+    """``python -m QuantumGrav train --nproc 2`` (QG.launch): SIGTERM to the launcher reaches the workers,
+    which checkpoint and stop (none is left training on its own); exit 143; the same command continues."""
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "QuantumGrav", "train", "--config", str(config_file), "--nproc", "2",
+               "--set", f"training.path={runs}", "--set", "training.run_name=spawned"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    launcher = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    run_dir = runs / "spawned"
+    try:
+        deadline = time.monotonic() + 180
+        while not ((run_dir / "metrics.csv").exists() and _epochs(run_dir)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = psutil.Process(launcher.pid).children(recursive=True)
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=120)
+        _, alive = psutil.wait_procs(workers, timeout=30)
+    finally:
+        launcher.kill()
+    assert alive == [], f"workers left running: {alive}"
+    assert launcher.returncode == 143, output[-5000:]
+    assert "stopped on SIGTERM after checkpointing" in output
+    again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stderr[-5000:]
+    assert _epochs(run_dir) == list(range(EPOCHS))

@@ -12,6 +12,8 @@ import contextlib
 import os
 import queue as queue_module
 import shutil
+import signal
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -116,6 +118,8 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, run_di
         report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
         result = run_job(config, on_start=report_run_dir)
         results.put(("ok", rank, result if rank == 0 else None))
+    except Preempted as err:  # every rank stopped at the same step, after rank 0's checkpoint
+        results.put(("preempted", rank, str(err)))
     except BaseException as err:  # report every failure, with its rank, to the parent
         _log_failure(err)
         results.put(("error", rank, f"{type(err).__name__}: {err}", traceback.format_exc(),
@@ -148,7 +152,8 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     try:
         for process in processes:
             process.start()
-        return _supervise(processes, results)
+        with _sigterm_passed_to(processes):
+            return _supervise(processes, results)
     except UserError:
         _stop(processes)
         if not run_dirs.empty():  # empty: rank 0 failed before it created the run directory
@@ -180,9 +185,33 @@ def _supervise(processes: list, results) -> dict[str, Any]:
             if is_user_error:
                 raise UserError(f"rank {rank}: {message.split(': ', 1)[-1]}")
             raise TrainingFailed(rank, message, worker_traceback)
-        finished[rank] = payload[0]
+        finished[rank] = (status, payload[0])
     _wait_for_exit(processes, EXIT_GRACE_S)
-    return finished[0]
+    status, result = finished[0]
+    if status == "preempted":  # the ranks stopped together: report it once every rank has
+        raise Preempted(result)
+    return result
+
+
+@contextlib.contextmanager
+def _sigterm_passed_to(processes: list):
+    """SIGTERM to the launching process (a scheduler's notice, ``kill``) goes on to every worker, which
+    checkpoints and stops; without this the workers would train on with no one to report to."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def pass_on(signum, frame) -> None:
+        logger.warning("SIGTERM: passing it to every rank (they checkpoint, then stop)")
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+
+    previous = signal.signal(signal.SIGTERM, pass_on)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _wait_for_exit(processes: list, grace_s: float) -> None:

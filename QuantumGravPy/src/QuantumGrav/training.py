@@ -295,7 +295,8 @@ class Trainer:
                                                  "train_totals": partial})
         if stop:
             logger.warning(f"SIGTERM: checkpointed epoch {epoch} after {completed_batches} batches; stopping")
-            raise Preempted(self.run_dir, epoch, completed_batches)
+            raise Preempted(f"stopped on SIGTERM after checkpointing epoch {epoch} (batch {completed_batches}) in "
+                            f"{self.run_dir}; the same job started again (a requeue) continues from there")
 
     @staticmethod
     @contextlib.contextmanager
