@@ -1,4 +1,4 @@
-"""The files of a run: directory, checkpoints, metrics CSV, summary, figures.
+"""The files of a run: directory, metrics CSV, summary, figures (checkpoints: checkpoint.py).
 
 Only rank 0 calls the writers. Every file is written to a temporary name and
 renamed, so an interrupted run never leaves a half-written file behind.
@@ -13,8 +13,6 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any, Callable, Iterable
-
-import torch
 
 from .errors import UserError
 
@@ -63,15 +61,6 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``state`` holds only tensors, numbers, strings and containers: loadable with weights_only=True."""
-    atomic_replace(Path(path), lambda tmp: torch.save(state, tmp))
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    return torch.load(Path(path), map_location=map_location, weights_only=True)
 
 
 class MetricsCSV:

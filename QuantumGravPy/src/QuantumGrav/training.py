@@ -26,6 +26,7 @@ from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
 from .baseline import evaluate_baseline
+from .checkpoint import RunLock, load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
 from .config import dump_config, load_config, load_yaml_text
 from .data import CausalSetDataset, split_indices
 from .distributed import Runtime, configured_device_type
@@ -35,7 +36,7 @@ from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
-                            load_checkpoint, plot_confusion_matrix, plot_training_curves, save_checkpoint, write_json)
+                            plot_confusion_matrix, plot_training_curves, write_json)
 from .schedules import build_scheduler, derive_hyperparameters, schedule_spans_num_epochs
 from .wandb_logger import WandbLogger
 
@@ -112,6 +113,7 @@ class Trainer:
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
         # above leaves nothing on disk.
         self.run_dir = self._open_run_dir()
+        self._run_lock = RunLock.acquire(self.run_dir) if self.runtime.is_main else None  # one job per run
         setup_logging(self.runtime.rank, self.run_dir)
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
@@ -154,11 +156,7 @@ class Trainer:
     def _read_resume_checkpoint(self) -> dict[str, Any]:
         """The last checkpoint of the run to continue (every rank reads it from the shared run directory),
         after checking that this config trains the same model on the same data."""
-        path = Path(self.tcfg["resume"]).expanduser().resolve() / CHECKPOINT_DIR / "last.pt"
-        if not path.is_file():
-            raise UserError(f"training.resume: '{path.parent.parent}' has no {CHECKPOINT_DIR}/last.pt; "
-                            "pass the directory of an earlier run")
-        state = load_checkpoint(path, map_location=self.device)
+        state, path = load_resume_checkpoint(Path(self.tcfg["resume"]).expanduser().resolve(), self.device)
         stored = load_config(load_yaml_text(state["config_yaml"]))
         changed = [f"{section}.{key}" for section in ("data", "model") for key, value in self.config[section].items()
                    if key != "root" and value != stored[section][key]]
@@ -496,7 +494,7 @@ class Trainer:
         if improved:
             save_checkpoint(folder / "best.pt", state)
             self._best_state = {k: v.detach().cpu().clone() for k, v in state["model"].items()}
-        save_checkpoint(folder / "last.pt", state)
+        save_last_checkpoint(folder, state)
         if self.tcfg["checkpoint_at"] and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
             save_checkpoint(folder / f"epoch_{epoch}.pt", state)
 
@@ -566,6 +564,8 @@ class Trainer:
         if self.experiment:
             self.experiment.finish()
             self.experiment = None
+        if self._run_lock:
+            self._run_lock.release()
         close_run_log()
 
     # ------------------------------------------------------------------ reporting
