@@ -19,6 +19,7 @@ import yaml
 
 import QuantumGrav as QG
 from QuantumGrav.checkpoint import RunLock
+from QuantumGrav.config import resolve_pyobject
 from conftest import REPO, TINY
 
 HERE = Path(__file__).resolve().parent
@@ -192,3 +193,13 @@ def test_a_lock_of_the_same_job_is_taken_over_and_another_hosts_lock_is_not(tmp_
     (tmp_path / ".lock").write_text(json.dumps(restarted.content))
     with pytest.raises(QG.UserError, match="in use by another job: process .* on host node-b"):
         RunLock.acquire(tmp_path, job_token="slurm-456")
+
+
+def test_a_stalled_rank_is_named_when_the_collective_times_out(tiny_config):
+    config = tiny_config({"criterion": resolve_pyobject("ddp_helpers.loss_stalling_on_rank_1"),
+                          "parallel.timeout_s": 5})
+    with pytest.raises(QG.TrainingFailed) as failed:
+        QG.launch(config, nproc=2)
+    assert failed.value.rank == 0, "rank 0 waited for rank 1 and reports it"
+    assert "CollectiveTimeout: rank 1 did not arrive at a collective operation within 5 s" in str(failed.value)
+    assert "Timed out waiting" in failed.value.worker_traceback, "gloo's own error stays in the traceback"

@@ -29,7 +29,7 @@ from .baseline import evaluate_baseline
 from .checkpoint import RunLock, load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
 from .config import dump_config, load_config, load_yaml_text
 from .data import CausalSetDataset, split_indices
-from .distributed import Runtime, configured_device_type
+from .distributed import Runtime, configured_device_type, names_stalled_ranks
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, UserError
 from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
@@ -255,6 +255,7 @@ class Trainer:
                 self._loader(test, "testing", None))
 
     # ------------------------------------------------------------------ the loop
+    @names_stalled_ranks  # a collective timeout says which rank did not arrive
     def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
         """Train until ``num_epochs`` or early stopping; returns (train_history, val_history) on every rank."""
         self._log_start_block(train_loader)
