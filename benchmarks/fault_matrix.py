@@ -10,12 +10,9 @@ CPU); the faults are injected as in ``tests/test_fault_tolerance.py``, whose hel
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,29 +30,13 @@ import yaml  # noqa: E402
 import QuantumGrav as QG  # noqa: E402
 from QuantumGrav.config import resolve_pyobject  # noqa: E402
 from conftest import TINY  # noqa: E402
-
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-
-
-def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "QuantumGrav", *args], env=ENV, cwd=REPO, capture_output=True,
-                          text=True, timeout=600, **kwargs)
+from test_fault_tolerance import ENV, cli, epochs, limit_file_size, resume_args  # noqa: E402
 
 
 def error_line(done: subprocess.CompletedProcess) -> str:
     lines = [line for line in done.stderr.splitlines() if "error:" in line]
     traceback = " (with a traceback)" if "Traceback" in done.stderr else ""
     return (lines[-1].split("error: ", 1)[-1][:200] + "…" if lines else "no error line") + traceback
-
-
-def resume_args(run_dir: Path, num_epochs: int = 3) -> list[str]:
-    return ["train", "--config", str(run_dir / "config.yaml"), "--resume", str(run_dir),
-            "--set", f"training.num_epochs={num_epochs}"]
-
-
-def epochs(run_dir: Path) -> list[int]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [int(row["epoch"]) for row in csv.DictReader(f)]
 
 
 def loadable(path: Path) -> str:
@@ -116,13 +97,8 @@ class Faults:
     def disk_full(self) -> str:
         run_dir = self.copy("disk_full")
         limit = (run_dir / "checkpoints" / "last.pt").stat().st_size // 2
-
-        def limit_file_size() -> None:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
         before = {p.name: p.read_bytes() for p in (run_dir / "checkpoints").iterdir()}
-        done = cli(*resume_args(run_dir), preexec_fn=limit_file_size)
+        done = cli(*resume_args(run_dir), preexec_fn=limit_file_size(limit))
         intact = before == {p.name: p.read_bytes() for p in (run_dir / "checkpoints").iterdir()}
         return f"exit {done.returncode}: {error_line(done)}; checkpoints {'intact' if intact else 'CHANGED'}"
 
@@ -172,9 +148,10 @@ ROWS = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folder", type=Path, default=None, help="work folder (default: a temporary one)")
+    parser.add_argument("--folder", type=Path, default=None, help="a new work folder (default: a temporary one)")
     args = parser.parse_args()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="fault_matrix_"))
+    folder.mkdir(parents=True, exist_ok=True)
     faults = Faults(folder)
     lines = ["| fault | expected | observed |", "|---|---|---|"]
     for fault, expected, method in ROWS:

@@ -48,17 +48,17 @@ def _resume_config(run_dir: Path, num_epochs: int = 3) -> dict:
     return QG.load_config(run_dir / "config.yaml", {"training.resume": str(run_dir), "training.num_epochs": num_epochs})
 
 
-def _cli(*args, **kwargs) -> subprocess.CompletedProcess:
+def cli(*args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "QuantumGrav", *args], env=ENV, capture_output=True, text=True,
                           timeout=240, cwd=REPO, **kwargs)
 
 
-def _resume_args(run_dir: Path, num_epochs: int = 3) -> list[str]:
+def resume_args(run_dir: Path, num_epochs: int = 3) -> list[str]:
     return ["train", "--config", str(run_dir / "config.yaml"), "--resume", str(run_dir),
             "--set", f"training.num_epochs={num_epochs}"]
 
 
-def _epochs(run_dir: Path) -> list[int]:
+def epochs(run_dir: Path) -> list[int]:
     with open(run_dir / "metrics.csv", newline="") as f:
         return [int(row["epoch"]) for row in csv.DictReader(f)]
 
@@ -98,10 +98,10 @@ def test_kill_9_while_last_pt_is_renamed_leaves_a_loadable_checkpoint_and_the_re
     assert all(torch.load(p, weights_only=True)["epoch"] == 0 for p in complete)
     assert json.loads((run_dir / ".lock").read_text())["pid"] == job.pid, "the killed job's lock is left behind"
 
-    resumed = _cli(*_resume_args(run_dir))
+    resumed = cli(*resume_args(run_dir))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "taking over the lock" in resumed.stderr and "no longer runs" in resumed.stderr
-    assert _epochs(run_dir) == [0, 1, 2], "every epoch once"
+    assert epochs(run_dir) == [0, 1, 2], "every epoch once"
     assert torch.load(checkpoints / "last.pt", weights_only=True)["epoch"] == 2
 
 
@@ -123,7 +123,7 @@ def test_no_loadable_checkpoint_exits_2_naming_each_file_and_changes_nothing(run
     (checkpoints / "last.pt").write_bytes(b"not a checkpoint")
     (checkpoints / "previous.pt").unlink()
     before = _contents(run_copy)
-    done = _cli(*_resume_args(run_copy))
+    done = cli(*resume_args(run_copy))
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     (error,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -133,7 +133,7 @@ def test_no_loadable_checkpoint_exits_2_naming_each_file_and_changes_nothing(run
     assert _contents(run_copy) == before, "nothing overwritten or removed"
 
 
-def _limit_file_size(max_bytes: int):
+def limit_file_size(max_bytes: int):
     def apply() -> None:  # in the child, before it starts Python
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
@@ -145,9 +145,9 @@ def test_a_full_disk_while_saving_is_one_error_naming_the_file_and_the_checkpoin
     size = (checkpoints / "last.pt").stat().st_size
     written_first = ("config.yaml", "metrics.csv", "logs/rank_0.log")  # by the resumed run, before its checkpoint
     limit = size // 2
-    assert all((run_copy / name).stat().st_size * 2 < limit for name in written_first), "the limit stops checkpoints only"
+    assert all((run_copy / name).stat().st_size * 2 < limit for name in written_first), "it must stop checkpoints only"
     before = _contents(checkpoints)
-    done = _cli(*_resume_args(run_copy), preexec_fn=_limit_file_size(limit))
+    done = cli(*resume_args(run_copy), preexec_fn=limit_file_size(limit))
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     (error,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -171,7 +171,7 @@ def test_a_second_job_on_a_locked_run_is_refused_and_a_stale_lock_is_taken_over(
     message = str(refused.value)
     assert f"process {other_job.pid} on host {socket.gethostname()}, started 2026-01-02T03:04:05" in message
     assert f"delete {lock}" in message
-    assert _epochs(run_copy) == [0, 1] and lock.exists(), "the refused job changed nothing"
+    assert epochs(run_copy) == [0, 1] and lock.exists(), "the refused job changed nothing"
 
     warnings = collect_log("QuantumGrav")
     trainer = QG.Trainer(_resume_config(run_copy))  # that process is gone: its lock is stale

@@ -19,6 +19,7 @@ import os
 import secrets
 import socket
 import weakref
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -77,7 +78,7 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     _saving(path, lambda: atomic_replace(path, lambda tmp: _torch_save(state, tmp)))
 
 
-def save_last_checkpoint(folder: str | Path, state: dict[str, Any]) -> Path:
+def save_last_checkpoint(folder: str | Path, state: dict[str, Any]) -> None:
     """``folder/last.pt`` := ``state``, keeping the checkpoint it replaces as ``folder/previous.pt``."""
     last, previous = Path(folder) / LAST, Path(folder) / PREVIOUS
 
@@ -91,7 +92,6 @@ def save_last_checkpoint(folder: str | Path, state: dict[str, Any]) -> Path:
         # resume takes when last.pt is missing.
 
     _saving(last, lambda: atomic_replace(last, write_then_keep_previous))
-    return last
 
 
 # --------------------------------------------------------------------------- loading
@@ -109,6 +109,8 @@ def _why_unusable(path: Path, map_location) -> tuple[dict[str, Any] | None, str]
     """(state, "") when ``path`` loads as a checkpoint of ours, else (None, what is wrong with it)."""
     if not path.is_file():
         return None, "missing"
+    if not zipfile.is_zipfile(path):  # torch.load's own message would blame weights_only or miniz
+        return None, "truncated or corrupt (not a complete archive written by torch.save)"
     try:
         state = load_checkpoint(path, map_location)
     except Exception as err:  # noqa: BLE001 - whatever torch.load says, the file cannot be resumed from
