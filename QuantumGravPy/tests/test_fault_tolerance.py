@@ -2,6 +2,7 @@
 disk, a second job on the same run directory, a stalled rank. Each fault is injected for real."""
 
 import csv
+import datetime
 import json
 import os
 import resource
@@ -20,6 +21,7 @@ import yaml
 import QuantumGrav as QG
 from QuantumGrav.checkpoint import RunLock
 from QuantumGrav.config import resolve_pyobject
+from QuantumGrav.distributed import Runtime, _check_in_after_timeout, _timeout_message
 from conftest import REPO, TINY
 
 HERE = Path(__file__).resolve().parent
@@ -155,6 +157,7 @@ def test_a_full_disk_while_saving_is_one_error_naming_the_file_and_the_checkpoin
     assert f"--resume {run_copy}" in error
     assert _contents(checkpoints) == before, "the checkpoints saved before are intact, no temporary file is left"
     assert torch.load(checkpoints / "last.pt", weights_only=True)["epoch"] == 1
+    assert not (run_copy / ".lock").exists(), "the failed job released its lock"
 
 
 def test_a_second_job_on_a_locked_run_is_refused_and_a_stale_lock_is_taken_over(run_copy, collect_log):
@@ -203,3 +206,20 @@ def test_a_stalled_rank_is_named_when_the_collective_times_out(tiny_config):
     assert failed.value.rank == 0, "rank 0 waited for rank 1 and reports it"
     assert "CollectiveTimeout: rank 1 did not arrive at a collective operation within 5 s" in str(failed.value)
     assert "Timed out waiting" in failed.value.worker_traceback, "gloo's own error stays in the traceback"
+
+
+def test_the_check_in_names_the_missing_ranks_or_says_that_every_rank_arrived_late(monkeypatch):
+    store = torch.distributed.HashStore()
+    store.set_timeout(datetime.timedelta(seconds=0.3))  # the group's timeout, and so the check-in's grace
+    monkeypatch.setattr(torch.distributed.distributed_c10d, "_get_default_store", lambda: store)
+    assert _check_in_after_timeout(2, 3) == ([0, 1], 0.3)
+    assert _check_in_after_timeout(0, 3) == ([1], 0.3)
+    assert _check_in_after_timeout(1, 3) == ([], 0.3)
+    assert "rank 1 did not arrive" in _timeout_message([1], 300) and "logs/rank_1.log" in _timeout_message([1], 300)
+    assert "every rank checked in right after" in _timeout_message([], 300)
+
+
+def test_errors_other_than_a_collective_timeout_pass_unchanged():
+    with pytest.raises(RuntimeError, match="^DataLoader timed out after 5 seconds$"):
+        with Runtime(rank=0, world_size=2).naming_stalled_ranks():
+            raise RuntimeError("DataLoader timed out after 5 seconds")

@@ -245,7 +245,7 @@ class Runtime:
         try:
             yield
         except RuntimeError as err:
-            if not (self.distributed and "timed out" in str(err).lower()):
+            if not (self.distributed and _is_collective_timeout(err)):
                 raise
             checked_in = _check_in_after_timeout(self.rank, self.world_size)
             if checked_in is None:  # the store is gone too (its host process died): nothing to add
@@ -259,6 +259,13 @@ STALL_CHECK_IN_S = 10.0
 
 class CollectiveTimeout(RuntimeError):
     """A collective operation timed out; the message names the ranks that did not arrive."""
+
+
+def _is_collective_timeout(err: RuntimeError) -> bool:
+    """gloo's "Timed out waiting ... for recv/send operation", or a backend error about a timeout (not,
+    say, a DataLoader's own timeout, which says nothing about the other ranks)."""
+    text = str(err).lower()
+    return "timed out waiting" in text or (isinstance(err, dist.DistBackendError) and "timeout" in text)
 
 
 def _check_in_after_timeout(rank: int, world_size: int) -> tuple[list[int], float] | None:
