@@ -19,7 +19,7 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.checkpoint import RunLock
+from QuantumGrav.checkpoint import RunLock, save_last_checkpoint
 from QuantumGrav.config import resolve_pyobject
 from QuantumGrav.distributed import Runtime, _check_in_after_timeout, _timeout_message
 from conftest import REPO, TINY
@@ -118,6 +118,16 @@ def test_a_damaged_last_pt_falls_back_to_previous_pt_with_a_warning(run_copy, da
     assert trainer.start_epoch == 1, "resumed from previous.pt (epoch 0)"
     (warning,) = [m for m in warnings if "falling back" in m]
     assert f"{last} is truncated or corrupt" in warning and str(last.parent / "previous.pt") in warning
+
+
+def test_a_damaged_last_pt_is_replaced_without_pushing_out_the_good_previous_pt(tmp_path):
+    save_last_checkpoint(tmp_path, {"model": {}, "epoch": 0})
+    save_last_checkpoint(tmp_path, {"model": {}, "epoch": 1})
+    (tmp_path / "last.pt").write_bytes(b"damaged")
+    save_last_checkpoint(tmp_path, {"model": {}, "epoch": 2})
+    assert torch.load(tmp_path / "previous.pt", weights_only=True)["epoch"] == 0
+    assert torch.load(tmp_path / "last.pt", weights_only=True)["epoch"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "previous.pt"], "no temporary file left"
 
 
 def test_no_loadable_checkpoint_exits_2_naming_each_file_and_changes_nothing(run_copy):

@@ -86,7 +86,7 @@ def save_last_checkpoint(folder: str | Path, state: dict[str, Any]) -> None:
         _torch_save(state, tmp)
         with open(tmp, "rb") as written:
             os.fsync(written.fileno())  # the new checkpoint is complete on disk before the old one moves
-        if last.exists():
+        if zipfile.is_zipfile(last):  # a damaged last.pt (a resume fell back past it) never replaces previous.pt
             os.replace(last, previous)
         # atomic_replace renames tmp to last.pt next: in between only previous.pt exists, which the
         # resume takes when last.pt is missing.
