@@ -53,18 +53,19 @@ class Outcome:
 class UserProject:
     """A folder laid out as the two scripts expect: script, ``configs/train_ddp.yaml`` and ``src``."""
 
-    def __init__(self, root: Path, overrides: dict | None = None):
+    def __init__(self, root: Path, overrides: dict | None = None, library: Path = SRC):
         import QuantumGrav as QG
 
         self.root = root
-        config = QG.load_config(REPO / "configs" / "train_ddp.yaml",
-                                {**SHRINK, "training.path": str(root / "runs"), "data.root": str(root / "data"),
-                                 **(overrides or {})})
-        text = QG.dump_config(config)
+        # The file's own keys only (not the validated config with every default), so that an older
+        # version of the library (--library) reads it too.
+        config = yaml.load((REPO / "configs" / "train_ddp.yaml").read_text(), QG.get_loader())
+        text = QG.dump_config(QG.apply_overrides(config, {**SHRINK, "training.path": str(root / "runs"),
+                                                          "data.root": str(root / "data"), **(overrides or {})}))
         for folder in (root, root / "examples"):
             (folder / "configs").mkdir(parents=True, exist_ok=True)
             (folder / "configs" / "train_ddp.yaml").write_text(text)
-        (root / "src").symlink_to(SRC)
+        (root / "src").symlink_to(library)
         shutil.copy(USER_SCRIPTS / "train_ddp_torchrun.py", root / "train_ddp_torchrun.py")
         self.spawn_template = (USER_SCRIPTS / "train_ddp_mp_spawn.py").read_text()
 
@@ -116,9 +117,12 @@ def run_once(command: list[str], cwd: Path, hang_after_s: float, limit_s: float)
 
 
 def stress(script: str, world_size: int, runs: int, project: UserProject, hang_after_s: float = 60.0,
-           limit_s: float = 300.0, on_run=None) -> list[Outcome]:
+           limit_s: float = 300.0, on_run=None, stop_at: float = float("inf")) -> list[Outcome]:
+    """Up to ``runs`` runs, none started after the monotonic time ``stop_at``."""
     outcomes = []
     for index in range(runs):
+        if time.monotonic() > stop_at:
+            break
         outcome = run_once(project.command(script, world_size), project.root, hang_after_s, limit_s)
         outcomes.append(outcome)
         if on_run:
@@ -127,6 +131,8 @@ def stress(script: str, world_size: int, runs: int, project: UserProject, hang_a
 
 
 def table_row(script: str, world_size: int, outcomes: list[Outcome]) -> str:
+    if not outcomes:
+        return f"| {script} | {world_size} | 0 | - | - | - | - |"
     hangs = sum(o.exit_code is None for o in outcomes)
     failed = sum(o.exit_code not in (None, 0) for o in outcomes)
     median = statistics.median(o.seconds for o in outcomes)
@@ -141,10 +147,15 @@ def main() -> int:
     parser.add_argument("--scripts", nargs="+", choices=["torchrun", "mp_spawn"], default=["torchrun", "mp_spawn"])
     parser.add_argument("--hang-after", type=float, default=60.0,
                         help="seconds after rank 0's last line at which a job still running counts as hung")
+    parser.add_argument("--max-minutes", type=float, default=float("inf"),
+                        help="start no run after this many minutes; the table counts the runs made")
+    parser.add_argument("--library", type=Path, default=SRC,
+                        help="the QuantumGrav source folder the scripts import (to measure another version)")
     args = parser.parse_args()
+    stop_at = time.monotonic() + 60 * args.max_minutes
     rows = []
     with tempfile.TemporaryDirectory(prefix="qg-stress-") as folder:
-        project = UserProject(Path(folder))
+        project = UserProject(Path(folder), library=args.library.resolve())
         for script in args.scripts:
             for world_size in args.world_sizes:
                 def report(index: int, outcome: Outcome) -> None:
@@ -154,7 +165,8 @@ def main() -> int:
                     if outcome.exit_code not in (0,):
                         print("".join(outcome.output.splitlines(keepends=True)[-15:]), flush=True)
 
-                outcomes = stress(script, world_size, args.runs, project, args.hang_after, on_run=report)
+                outcomes = stress(script, world_size, args.runs, project, args.hang_after, on_run=report,
+                                  stop_at=stop_at)
                 rows.append(table_row(script, world_size, outcomes))
     print("\n| script | world size | runs | exited 0 | failed | hung |  median s |")
     print("|---|---|---|---|---|---|---|")

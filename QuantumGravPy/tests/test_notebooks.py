@@ -115,3 +115,26 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     outputs = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
                       for out in cell.outputs if out.output_type == "stream")
     assert "UserError: criterion = __main__.smoothed_cross_entropy: spawned worker processes cannot import" in outputs
+
+
+def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path):
+    runs = tmp_path / "runs"
+    notebook = run_notebook("06_your_own_data.ipynb", tmp_path, num_sets=90, num_epochs=2, launch_epochs=2,
+                            hidden=16, threshold=0.4, seed=3, runs_root=str(runs))
+    summary = last_cell_summary(notebook)
+
+    assert summary["num_sets"] == 90 and summary["launch_epochs"] == [0, 1]
+    assert summary["binary_metrics"] == ["test_accuracy", "test_f1", "test_loss", "test_precision", "test_recall"]
+    assert summary["regression_metrics"] == ["test_loss", "test_mae", "test_r2", "test_rmse"]
+    # Three runs: binary and regression on one process, binary on two (a log per rank).
+    run_summaries = {run.name: json.loads((run / "summary.json").read_text()) for run in runs.iterdir()}
+    assert len(run_summaries) == 3
+    (ddp_run,) = [run for run in runs.iterdir() if (run / "logs" / "rank_1.log").exists()]
+    config = QG.load_config(ddp_run / "config.yaml")
+    assert config["task"]["threshold"] == 0.4 and config["data"]["kwargs"]["num_sets"] == 90
+    assert any((run / "figures" / "predictions.png").exists() for run in runs.iterdir())
+
+    outputs = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                      for out in cell.outputs if out.output_type == "stream")
+    assert "ConfigError: dataset (the object passed to the trainer): item 0 does not fit the binary task" in outputs
+    assert "UserError: data.type = __main__.NotebookSets: spawned worker processes cannot import" in outputs

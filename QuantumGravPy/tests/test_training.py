@@ -10,7 +10,7 @@ from torch_geometric.data import Batch
 
 import QuantumGrav as QG
 from QuantumGrav.config import resolve_pyobject
-from QuantumGrav.training import make_train_sampler
+from QuantumGrav.data_sources import make_train_sampler
 
 
 def _train(config):

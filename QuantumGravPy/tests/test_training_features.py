@@ -121,7 +121,7 @@ def test_progress_bar_only_on_rank_0_and_not_under_ci_unless_asked(tiny_config, 
     monkeypatch.setenv("CI", ci)
     monkeypatch.setattr(type(trainer.runtime), "is_main", property(lambda self: rank_is_main))
     loader = trainer.prepare_dataloaders()[0]
-    assert isinstance(trainer._progress(loader, epoch=0), tqdm) is shown
+    assert isinstance(trainer._progress(loader, epoch=0, total=len(loader)), tqdm) is shown
 
 
 def test_reduce_lr_on_plateau_gets_the_validation_metric(tiny_config):
@@ -144,7 +144,7 @@ def test_cosine_without_t_max_decays_over_the_epochs_after_warmup(tiny_config):
     ({"training.scheduler_type": COSINE, "training.scheduler_kwargs": {"bogus": 1}},
      "training.scheduler_kwargs: CosineAnnealingLR rejects"),
     ({"model.conv_kwargs": {"bogus": 1}}, "model: build_model rejects the configured arguments"),
-    ({"criterion": resolve_pyobject("os.getcwd")}, r"criterion: calling it as criterion\(logits, target\) failed"),
+    ({"criterion": resolve_pyobject("os.getcwd")}, r"criterion: calling it as criterion\(outputs, target\) failed"),
     ({"criterion": resolve_pyobject("ddp_helpers.loss_per_graph")}, "criterion: expected a scalar loss tensor"),
     ({"training.scheduler_type": resolve_pyobject("torch.optim.lr_scheduler.ReduceLROnPlateau"),
       "training.warmup_epochs": 1}, "training.scheduler_type: ReduceLROnPlateau steps once per epoch"),

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from .errors import ConfigError
+from .tasks import EARLY_STOPPING_METRICS, TASK_TYPES, metric_mode
 
 PYOBJECT_TAG = "!pyobject"
 
@@ -241,6 +242,17 @@ def port(value: Any) -> int:
     return integer(1, 65535)(value)
 
 
+def fraction_or_range(value: Any) -> float | list[float]:
+    """A number in (0, 1], or a range [low, high] of them with low <= high."""
+    fraction = number(0.0, 1.0, exclusive_min=True)
+    if not isinstance(value, (list, tuple)):
+        return fraction(value)
+    low, high = list_of(fraction, length=2)(value)
+    if low > high:
+        raise _Invalid(f"expected a range [low, high] with low <= high, got {list(value)}")
+    return [low, high]
+
+
 # --------------------------------------------------------------------------- the schema
 def _data_schema() -> dict[str, Field]:
     from .data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_TARGETS
@@ -260,12 +272,20 @@ def _data_schema() -> dict[str, Field]:
             list(d["classes"]),
             doc="cset types generated: " + ", ".join(VALID_CLASSES),
         ),
-        "destroy_fraction": Field(fraction, d["destroy_fraction"], doc="share of pairs flipped in destroyed sets"),
+        "destroy_fraction": Field(fraction_or_range, d["destroy_fraction"],
+                                  doc="share of pairs flipped in destroyed sets, or a range [low, high] "
+                                  "drawn from log-uniformly per set"),
         "edges": Field(choice(*VALID_EDGES), d["edges"], doc="graph edges: links (Hasse diagram) or all relations"),
-        "target": Field(choice(*VALID_TARGETS), d["target"], doc="label: cset_type, manifold_like or dimension"),
+        "target": Field(choice(*VALID_TARGETS), d["target"], doc="generator's y: " + ", ".join(VALID_TARGETS)
+                        + " (multiclass, binary, multiclass, regression under task.type: auto)"),
         "seed": Field(integer(0), d["seed"], doc="generation seed (part of the cache key)"),
         "split": Field(list_of(fraction, length=3), list(d["split"]), doc="train, validation, test fractions"),
         "split_seed": Field(integer(0), d["split_seed"], doc="the same on every rank, never the rank"),
+        "type": Field(pyobject, None, nullable=True,
+                      doc="your dataset class (PyG Dataset or sequence of Data with x, edge_index, y), built as "
+                          "type(**kwargs) on every rank, rank 0 first; null: the built-in generator (the keys "
+                          "above; split and split_seed apply to both)"),
+        "kwargs": Field(mapping, {}, doc="keyword arguments of data.type"),
     }
 
 
@@ -351,6 +371,9 @@ def schema() -> dict[str, Any]:
             number(0.0, exclusive_min=True), None, nullable=True, doc="clip the global gradient norm to this value"
         ),
         "checkpoint_at": Field(integer(1), None, nullable=True, doc="also keep epoch_K.pt every K epochs"),
+        "checkpoint_every_n_steps": Field(
+            integer(1), None, nullable=True,
+            doc="also checkpoint last.pt every N optimizer steps: a restart resumes mid-epoch at the next batch"),
         "memory_limit_mb": Field(
             number(0.0, exclusive_min=True), None, nullable=True, doc="warn once when RSS (or CUDA memory) passes it"
         ),
@@ -361,7 +384,9 @@ def schema() -> dict[str, Any]:
         "resume": Field(string, None, nullable=True, doc="run directory to continue"),
     }
     model = {
-        "type": Field(pyobject, None, nullable=True, doc="model class; default QuantumGrav.models.GNNClassifier"),
+        "type": Field(pyobject, None, nullable=True,
+                      doc="model class, built as type(in_channels, out_channels, **kwargs), forward(batch) -> "
+                          "[graphs, out_channels] (docs/your_own_data.md); default QuantumGrav.models.GNNClassifier"),
         "conv": Field(
             pyobject,
             resolve_pyobject("torch_geometric.nn.GraphConv"),
@@ -376,6 +401,10 @@ def schema() -> dict[str, Any]:
         "dropout": Field(number(0.0, 0.99), 0.1),
         "pooling": Field(choice("mean", "max", "add", "mean_max"), "mean_max", doc="per-graph readout"),
         "head_hidden": Field(list_of(integer(1)), [64], doc="hidden widths of the classifier MLP"),
+        "directions": Field(choice("forward", "both"), "forward",
+                            doc="both: messages past -> future and future -> past, with separate weights"),
+        "graph_features": Field(boolean, False, doc="hybrid: the set's order invariants (data.invariants) "
+                                "join the pooled node states in the head"),
         "kwargs": Field(mapping, {}, doc="extra constructor arguments of a custom model.type"),
     }
     return {
@@ -390,17 +419,29 @@ def schema() -> dict[str, Any]:
             ),
         },
         "testing": _loader_fields(64, 0),
+        "task": {
+            "type": Field(choice("auto", *TASK_TYPES), "auto",
+                          doc="multiclass | binary | regression; auto: the dataset's task attribute (the generator's "
+                              "follows data.target), else regression for float y, multiclass for integer y"),
+            "threshold": Field(number(0.0, 1.0, exclusive_min=True), 0.5,
+                               doc="binary: a graph is predicted positive when sigmoid(logit) >= threshold"),
+        },
         "early_stopping": {
             "enabled": Field(boolean, True),
-            "metric": Field(choice("val_loss", "val_accuracy"), "val_loss"),
-            "mode": Field(choice("min", "max"), None, nullable=True, doc="default: min for loss, max for accuracy"),
+            "metric": Field(choice(*EARLY_STOPPING_METRICS), "val_loss",
+                            doc="one the task reports: multiclass val_loss, val_accuracy; binary also val_precision, "
+                                "val_recall, val_f1; regression val_loss, val_mae, val_rmse, val_r2"),
+            "mode": Field(choice("min", "max"), None, nullable=True,
+                          doc="default: max for accuracy, precision, recall, f1, r2; min for loss, mae, rmse"),
             "patience": Field(integer(1), 5),
             "min_delta": Field(number(0.0), 0.0),
         },
         "criterion": Field(
             pyobject,
-            resolve_pyobject("torch.nn.functional.cross_entropy"),
-            doc="loss(logits, target); a class is instantiated first",
+            None,
+            nullable=True,
+            doc="loss(outputs, target); a class is instantiated first; null: the task's (cross_entropy, "
+                "binary_cross_entropy_with_logits, mse_loss)",
         ),
         "data": _data_schema(),
         "parallel": {
@@ -470,6 +511,11 @@ def _cross_checks(cfg: dict, errors: list[str]) -> None:
         if cls in MANIFOLD_CLASSES and MANIFOLD_CLASSES[cls] not in data["dimensions"]:
             errors.append(f"data.classes: '{cls}' needs dimension {MANIFOLD_CLASSES[cls]} in data.dimensions, "
                           f"got dimensions {data['dimensions']}; add it there or remove the class")
+    es = cfg["early_stopping"]
+    if es["mode"] is not None and es["mode"] != metric_mode(es["metric"]):
+        # Always a mistake, often made by overriding the metric of an already resolved config.
+        errors.append(f"early_stopping.mode: '{es['mode']}' but {es['metric']} improves towards "
+                      f"'{metric_mode(es['metric'])}'; set mode to null (it then follows the metric)")
     lr = cfg["training"]["optimizer_kwargs"].get("lr")
     if lr is not None:
         try:
@@ -481,7 +527,7 @@ def _cross_checks(cfg: dict, errors: list[str]) -> None:
 def _fill_dependent_defaults(cfg: dict) -> None:
     es = cfg["early_stopping"]
     if es["mode"] is None:  # the direction in which the metric improves
-        es["mode"] = "max" if es["metric"] == "val_accuracy" else "min"
+        es["mode"] = metric_mode(es["metric"])
 
 
 def validate_config(config: Any) -> dict:

@@ -22,12 +22,15 @@ import torch
 from torch_geometric.data import Data, InMemoryDataset
 
 from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
-                          DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, CausalSetRecord,
+                          DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, CausalSetRecord,
                           check_generation_args, generate_causal_sets)
 from .run_artifacts import atomic_replace
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
-VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension")
+VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
+# The task each target is learned as (QuantumGrav.tasks); task.type: auto reads it from the dataset.
+TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
+                                "myrheim_meyer_dimension": "regression"}
 VALID_EDGES: tuple[str, ...] = ("links", "relations")
 
 DATA_DEFAULTS: dict[str, Any] = {
@@ -45,12 +48,13 @@ DATA_DEFAULTS: dict[str, Any] = {
     "split_seed": 42,
 }
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
-CACHE_FORMAT_VERSION = 1  # bump when the generator or the stored Data change: old caches are then ignored
+_OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (data_sources), not the generator's
+CACHE_FORMAT_VERSION = 3  # bump when the generator or the stored Data change: old caches are then ignored
 MANIFOLD_LIKE_NAMES = ["non_manifold_like", "manifold_like"]
 
 
 def _generation_params(num_samples: int, n_min: int, n_max: int, dimensions: Sequence[int],
-                       classes: Sequence[str], destroy_fraction: float, edges: str, target: str,
+                       classes: Sequence[str], destroy_fraction: float | Sequence[float], edges: str, target: str,
                        seed: int) -> dict[str, Any]:
     """The checked parameters as plain JSON types (their hash names the cache folder)."""
     if not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
@@ -67,7 +71,14 @@ def _generation_params(num_samples: int, n_min: int, n_max: int, dimensions: Seq
     check_generation_args(num_samples, n_min, n_max, dimensions, classes, destroy_fraction)
     return {"num_samples": int(num_samples), "n_min": int(n_min), "n_max": int(n_max),
             "dimensions": [int(d) for d in dimensions], "classes": [str(c) for c in classes],
-            "destroy_fraction": float(destroy_fraction), "edges": edges, "target": target, "seed": int(seed)}
+            "destroy_fraction": _json_fraction(destroy_fraction), "edges": edges, "target": target, "seed": int(seed)}
+
+
+def _json_fraction(destroy_fraction: float | Sequence[float]) -> float | list[float]:
+    """A flip fraction or [low, high] range as JSON (checked by ``check_generation_args`` before)."""
+    if isinstance(destroy_fraction, (list, tuple)):
+        return [float(v) for v in destroy_fraction]
+    return float(destroy_fraction)
 
 
 def _cache_key(params: dict[str, Any]) -> str:
@@ -81,18 +92,23 @@ class CausalSetDataset(InMemoryDataset):
     * ``target="cset_type"``: y indexes ``classes`` (e.g. 2d/3d/4d sprinklings, destroyed, layered).
     * ``target="manifold_like"``: y = 1 for sprinklings, 0 for the non-manifold-like orders.
     * ``target="dimension"``: only the ``minkowski_{d}d`` classes are generated; y indexes their d.
+    * ``target="myrheim_meyer_dimension"``: y (float [1]) is the set's Myrheim-Meyer dimension estimate
+      (from its ordering fraction), a continuous target for regression, over all ``classes``.
 
-    Each ``Data`` has ``x`` (float32 N x F), ``edge_index`` (past -> future), ``y`` (long [1]),
+    Each ``Data`` has ``x`` (float32 N x F), ``edge_index`` (past -> future), ``y`` (long [1], float for
+    regression),
     ``manifold_like`` (bool [1]), ``dimension`` (long [1], -1 where undefined), ``cset_type``
-    (long [1], index into ``causal_sets.CSET_TYPES``), ``num_nodes`` and ``invariants``
-    (float [1, K], columns ``causal_sets.INVARIANT_NAMES``) for the baseline.
+    (long [1], index into ``causal_sets.CSET_TYPES``), ``flip_fraction`` (float [1], 0 except
+    for destroyed sets), ``num_nodes`` and ``invariants`` (float [1, K], columns
+    ``causal_sets.INVARIANT_NAMES``) for the baselines and hybrid models.
+    ``destroy_fraction`` may be a range [low, high]: each destroyed set then draws its own.
     """
 
     def __init__(self, root: str | os.PathLike, *, num_samples: int = DATA_DEFAULTS["num_samples"],
                  n_min: int = DATA_DEFAULTS["n_min"], n_max: int = DATA_DEFAULTS["n_max"],
                  dimensions: Sequence[int] = DATA_DEFAULTS["dimensions"],
                  classes: Sequence[str] = DATA_DEFAULTS["classes"],
-                 destroy_fraction: float = DATA_DEFAULTS["destroy_fraction"],
+                 destroy_fraction: float | Sequence[float] = DATA_DEFAULTS["destroy_fraction"],
                  edges: str = DATA_DEFAULTS["edges"], target: str = DATA_DEFAULTS["target"],
                  seed: int = DATA_DEFAULTS["seed"], log: bool = False, transform: Callable | None = None):
         self._params = _generation_params(num_samples, n_min, n_max, dimensions, classes,
@@ -107,7 +123,9 @@ class CausalSetDataset(InMemoryDataset):
     @classmethod
     def from_config(cls, data_cfg: dict[str, Any]) -> "CausalSetDataset":
         """Build from the config's ``data:`` section (keys of ``DATA_DEFAULTS``; missing keys take the
-        defaults). ``split``/``split_seed`` belong to the caller: see ``split_indices``."""
+        defaults). ``split``/``split_seed`` belong to the caller: see ``split_indices``; ``type``/``kwargs``
+        name a dataset class to use instead of this one (``data_sources``) and are ignored here."""
+        data_cfg = {k: v for k, v in data_cfg.items() if k not in _OTHER_SOURCE_KEYS}
         unknown = sorted(set(data_cfg) - set(DATA_DEFAULTS))
         if unknown:
             raise ValueError(f"data_cfg: unknown keys {unknown}; expected keys from {sorted(DATA_DEFAULTS)}")
@@ -134,8 +152,15 @@ class CausalSetDataset(InMemoryDataset):
         return copy.deepcopy(self._params)
 
     @property
+    def task(self) -> str:
+        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.tasks``)."""
+        return TARGET_TASKS[self._params["target"]]
+
+    @property
     def class_names(self) -> list[str]:
         target, classes = self._params["target"], self._params["classes"]
+        if target == "myrheim_meyer_dimension":
+            return []
         if target == "cset_type":
             return list(classes)
         if target == "manifold_like":
@@ -149,7 +174,13 @@ class CausalSetDataset(InMemoryDataset):
     def _dimensions(self) -> list[int]:
         return sorted(MANIFOLD_CLASSES[c] for c in self._params["classes"] if c in MANIFOLD_CLASSES)
 
-    def _label(self, record: CausalSetRecord) -> int:
+    def _label(self, record: CausalSetRecord) -> torch.Tensor:
+        target = self._params["target"]
+        if target == "myrheim_meyer_dimension":
+            return torch.tensor([record.invariants[INVARIANT_NAMES.index(target)]], dtype=torch.float32)
+        return torch.tensor([self._class_index(record)], dtype=torch.long)
+
+    def _class_index(self, record: CausalSetRecord) -> int:
         target = self._params["target"]
         if target == "cset_type":
             return self._params["classes"].index(record.cset_type)
@@ -177,11 +208,12 @@ class CausalSetDataset(InMemoryDataset):
         adjacency = record.link_matrix if self._params["edges"] == "links" else record.causal_matrix
         edge_index = torch.from_numpy(np.stack(np.nonzero(adjacency))).long()
         return Data(x=torch.from_numpy(record.features), edge_index=edge_index,
-                    y=torch.tensor([self._label(record)], dtype=torch.long),
+                    y=self._label(record),
                     manifold_like=torch.tensor([record.manifold_like]),
                     dimension=torch.tensor([record.dimension], dtype=torch.long),
                     cset_type=torch.tensor([CSET_TYPES.index(record.cset_type)], dtype=torch.long),
                     invariants=torch.from_numpy(record.invariants).reshape(1, -1),
+                    flip_fraction=torch.tensor([record.flip_fraction], dtype=torch.float32),
                     num_nodes=record.num_elements)
 
 

@@ -25,7 +25,7 @@ from .checkpoint import has_checkpoint
 from .config import find_unimportable, load_config
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           launched_by_torchrun, usable_cpu_count)
-from .errors import UserError
+from .errors import Preempted, UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
@@ -233,7 +233,9 @@ def _log_failure(err: BaseException) -> None:
     once per exception, however many layers it passes on its way out."""
     if getattr(err, "_quantumgrav_logged", False):
         return
-    # The full traceback for failures that are not bad input: it lands in this rank's log file too.
-    logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))
+    if isinstance(err, Preempted):  # not a failure: the run is checkpointed and continues when restarted
+        logger.warning(str(err))
+    else:  # the full traceback for failures that are not bad input: it lands in this rank's log file too
+        logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))
     with contextlib.suppress(AttributeError):  # an exception type with __slots__ is logged again: harmless
         err._quantumgrav_logged = True  # type: ignore[attr-defined]

@@ -110,8 +110,8 @@ def _save_figure(figure, path: Path) -> Path:
     return Path(path)
 
 
-def plot_training_curves(rows: list[dict[str, Any]], path: Path) -> Path:
-    """Loss, validation accuracy and learning rate per epoch, in one figure."""
+def plot_training_curves(rows: list[dict[str, Any]], path: Path, metric: str = "val_accuracy") -> Path:
+    """Loss, a validation ``metric`` (the task's first after the loss) and learning rate per epoch."""
     from matplotlib.ticker import MaxNLocator
 
     epochs = [int(r["epoch"]) for r in rows]
@@ -121,8 +121,11 @@ def plot_training_curves(rows: list[dict[str, Any]], path: Path) -> Path:
     axes[0].plot(epochs, series("val_loss"), label="validation")
     axes[0].set(xlabel="epoch", ylabel="loss", title="Loss")
     axes[0].legend()
-    axes[1].plot(epochs, series("val_accuracy"), color="tab:green")
-    axes[1].set(xlabel="epoch", ylabel="accuracy", title="Validation accuracy", ylim=(0, 1))
+    name = metric.removeprefix("val_")
+    axes[1].plot(epochs, series(metric), color="tab:green")
+    axes[1].set(xlabel="epoch", ylabel=name, title=f"Validation {name}")
+    if name in ("accuracy", "precision", "recall", "f1"):
+        axes[1].set_ylim(0, 1)
     axes[2].plot(epochs, series("lr"), color="tab:orange")
     axes[2].set(xlabel="epoch", ylabel="learning rate", title="Learning rate")
     axes[2].ticklabel_format(axis="y", useOffset=False, style="sci", scilimits=(-3, 3))
@@ -142,4 +145,16 @@ def plot_confusion_matrix(matrix: list[list[int]], class_names: list[str], path:
     for i, row in enumerate(matrix):
         for j, count in enumerate(row):  # white on dark cells, black on light ones
             ax.text(j, i, str(count), ha="center", va="center", color="white" if count > largest / 2 else "black")
+    return _save_figure(figure, path)
+
+
+def plot_predictions(pairs: list[tuple[float, float]], path: Path) -> Path:
+    """Regression: predicted against true value of every test set, with the diagonal of perfect predictions."""
+    predicted, true = zip(*pairs) if pairs else ((), ())
+    figure, ax = _new_figure(4.5, 4.2)
+    ax.scatter(true, predicted, s=8, alpha=0.6)
+    low, high = (min(true + predicted), max(true + predicted)) if pairs else (0.0, 1.0)
+    ax.plot([low, high], [low, high], color="black", linewidth=0.8, label="predicted = true")
+    ax.set(xlabel="true", ylabel="predicted", title="Test predictions")
+    ax.legend()
     return _save_figure(figure, path)

@@ -8,6 +8,7 @@ both and there is exactly one copy of the loop.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import math
@@ -20,24 +21,26 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
-from torch.utils.data import DistributedSampler, Sampler
+from torch.utils.data import DistributedSampler
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
-from .baseline import evaluate_baseline
+from .baseline import describe_baselines, evaluate_baselines, flatten_baselines
 from .checkpoint import RunLock, load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
-from .config import dump_config, load_config, load_yaml_text
-from .data import CausalSetDataset, split_indices
+from .config import dump_config, load_config, load_yaml_text, pyobject_path
+from . import data_sources, tasks
+from .data import split_indices
 from .distributed import Runtime, configured_device_type, names_stalled_ranks
 from .early_stopping import EarlyStopping
-from .errors import ConfigError, UserError
+from .errors import ConfigError, Preempted, UserError
 from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
+from .resume import StopRequest, forget_run, job_token, remember_run, run_to_continue, sigterm_requests_a_stop
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
-                            plot_confusion_matrix, plot_training_curves, write_json)
-from .schedules import build_scheduler, derive_hyperparameters, schedule_spans_num_epochs
+                            plot_confusion_matrix, plot_predictions, plot_training_curves, write_json)
+from .schedules import build_scheduler, derive_hyperparameters, fast_forward, schedule_spans_num_epochs
 from .wandb_logger import WandbLogger
 
 logger = get_logger("training")
@@ -53,37 +56,16 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-class ShardSampler(Sampler[int]):
-    """Rank r evaluates items r, r+W, r+2W, ...: disjoint shards, no padding, nothing counted twice
-    (DistributedSampler pads with duplicates, which would bias validation metrics)."""
-
-    def __init__(self, num_items: int, rank: int, world_size: int):
-        self.indices = list(range(rank, num_items, world_size))
-
-    def __iter__(self):
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
-def make_train_sampler(dataset, rank: int, world_size: int, shuffle: bool, seed: int) -> DistributedSampler:
-    """Rank ``rank``'s shard of the training set, reshuffled by ``set_epoch``.
-
-    Used even for one process: the permutation then depends only on (seed, epoch), so
-    a resumed run, and an N-process run taken together, see the same sample order.
-    """
-    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
-
-
 class Trainer:
     """Train, validate and test a GNN on causal sets in one process.
 
     ``prepare_dataloaders()``, ``run_training(train_loader, val_loader)`` and
     ``run_test(test_loader)`` are the whole API; ``TrainerDDP`` has the same.
+    ``dataset``: train on this PyG Dataset or sequence of ``Data`` instead of the configured one
+    (see ``data_sources``).
     """
 
-    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None):
+    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None):
         self.config = load_config(config)
         self.tcfg = self.config["training"]
         self.runtime = runtime or Runtime(device=resolve_device(self.tcfg["device"]))
@@ -92,17 +74,26 @@ class Trainer:
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
         self.epoch, self.start_epoch, self._best_state = 0, 0, None
-        self._resume_state = self._read_resume_checkpoint() if self.tcfg["resume"] else None
+        self._resume_in_epoch: tuple[int, list[float] | None] = (0, None)
+        self._stop_request = StopRequest()
+        self.job_token = job_token() if self.runtime.is_main else None
+        self._resume_dir = self._find_run_to_continue()
+        self._resume_state = self._read_resume_checkpoint(self._resume_dir) if self._resume_dir else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
-        self.dataset = self._load_dataset()
+        self.dataset = data_sources.load_dataset(self.config, self.runtime, dataset)
+        source = data_sources.source_name(self.config, dataset)
+        samples = data_sources.check_samples(self.dataset, source)
+        self.task = tasks.resolve_task(self.config["task"], self.dataset, samples, source)
+        first = samples[0]
+        tasks.check_metric(self.config["early_stopping"]["metric"], self.task)
         self.split = dict(zip(("train", "val", "test"), split_indices(
             len(self.dataset), self.config["data"]["split"], self.config["data"]["split_seed"])))
-        core = self._build("model", build_model, self.config["model"], self.dataset.num_node_features,
-                           self.dataset.num_classes)
+        model_key = "model.kwargs" if self.config["model"]["type"] is not None else "model"
+        core = self._build(model_key, build_model, self.config["model"], first.x.size(1), self.task.output_width)
         self.core_model = core.to(self.device)  # move to the device *before* any DDP wrapping
-        self._check_model_forward()
+        self._check_model_forward(first)
         self.model = self._wrap_model(self.core_model)
-        self.criterion = self._build_criterion(self.config["criterion"])
+        self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
         self.derived = derive_hyperparameters(self.tcfg, self.runtime.world_size)
         self.optimizer = self._build("training.optimizer_kwargs", self.tcfg["optimizer_type"],
                                      self.core_model.parameters(), *self.tcfg["optimizer_args"],
@@ -113,7 +104,8 @@ class Trainer:
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
         # above leaves nothing on disk.
         self.run_dir = self._open_run_dir()
-        self._run_lock = RunLock.acquire(self.run_dir) if self.runtime.is_main else None  # one job per run
+        # One job per run; a restart of this job (same token) takes over the lock its first attempt left.
+        self._run_lock = RunLock.acquire(self.run_dir, self.job_token) if self.runtime.is_main else None
         setup_logging(self.runtime.rank, self.run_dir)
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
@@ -148,23 +140,35 @@ class Trainer:
 
     def _open_run_dir(self) -> Path:
         """Rank 0 creates (or reopens) the run directory; every rank gets its path."""
-        if self.tcfg["resume"]:
-            return Path(self.tcfg["resume"]).expanduser().resolve()
-        path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"]) if self.runtime.is_main else None
+        if self._resume_dir:
+            return self._resume_dir
+        path = None
+        if self.runtime.is_main:
+            path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"])
+            remember_run(self.tcfg, self.job_token, path)
         return Path(self.runtime.broadcast_from_main(str(path) if path else None))
 
-    def _read_resume_checkpoint(self) -> dict[str, Any]:
+    def _find_run_to_continue(self) -> Path | None:
+        """Rank 0 decides which run this job continues (resume.py: --resume, the run name, or this job's
+        first attempt after a restart); one broadcast gives every rank the same answer."""
+        found = run_to_continue(self.tcfg, self.job_token) if self.runtime.is_main else None
+        found = self.runtime.broadcast_from_main(str(found) if found else None)
+        return Path(found) if found else None
+
+    def _read_resume_checkpoint(self, run_dir: Path) -> dict[str, Any]:
         """The last checkpoint of the run to continue (every rank reads it from the shared run directory),
         after checking that this config trains the same model on the same data."""
-        state, path = load_resume_checkpoint(Path(self.tcfg["resume"]).expanduser().resolve(), self.device)
+        state, _ = load_resume_checkpoint(run_dir, self.device)  # last.pt, or previous.pt if it is damaged
         stored = load_config(load_yaml_text(state["config_yaml"]))
         changed = [f"{section}.{key}" for section in ("data", "model") for key, value in self.config[section].items()
                    if key != "root" and value != stored[section][key]]
         changed += ["criterion"] if self.config["criterion"] is not stored["criterion"] else []
         if changed:
-            raise ConfigError(f"training.resume: this config changes {', '.join(changed)} of the run being resumed; "
-                              "a resumed run trains the same model on the same data. Resume with the run's own "
-                              f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run")
+            source = "training.resume" if self.tcfg["resume"] else "training.run_name" if self.tcfg["run_name"] else ""
+            raise ConfigError(f"{source or run_dir}: this config changes {', '.join(changed)} of the run being "
+                              f"continued ({run_dir}); a resumed run trains the same model on the same data. Resume "
+                              f"with the run's own config (--config {run_dir / 'config.yaml'} --resume ...) or "
+                              "start a new run (another training.run_name)")
         planned = stored["training"]["num_epochs"]
         if schedule_spans_num_epochs(self.tcfg) and planned != self.tcfg["num_epochs"]:
             rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its "
@@ -173,50 +177,31 @@ class Trainer:
                                    "schedule that spans the runs, or start a new run")
         return state
 
-    def _load_dataset(self) -> CausalSetDataset:
-        # Rank 0 generates and caches; the others wait, then read the cache.
-        with self.runtime.main_process_first(timeout_s=self.config["parallel"]["data_timeout_s"]):
-            try:
-                return CausalSetDataset.from_config(self.config["data"])
-            except OSError as err:
-                raise UserError(f"data.root: cannot read or write the data cache in '{self.config['data']['root']}' "
-                                f"({err.strerror or err}); set data.root to a folder you can write to") from None
-
     @torch.no_grad()
-    def _check_model_forward(self) -> None:
-        """One forward pass on a real graph now, so a layer that cannot run on these graphs (one that
-        needs edge features, say) is a config error before any run exists, not a crash in epoch 0."""
-        graph = Batch.from_data_list([self.dataset[0]]).to(self.device)
+    def _check_model_forward(self, first) -> None:
+        """One forward pass on a real graph now, so a model that cannot run on these graphs (a layer that
+        needs edge features, a graph attribute the data lacks) or returns the wrong shape for the task is
+        a config error, naming the key to change, before any run exists, not a crash in epoch 0."""
+        custom = self.config["model"]["type"]
+        key = "model.type" if custom is not None else "model"
+        name = f"{key} ({pyobject_path(custom)})" if custom is not None else key
+        graph = Batch.from_data_list([first]).to(self.device)
         self.core_model.eval()
         try:
-            logits = self.core_model(graph)
+            outputs = self.core_model(graph)
         except Exception as err:  # noqa: BLE001 - any failure here is a model that does not fit the data
-            raise ConfigError(f"model: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
-                              "the model must run on graphs with node features x and edge_index only "
-                              "(no edge features)") from None
+            fix = (f"the batch holds only {', '.join(sorted(graph.keys()))}" if custom is not None else
+                   "the model must run on graphs with node features x and edge_index only (no edge features)")
+            raise ConfigError(f"{name}: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
+                              f"{fix}") from None
         finally:
             self.core_model.train()
-        expected = [1, self.dataset.num_classes]
-        if not isinstance(logits, torch.Tensor) or list(logits.shape) != expected:
-            got = f"shape {list(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise ConfigError(f"model: expected logits of shape {expected} (graphs x classes) for one causal set, "
-                              f"got {got}")
-
-    def _build_criterion(self, criterion: Any):
-        """The loss, checked once on dummy logits so a wrong signature is a config error, not a crash later."""
-        loss = self._build("criterion", criterion) if isinstance(criterion, type) else criterion
-        classes = self.dataset.num_classes
-        try:
-            logits = torch.zeros(2, classes, device=self.device)
-            value = loss(logits, torch.zeros(2, dtype=torch.long, device=self.device))
-        except Exception as err:  # noqa: BLE001 - any failure here is a wrong criterion
-            raise ConfigError(f"criterion: calling it as criterion(logits, target) failed ({type(err).__name__}: "
-                              f"{err}); it must take logits [graphs, classes] and class indices [graphs]") from None
-        if not (isinstance(value, torch.Tensor) and value.numel() == 1):
-            got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ConfigError(f"criterion: expected a scalar loss tensor from criterion(logits, target), got {got} "
-                              "(a reduction='none' loss must be averaged)")
-        return loss
+        expected = [1, self.task.output_width]
+        if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
+            got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+            raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {self.task.type}"
+                              f" task) for one causal set, got {got}; the model is built with out_channels="
+                              f"{self.task.output_width}")
 
     def _write_resolved_config(self) -> None:
         # Without resume and run_name, `--config <run dir>/config.yaml` starts the same run anew.
@@ -233,26 +218,9 @@ class Trainer:
         return WandbLogger(wandb_cfg, self.run_dir, {**self.config, "derived": self.derived}, resume_id=resume_id)
 
     # ------------------------------------------------------------------ data
-    def _subset(self, name: str):
-        return self.dataset.index_select(self.split[name])
-
-    def _loader(self, dataset, section: str, sampler: Sampler | None) -> DataLoader:
-        cfg = self.config[section]
-        extra = {"prefetch_factor": cfg["prefetch_factor"]} if cfg["num_workers"] and cfg["prefetch_factor"] else {}
-        return DataLoader(dataset, batch_size=cfg["batch_size"], sampler=sampler, shuffle=False,
-                          num_workers=cfg["num_workers"], pin_memory=cfg["pin_memory"] and self.device.type == "cuda",
-                          drop_last=cfg.get("drop_last", False), persistent_workers=cfg["num_workers"] > 0, **extra)
-
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
-        rank, world = self.runtime.rank, self.runtime.world_size
-        train = self._subset("train")
-        train_sampler = make_train_sampler(train, rank, world, self.tcfg["shuffle"], self.tcfg["seed"])
-        val = self._subset("val")
-        val_sampler = ShardSampler(len(val), rank, world) if self.config["validation"]["mode"] == "sharded" else None
-        test = self._subset("test")
-        return (self._loader(train, "training", train_sampler), self._loader(val, "validation", val_sampler),
-                self._loader(test, "testing", None))
+        return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime)
 
     # ------------------------------------------------------------------ the loop
     @names_stalled_ranks  # a collective timeout says which rank did not arrive
@@ -260,18 +228,19 @@ class Trainer:
         """Train until ``num_epochs`` or early stopping; returns (train_history, val_history) on every rank."""
         self._log_start_block(train_loader)
         stop_reason = f"completed {self.tcfg['num_epochs']} epochs"
-        for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
-            self.epoch = epoch
-            started = time.perf_counter()
-            train_stats = self._train_one_epoch(train_loader, epoch)
-            val_stats = self.evaluate(val_loader)
-            stop, reason = self._finish_epoch(epoch, train_stats, val_stats, time.perf_counter() - started)
-            if stop:  # the same decision on every rank: it was broadcast from rank 0
-                stop_reason = reason
-                break
+        with sigterm_requests_a_stop() as self._stop_request:  # checkpoint first, then stop (preemption)
+            for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
+                self.epoch = epoch
+                started = time.perf_counter()
+                train_stats = self._train_one_epoch(train_loader, epoch)
+                val_stats = self.evaluate(val_loader)
+                stop, reason = self._finish_epoch(epoch, train_stats, val_stats, time.perf_counter() - started)
+                if stop:  # the same decision on every rank: it was broadcast from rank 0
+                    stop_reason = reason
+                    break
         self._finish_training(stop_reason)
         train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
-        val_history = [{"epoch": r["epoch"], "loss": r["val_loss"], "accuracy": r["val_accuracy"]}
+        val_history = [{"epoch": r["epoch"], **{m: r[f"val_{m}"] for m in self.task.metric_names}}
                        for r in self.history]
         return train_history, val_history
 
@@ -280,22 +249,29 @@ class Trainer:
         if isinstance(loader.sampler, DistributedSampler):
             # Without set_epoch every epoch would replay the same permutation on every rank.
             loader.sampler.set_epoch(epoch)
-        # Dropout differs per rank and per epoch, yet a resumed run replays it exactly.
-        torch.manual_seed(self.tcfg["seed"] + 1000 * epoch + self.runtime.rank)
+        # A mid-epoch checkpoint resumes after its batches, with its partial loss sums (every rank
+        # starts from the same batch: the permutation depends on the seed and the epoch only).
+        first_batch, partial = self._resume_in_epoch if epoch == self.start_epoch else (0, None)
         totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
+        if partial is not None and self.runtime.is_main:
+            totals += torch.tensor(partial, device=self.device, dtype=torch.float64)
         started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        progress = self._progress(loader, epoch)
+        batches = itertools.islice(loader, first_batch, None)
+        progress = self._progress(batches, epoch, total=len(loader) - first_batch)
         with self._logs_above_progress_bar(progress):
-            self._run_batches(progress, epoch, totals, started)
+            self._run_batches(progress, epoch, totals, started, first_batch, len(loader))
         elapsed = time.perf_counter() - started
         # Sums and counts over all ranks, then divided (DistributedSampler's padding duplicates count too).
         loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()
         return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
 
-    def _run_batches(self, progress, epoch: int, totals: torch.Tensor, started: float) -> None:
-        accumulation, num_batches = self.tcfg["accumulation_steps"], len(progress)
-        for step, batch in enumerate(progress):
+    def _run_batches(self, progress, epoch: int, totals: torch.Tensor, started: float, first_batch: int,
+                     num_batches: int) -> None:
+        accumulation = self.tcfg["accumulation_steps"]
+        for step, batch in enumerate(progress, start=first_batch):
+            # Dropout differs per rank and step, yet a run resumed at any checkpoint replays it exactly.
+            torch.manual_seed((self.tcfg["seed"] * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank)
             group_start = step - step % accumulation
             group_size = min(accumulation, num_batches - group_start)
             last_micro_step = step == group_start + group_size - 1
@@ -304,8 +280,25 @@ class Trainer:
                                                                                  dtype=torch.float64)])
             if last_micro_step:
                 self._optimizer_step()
+                self._after_optimizer_step(epoch, step + 1, totals)
             if (step + 1) % self.tcfg["log_every_n_steps"] == 0:
                 self._report_step(progress, epoch, step, loss, totals, started)
+
+    def _after_optimizer_step(self, epoch: int, completed_batches: int, totals: torch.Tensor) -> None:
+        """At every optimizer step, on every rank: stop for a SIGTERM that reached any rank (all agree, so
+        no rank waits at a collective the others left), and checkpoint every checkpoint_every_n_steps."""
+        stop = self.runtime.any_rank(self._stop_request.is_set())
+        every, accumulation = self.tcfg["checkpoint_every_n_steps"], self.tcfg["accumulation_steps"]
+        steps_done = math.ceil(completed_batches / accumulation)
+        if stop or (every and steps_done % every == 0):
+            partial = self.runtime.sum_across_ranks(totals).tolist()  # every rank: the epoch's sums so far
+            if self.runtime.is_main:
+                self._save_checkpoints(epoch - 1, improved=False,
+                                       in_epoch={"epoch": epoch, "completed_batches": completed_batches,
+                                                 "train_totals": partial})
+        if stop:
+            logger.warning(f"SIGTERM: checkpointed epoch {epoch} after {completed_batches} batches; stopping")
+            raise Preempted(self.run_dir, epoch, completed_batches)
 
     @staticmethod
     @contextlib.contextmanager
@@ -345,7 +338,7 @@ class Trainer:
         context = no_sync() if (no_sync is not None and not sync) else contextlib.nullcontext()
         with context:
             with self._autocast():
-                loss = self.criterion(self.model(batch), batch.y.view(-1))
+                loss = self.criterion(self.model(batch), self.task.target(batch.y))
             scaled = loss / group_size  # the mean over the whole group, as one batch of that size
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         if not self._checked_unused_parameters:
@@ -389,40 +382,30 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def _evaluate_local(self, loader: DataLoader) -> torch.Tensor:
-        """[loss sum, correct, count, confusion matrix (flattened)] over this rank's batches.
+    def _evaluate_local(self, loader: DataLoader, predictions: list | None = None) -> torch.Tensor:
+        """The task's metric totals (loss sum, count, confusion matrix or error sums) over this rank's
+        batches; (predicted, true) pairs are appended to ``predictions`` when it is given.
 
         Uses the unwrapped model: DDP's forward would broadcast buffers, a collective
         that hangs when ranks hold different numbers of evaluation batches.
         """
-        num_classes = self.dataset.num_classes
-        totals = torch.zeros(3 + num_classes**2, device=self.device, dtype=torch.float64)
+        totals = self.task.zero_totals(self.device)
         was_training = self.core_model.training
         self.core_model.eval()
         for batch in loader:
             batch = batch.to(self.device, non_blocking=True)
             with self._autocast():
-                logits = self.core_model(batch)
-            target = batch.y.view(-1)
-            loss = self.criterion(logits.float(), target)
-            predicted = logits.argmax(dim=-1)
-            totals[0] += loss.double() * target.numel()
-            totals[1] += (predicted == target).sum()
-            totals[2] += target.numel()
-            totals[3:] += torch.bincount(target * num_classes + predicted, minlength=num_classes**2).double()
+                outputs = self.core_model(batch)
+            target = self.task.target(batch.y)
+            outputs = outputs.float()
+            totals += self.task.batch_totals(outputs, target, self.criterion(outputs, target))
+            if predictions is not None:
+                predictions += zip(outputs.view(-1).tolist(), target.view(-1).tolist())
         self.core_model.train(was_training)
         return totals
 
-    def _metrics_from_totals(self, totals: torch.Tensor) -> dict[str, Any]:
-        values = totals.tolist()
-        count = max(values[2], 1.0)
-        k = self.dataset.num_classes
-        confusion = [[int(values[3 + i * k + j]) for j in range(k)] for i in range(k)]
-        return {"loss": values[0] / count, "accuracy": values[1] / count, "count": int(values[2]),
-                "confusion": confusion}
-
     def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
-        """Exact metrics (loss, accuracy, count, confusion) of the current model on ``loader``.
+        """Exact metrics of the current model on ``loader``: loss, count and the task's (``tasks``).
 
         Sharded mode: every rank evaluates its shard and the sums and counts are reduced, then
         divided (never an average of per-rank means). rank0 mode: rank 0 evaluates all of it and
@@ -430,9 +413,9 @@ class Trainer:
         """
         if self.config["validation"]["mode"] == "rank0":
             # Rank 0 evaluates the whole split; the others go straight to the epoch's broadcast.
-            return self._metrics_from_totals(self._evaluate_local(loader)) if self.runtime.is_main else None
+            return self.task.metrics(self._evaluate_local(loader)) if self.runtime.is_main else None
         self._sync_buffers_from_main()
-        return self._metrics_from_totals(self.runtime.sum_across_ranks(self._evaluate_local(loader)))
+        return self.task.metrics(self.runtime.sum_across_ranks(self._evaluate_local(loader)))
 
     def _sync_buffers_from_main(self) -> None:
         # Each rank's last training forward updated its own BatchNorm running statistics;
@@ -447,8 +430,8 @@ class Trainer:
         self.memory.start_new_peak()
         decision = None
         if self.runtime.is_main:
-            record = {"epoch": epoch, "train_loss": train["loss"], "val_loss": val["loss"],
-                      "val_accuracy": val["accuracy"], "lr": self.optimizer.param_groups[0]["lr"],
+            scores = {f"val_{m}": val[m] for m in self.task.metric_names}
+            record = {"epoch": epoch, "train_loss": train["loss"], **scores, "lr": self.optimizer.param_groups[0]["lr"],
                       "epoch_time_s": seconds, "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9),
                       **memory}
             improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
@@ -473,12 +456,16 @@ class Trainer:
         self._save_checkpoints(record["epoch"], improved)
         if self.experiment:
             self.experiment.log_epoch(record, record["epoch"])
+        short = {"accuracy": "acc"}  # the log's name for it since the first release
+        scores = "  ".join(f"val_{short.get(m, m)} {record[f'val_{m}']:.3f}" for m in self.task.metric_names[1:])
         logger.info(f"epoch {record['epoch']:3d}  train_loss {record['train_loss']:.4f}  val_loss "
-                    f"{record['val_loss']:.4f}  val_acc {record['val_accuracy']:.3f}  lr {record['lr']:.2e}"
+                    f"{record['val_loss']:.4f}  {scores}  lr {record['lr']:.2e}"
                     f"  {record['graphs_per_s']:.0f} graphs/s{'  *best*' if improved else ''}")
 
-    def _checkpoint_state(self, epoch: int) -> dict[str, Any]:
+    def _checkpoint_state(self, epoch: int, in_epoch: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``epoch``: the last completed epoch; ``in_epoch``: where a mid-epoch checkpoint stands in the next."""
         return {
+            "in_epoch": in_epoch,
             "model": self.core_model.state_dict(),  # the plain model: loadable without DDP
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
@@ -486,30 +473,44 @@ class Trainer:
             "epoch": epoch,
             "early_stopping": self.early_stopping.state_dict(),
             "config_yaml": dump_config(self.config),
+            "world_size": self.runtime.world_size,
+            "derived": self.derived,
             "wandb_run_id": (self.experiment.run_id if self.experiment else None) or "",
         }
 
-    def _save_checkpoints(self, epoch: int, improved: bool) -> None:
-        state = self._checkpoint_state(epoch)
+    def _save_checkpoints(self, epoch: int, improved: bool, in_epoch: dict[str, Any] | None = None) -> None:
+        state = self._checkpoint_state(epoch, in_epoch)
         folder = self.run_dir / CHECKPOINT_DIR
         if improved:
             save_checkpoint(folder / "best.pt", state)
             self._best_state = {k: v.detach().cpu().clone() for k, v in state["model"].items()}
         save_last_checkpoint(folder, state)
-        if self.tcfg["checkpoint_at"] and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
+        if self.tcfg["checkpoint_at"] and not in_epoch and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
             save_checkpoint(folder / f"epoch_{epoch}.pt", state)
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Continue a run from its last checkpoint: weights, optimizer, schedule, early stopping, epoch."""
         self.core_model.load_state_dict(state["model"])
-        if self.scheduler is not None and state.get("scheduler"):
-            self.scheduler.load_state_dict(state["scheduler"])
-        # After the scheduler: building one resets the optimizer's LR (SequentialLR does).
-        self.optimizer.load_state_dict(state["optimizer"])
+        old_world = state.get("world_size", self.runtime.world_size)
+        if old_world == self.runtime.world_size:
+            if self.scheduler is not None and state.get("scheduler"):
+                self.scheduler.load_state_dict(state["scheduler"])
+            # After the scheduler: building one resets the optimizer's LR (SequentialLR does).
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            self._restore_for_another_world_size(state, old_world)
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.epoch, self.start_epoch = state["epoch"], state["epoch"] + 1
+        in_epoch = state.get("in_epoch")
+        if in_epoch and old_world != self.runtime.world_size:
+            rank_zero_warn(logger, f"the checkpoint stands inside epoch {in_epoch['epoch']} of a run on {old_world} "
+                                   f"processes; on {self.runtime.world_size} the batches differ, so that epoch "
+                                   "starts again from its first batch")
+        elif in_epoch:  # a mid-epoch checkpoint: continue that epoch after its completed batches
+            self.start_epoch = in_epoch["epoch"]
+            self._resume_in_epoch = (in_epoch["completed_batches"], in_epoch["train_totals"])
         best = self.run_dir / CHECKPOINT_DIR / "best.pt"
         if best.is_file():
             self._best_state = load_checkpoint(best)["model"]
@@ -520,18 +521,42 @@ class Trainer:
         self.history = [{k: (float(v) if k != "epoch" else int(v)) for k, v in r.items() if v != ""} for r in rows]
         if self.runtime.is_main:
             self.metrics_csv.keep_epochs_before(self.start_epoch)
-        logger.info(f"resuming {self.run_dir} at epoch {self.start_epoch}")
+        first_batch = self._resume_in_epoch[0]
+        logger.info(f"resuming {self.run_dir} at epoch {self.start_epoch}"
+                    + (f", batch {first_batch}" if first_batch else ""))
+
+    def _restore_for_another_world_size(self, state: dict[str, Any], old_world: int) -> None:
+        """A run continued on another number of processes: the optimizer's moments carry over, but what
+        depends on the world size (effective batch, scaled LR and warmup, steps per epoch) is this job's,
+        and the schedule is rebuilt for it and advanced to where the run stood."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # the LR this job derived, before the schedule scales it
+            group["lr"] = group["initial_lr"] = self.derived["lr"]
+        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch())
+        if self.scheduler is not None:
+            completed_epochs = state["epoch"] + 1
+            per_epoch = 1 if self.tcfg["scheduler_interval"] == "epoch" else math.ceil(
+                self._batches_per_epoch() / self.tcfg["accumulation_steps"])
+            fast_forward(self.scheduler, completed_epochs * per_epoch)
+        old = state.get("derived") or {}
+        rank_zero_warn(logger, f"continuing a run of {old_world} processes on {self.runtime.world_size}: effective "
+                               f"batch {old.get('effective_batch_size')} -> {self.derived['effective_batch_size']}, "
+                               f"learning rate {old.get('lr', float('nan')):.3g} -> {self.derived['lr']:.3g} "
+                               f"(training.lr_scaling: {self.tcfg['lr_scaling']}), warmup "
+                               f"{old.get('warmup_epochs')} -> {self.derived['warmup_epochs']} epochs")
 
     def _finish_training(self, stop_reason: str) -> None:
         es = self.early_stopping
         if self.runtime.is_main:
+            forget_run(self.tcfg, self.job_token)  # finished: a later job with the same token starts afresh
             self.summary.update({"stop_reason": stop_reason, "stopped_at_epoch": self.epoch,
                                  "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
                                  "derived": self.derived})
             write_json(self.run_dir / "summary.json", self.summary)
             rows = self.metrics_csv.rows()
             if rows:
-                figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png")
+                figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png",
+                                              metric=f"val_{self.task.metric_names[1]}")
                 if self.experiment:
                     self.experiment.log_images({"training_curves": figure})
         # Every rank says where it stopped (in its own log file): they must all agree.
@@ -540,25 +565,45 @@ class Trainer:
     # ------------------------------------------------------------------ test
     def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
         """Evaluate the best model on the whole test split, on rank 0 only (no collectives, so it
-        may be called on rank 0 alone). Returns test and baseline metrics; None on other ranks."""
+        may be called on rank 0 alone). Returns ``test_<metric>`` for each of the task's metrics and
+        the baseline's; None on other ranks."""
         if not self.runtime.is_main:
             return None
         if self._best_state is not None:
             self.core_model.load_state_dict(self._best_state)
-        test = self._metrics_from_totals(self._evaluate_local(test_loader))
-        baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
-        result = {"test_loss": test["loss"], "test_accuracy": test["accuracy"], "num_test": test["count"],
-                  "baseline_accuracy": baseline["accuracy"], "baseline_method": baseline["method"],
-                  "confusion_matrix": test["confusion"], "class_names": list(self.dataset.class_names)}
+        predictions: list[tuple[float, float]] = []
+        test = self.task.metrics(self._evaluate_local(test_loader, predictions))
+        result = {f"test_{m}": test[m] for m in self.task.metric_names}
+        result["num_test"] = test["count"]
+        classification = isinstance(self.task, tasks.ClassificationTask)
+        if classification:
+            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
+            figure = plot_confusion_matrix(test["confusion"], self.task.class_names,
+                                           self.run_dir / FIGURE_DIR / "confusion_matrix.png")
+        else:
+            result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
+            figure = plot_predictions(predictions, self.run_dir / FIGURE_DIR / "predictions.png")
+        baselines = {}
+        if self._has_invariants():  # the generator's per-set invariants: both baselines, for this task
+            baselines = evaluate_baselines(self.dataset, self.split["train"], self.split["test"],
+                                           task="classification" if classification else "regression")
+            result.update(**flatten_baselines(baselines), baselines=baselines)
         self.summary.update(result)
         write_json(self.run_dir / "summary.json", self.summary)
-        figure = plot_confusion_matrix(test["confusion"], result["class_names"],
-                                       self.run_dir / FIGURE_DIR / "confusion_matrix.png")
         if self.experiment:
-            self.experiment.log_images({"confusion_matrix": figure})
+            self.experiment.log_images({figure.stem: figure})
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
-        logger.info(f"test accuracy {test['accuracy']:.3f} (baseline on order invariants {baseline['accuracy']:.3f})")
+        scores = ", ".join(f"{m} {test[m]:.3f}" for m in self.task.metric_names[1:])
+        logger.info("; ".join([f"test {scores}", *describe_baselines(baselines)]))
         return result
+
+    def _has_invariants(self) -> bool:
+        """The order-invariant baseline needs the generator's per-set ``invariants``."""
+        return getattr(self.dataset[0], "invariants", None) is not None
+
+    def _targets(self, split: str) -> list[float]:
+        """The ``y`` values of one split (rank 0, at test time)."""
+        return [float(self.dataset[i].y.reshape(-1)[0]) for i in self.split[split]]
 
     def close(self) -> None:
         """Finish the experiment logger (W&B run) and close this rank's log file. Safe to call twice."""
@@ -570,14 +615,14 @@ class Trainer:
         close_run_log()
 
     # ------------------------------------------------------------------ reporting
-    def _progress(self, loader: DataLoader, epoch: int):
+    def _progress(self, loader, epoch: int, total: int):
         setting = self.tcfg["progress_bar"]
         interactive = sys.stderr.isatty() and not os.environ.get("CI")
         if not self.runtime.is_main or setting is False or (setting == "auto" and not interactive):
             return loader
         from tqdm.auto import tqdm
 
-        return tqdm(loader, desc=f"epoch {epoch}", leave=False, unit="batch", dynamic_ncols=True)
+        return tqdm(loader, desc=f"epoch {epoch}", total=total, leave=False, unit="batch", dynamic_ncols=True)
 
     def _log_start_block(self, train_loader: DataLoader) -> None:
         counts = count_parameters(self.core_model)
@@ -600,7 +645,7 @@ class Trainer:
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
             f" {counts['size_mb']:.2f} MB)",
             f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
-            f"{self.dataset.num_classes} classes: {', '.join(self.dataset.class_names)}",
+            f"{self.task.describe()}",
             f"epochs            {self.start_epoch}..{self.tcfg['num_epochs'] - 1}  "
             f"({len(train_loader)} train batches per process per epoch)",
         ]
@@ -621,9 +666,12 @@ def summarise_run(result: dict[str, Any]) -> str:
     ]
     test = result.get("test") or {}
     if test:
-        lines += [f"test accuracy   {test['test_accuracy']:.3f}  (loss {test['test_loss']:.4f}, "
-                  f"{test['num_test']} causal sets)",
-                  f"baseline        {test['baseline_accuracy']:.3f}  ({test['baseline_method']})"]
+        scores = "  ".join(f"{k.removeprefix('test_')} {v:.3f}" for k, v in test.items()
+                           if k.startswith("test_") and k != "test_loss")
+        lines.append(f"test            {scores}  (loss {test['test_loss']:.4f}, {test['num_test']} causal sets)")
+        lines += describe_baselines(test.get("baselines", {}))
+        if "train_mean_rmse" in test:
+            lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")
     return "\n".join(lines)
 

@@ -1,0 +1,156 @@
+"""Where the causal sets come from, and how they reach each rank.
+
+Sources: the built-in generator (``CausalSetDataset``, the ``data:`` section), a dataset class named in
+the config (``data.type: !pyobject my_module.MyDataset`` built as ``MyDataset(**data.kwargs)``), or a
+dataset object handed to the trainer (``QG.Trainer(config, dataset=ds)``). Any PyG ``Dataset`` or
+sequence of ``Data`` with ``x`` (float, nodes x features), ``edge_index`` (2 x edges) and ``y`` works;
+other attributes are passed through to the model untouched.
+
+Then the split (the same on every rank: ``split_indices`` depends on ``data.split_seed`` only), the
+samplers (training: a ``DistributedSampler`` reshuffled per epoch; validation: disjoint shards) and the
+loaders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DistributedSampler, Sampler, Subset
+from torch_geometric.data import Dataset as PyGDataset
+from torch_geometric.loader import DataLoader
+
+from .config import pyobject_path
+from .data import CausalSetDataset
+from .distributed import Runtime
+from .errors import ConfigError, UserError
+
+GENERATOR_SOURCE = "data (the built-in generator)"
+PASSED_SOURCE = "dataset (the object passed to the trainer)"
+
+
+class ShardSampler(Sampler[int]):
+    """Rank r evaluates items r, r+W, r+2W, ...: disjoint shards, no padding, nothing counted twice
+    (DistributedSampler pads with duplicates, which would bias validation metrics)."""
+
+    def __init__(self, num_items: int, rank: int, world_size: int):
+        self.indices = list(range(rank, num_items, world_size))
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def make_train_sampler(dataset, rank: int, world_size: int, shuffle: bool, seed: int) -> DistributedSampler:
+    """Rank ``rank``'s shard of the training set, reshuffled by ``set_epoch``.
+
+    Used even for one process: the permutation then depends only on (seed, epoch), so
+    a resumed run, and an N-process run taken together, see the same sample order.
+    """
+    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
+
+
+# --------------------------------------------------------------------------- sources
+def source_name(config: dict[str, Any], dataset: Any = None) -> str:
+    """How error messages name the data source."""
+    if dataset is not None:
+        return PASSED_SOURCE
+    data_type = config["data"]["type"]
+    return f"data.type ({pyobject_path(data_type)})" if data_type is not None else GENERATOR_SOURCE
+
+
+def load_dataset(config: dict[str, Any], runtime: Runtime, dataset: Any = None):
+    """The dataset to train on: ``dataset`` if given, else the configured one. Rank 0 builds it first
+    (generates or prepares a cache); the others wait, then build theirs (reading the cache)."""
+    if dataset is not None:
+        return dataset
+    data_cfg = config["data"]
+    with runtime.main_process_first(timeout_s=config["parallel"]["data_timeout_s"]):
+        if data_cfg["type"] is not None:
+            return _build_user_dataset(data_cfg)
+        try:
+            return CausalSetDataset.from_config(data_cfg)
+        except OSError as err:
+            raise UserError(f"data.root: cannot read or write the data cache in '{data_cfg['root']}' "
+                            f"({err.strerror or err}); set data.root to a folder you can write to") from None
+
+
+def _build_user_dataset(data_cfg: dict[str, Any]):
+    cls = data_cfg["type"]
+    try:
+        return cls(**data_cfg["kwargs"])
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"data.kwargs: {pyobject_path(cls)}(**data.kwargs) failed: {err}; data.kwargs holds "
+                          f"the keyword arguments of data.type, got {data_cfg['kwargs']}") from None
+
+
+# --------------------------------------------------------------------------- the first-sample check
+def _item_problem(item: Any) -> str | None:
+    missing = [key for key in ("x", "edge_index", "y") if getattr(item, key, None) is None]
+    if missing:
+        return f"its items need x, edge_index and y, item has no {', '.join(missing)} ({type(item).__name__})"
+    x, edge_index = item.x, item.edge_index
+    if not (isinstance(x, torch.Tensor) and x.dim() == 2 and x.is_floating_point()):
+        return f"x must be a float tensor [nodes, features], got {_shape_text(x)}"
+    if not (isinstance(edge_index, torch.Tensor) and edge_index.dim() == 2 and edge_index.size(0) == 2
+            and edge_index.dtype == torch.long):
+        return f"edge_index must be a long tensor [2, edges], got {_shape_text(edge_index)}"
+    return None
+
+
+def _shape_text(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} tensor of shape {list(value.shape)}"
+    return type(value).__name__
+
+
+def check_samples(dataset: Any, source: str) -> dict[int, Any]:
+    """Check the first, middle and last items (``x``, ``edge_index``, ``y`` present and shaped, the same
+    feature width) and return them by position. Any problem is one ConfigError naming ``source``."""
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise ConfigError(f"{source}: expected a PyG Dataset or a sequence of Data, got {type(dataset).__name__}")
+    if len(dataset) < 3:
+        raise ConfigError(f"{source}: expected at least 3 causal sets (train, validation and test need one "
+                          f"each), got {len(dataset)}")
+    positions = sorted({0, len(dataset) // 2, len(dataset) - 1})
+    items = [dataset[i] for i in positions]
+    for position, item in zip(positions, items):
+        problem = _item_problem(item)
+        if problem:
+            raise ConfigError(f"{source}: item {position}: {problem}")
+    widths = {position: item.x.size(1) for position, item in zip(positions, items)}
+    if len(set(widths.values())) > 1:
+        listing = ", ".join(f"item {p}: {w}" for p, w in widths.items())
+        raise ConfigError(f"{source}: every item needs the same number of node features (x's columns), got "
+                          f"{listing}")
+    return dict(zip(positions, items))
+
+
+# --------------------------------------------------------------------------- split and loaders
+def subset(dataset: Any, indices: list[int]):
+    """The items at ``indices``: a PyG dataset's own view (keeps its attributes), else a torch Subset."""
+    return dataset.index_select(indices) if isinstance(dataset, PyGDataset) else Subset(dataset, indices)
+
+
+def make_loader(dataset, loader_cfg: dict[str, Any], sampler: Sampler | None, device: torch.device) -> DataLoader:
+    extra = ({"prefetch_factor": loader_cfg["prefetch_factor"]}
+             if loader_cfg["num_workers"] and loader_cfg["prefetch_factor"] else {})
+    workers = loader_cfg["num_workers"]
+    return DataLoader(dataset, batch_size=loader_cfg["batch_size"], sampler=sampler, shuffle=False,
+                      num_workers=workers, pin_memory=loader_cfg["pin_memory"] and device.type == "cuda",
+                      drop_last=loader_cfg.get("drop_last", False), persistent_workers=workers > 0, **extra)
+
+
+def prepare_dataloaders(dataset, split: dict[str, list[int]], config: dict[str, Any], runtime: Runtime
+                        ) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
+    rank, world, device = runtime.rank, runtime.world_size, runtime.device
+    train, val, test = (subset(dataset, split[name]) for name in ("train", "val", "test"))
+    tcfg = config["training"]
+    train_sampler = make_train_sampler(train, rank, world, tcfg["shuffle"], tcfg["seed"])
+    val_sampler = ShardSampler(len(val), rank, world) if config["validation"]["mode"] == "sharded" else None
+    return (make_loader(train, tcfg, train_sampler, device),
+            make_loader(val, config["validation"], val_sampler, device),
+            make_loader(test, config["testing"], None, device))
