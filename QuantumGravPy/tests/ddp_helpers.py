@@ -29,6 +29,16 @@ def loss_failing_on_rank_1(logits: torch.Tensor, target: torch.Tensor) -> torch.
     return torch.nn.functional.cross_entropy(logits, target)
 
 
+def loss_stalling_on_rank_1(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy, except that rank 1 sleeps for a minute on its 5th call: a stalled rank."""
+    import time
+
+    _calls["n"] += 1
+    if QG.get_rank() == 1 and _calls["n"] == 5:
+        time.sleep(60)
+    return torch.nn.functional.cross_entropy(logits, target)
+
+
 def loss_per_graph(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """A common mistake: reduction='none' returns one loss per graph instead of a scalar."""
     return torch.nn.functional.cross_entropy(logits, target, reduction="none")

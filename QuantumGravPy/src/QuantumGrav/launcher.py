@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from .checkpoint import has_checkpoint
 from .config import find_unimportable, load_config
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           launched_by_torchrun, usable_cpu_count)
@@ -73,7 +74,7 @@ def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = 
 def remove_unfinished_run(run_dir: str | Path | None) -> None:
     """A run that failed on bad input before its first checkpoint leaves nothing on disk
     (a resumed run has a checkpoint, so it is never removed)."""
-    if run_dir and not (Path(run_dir) / "checkpoints" / "last.pt").exists():
+    if run_dir and not has_checkpoint(run_dir):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -23,8 +23,9 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from .checkpoint import has_checkpoint
 from .distributed import torchrun_store
-from .run_artifacts import CHECKPOINT_DIR, atomic_write_text
+from .run_artifacts import atomic_write_text
 
 JOBS_DIR = ".jobs"
 
@@ -39,10 +40,6 @@ def job_token() -> str | None:
         return None
     # The first attempt's rank 0 draws the token; later attempts read it back from the store.
     return "torchrun-" + store.compare_set("QuantumGrav/job_token", "", secrets.token_hex(8)).decode()
-
-
-def has_checkpoint(run_dir: Path) -> bool:
-    return any((run_dir / CHECKPOINT_DIR / name).is_file() for name in ("last.pt", "previous.pt"))
 
 
 def run_to_continue(training: dict, token: str | None) -> Path | None:

@@ -1,4 +1,4 @@
-"""The files of a run: directory, checkpoints, metrics CSV, summary, figures.
+"""The files of a run: directory, metrics CSV, summary, figures (checkpoints: checkpoint.py).
 
 Only rank 0 calls the writers. Every file is written to a temporary name and
 renamed, so an interrupted run never leaves a half-written file behind.
@@ -13,8 +13,6 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any, Callable, Iterable
-
-import torch
 
 from .errors import UserError
 
@@ -77,14 +75,6 @@ def run_provenance(world_size: int) -> dict[str, Any]:
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "torch_geometric": torch_geometric.__version__, "QuantumGrav": __version__}}
 
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``state`` holds only tensors, numbers, strings and containers: loadable with weights_only=True."""
-    atomic_replace(Path(path), lambda tmp: torch.save(state, tmp))
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    return torch.load(Path(path), map_location=map_location, weights_only=True)
 
 
 class MetricsCSV:

@@ -27,10 +27,11 @@ from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
 from .baseline import describe_baselines, evaluate_baselines, flatten_baselines
+from .checkpoint import RunLock, load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
 from .config import dump_config, load_config, load_yaml_text, pyobject_path
 from . import data_sources, tasks
 from .data import split_indices
-from .distributed import Runtime, configured_device_type
+from .distributed import Runtime, configured_device_type, names_stalled_ranks
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, Preempted, UserError
 from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
@@ -38,8 +39,7 @@ from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .resume import StopRequest, forget_run, job_token, remember_run, run_to_continue, sigterm_requests_a_stop
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
-                            load_checkpoint, plot_confusion_matrix, plot_predictions, plot_training_curves,
-                            run_provenance, save_checkpoint, write_json)
+                            plot_confusion_matrix, plot_predictions, plot_training_curves, run_provenance, write_json)
 from .schedules import (build_scheduler, derive_hyperparameters, fast_forward, fit_schedule_to_num_epochs,
                         scheduler_steps_per_epoch)
 from .wandb_logger import WandbLogger
@@ -105,6 +105,8 @@ class Trainer:
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
         # above leaves nothing on disk.
         self.run_dir = self._open_run_dir()
+        # One job per run; a restart of this job (same token) takes over the lock its first attempt left.
+        self._run_lock = RunLock.acquire(self.run_dir, self.job_token) if self.runtime.is_main else None
         setup_logging(self.runtime.rank, self.run_dir)
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.metrics_csv = MetricsCSV(self.run_dir / "metrics.csv")
@@ -158,11 +160,7 @@ class Trainer:
     def _read_resume_checkpoint(self, run_dir: Path) -> dict[str, Any]:
         """The last checkpoint of the run to continue (every rank reads it from the shared run directory),
         after checking that this config trains the same model on the same data."""
-        path = run_dir / CHECKPOINT_DIR / "last.pt"
-        if not path.is_file():
-            raise UserError(f"training.resume: '{path.parent.parent}' has no {CHECKPOINT_DIR}/last.pt; "
-                            "pass the directory of an earlier run")
-        state = load_checkpoint(path, map_location=self.device)
+        state, _ = load_resume_checkpoint(run_dir, self.device)  # last.pt, or previous.pt if it is damaged
         stored = load_config(load_yaml_text(state["config_yaml"]))
         changed = [f"{section}.{key}" for section in ("data", "model") for key, value in self.config[section].items()
                    if key != "root" and value != stored[section][key]]
@@ -221,6 +219,7 @@ class Trainer:
         return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime)
 
     # ------------------------------------------------------------------ the loop
+    @names_stalled_ranks  # a collective timeout says which rank did not arrive
     def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
         """Train until ``num_epochs`` or early stopping; returns (train_history, val_history) on every rank."""
         self._log_start_block(train_loader)
@@ -482,7 +481,7 @@ class Trainer:
         if improved:
             save_checkpoint(folder / "best.pt", state)
             self._best_state = {k: v.detach().cpu().clone() for k, v in state["model"].items()}
-        save_checkpoint(folder / "last.pt", state)
+        save_last_checkpoint(folder, state)
         if self.tcfg["checkpoint_at"] and not in_epoch and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
             save_checkpoint(folder / f"epoch_{epoch}.pt", state)
 
@@ -620,6 +619,8 @@ class Trainer:
         if self.experiment:
             self.experiment.finish()
             self.experiment = None
+        if self._run_lock:
+            self._run_lock.release()
         close_run_log()
 
     # ------------------------------------------------------------------ reporting
