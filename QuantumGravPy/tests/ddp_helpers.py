@@ -55,3 +55,23 @@ def wait_for_slow_main_process(rank: int, world_size: int, port: int, results, r
         results.put((rank, None, f"{type(err).__name__}: {err}"))
     finally:
         QG.cleanup_ddp()
+
+
+def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0) -> list[tuple]:
+    """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` spawned processes and
+    return what each put on ``results`` (one tuple per rank, in the order they arrived)."""
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    results, port = context.Queue(), QG.find_free_port()
+    processes = [context.Process(target=target, args=(rank, world_size, port, results, *args))
+                 for rank in range(world_size)]
+    for process in processes:
+        process.start()
+    try:
+        return [results.get(timeout=timeout_s) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
