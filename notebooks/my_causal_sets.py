@@ -51,7 +51,7 @@ class MyCausalSets(InMemoryDataset):
              else torch.tensor([int(manifold_like)], dtype=torch.long))
         return Data(x=torch.from_numpy(cs.node_features(causal, links)),
                     edge_index=torch.from_numpy(np.stack(np.nonzero(links))).long(), y=y,
-                    invariants=torch.from_numpy(cs.order_invariants(causal, links)).reshape(1, -1), num_nodes=n)
+                    invariants=torch.from_numpy(cs.order_invariants(causal)).reshape(1, -1), num_nodes=n)
 
 
 class GraphAndInvariantsGNN(nn.Module):
@@ -62,7 +62,8 @@ class GraphAndInvariantsGNN(nn.Module):
     **model.kwargs)``; ``forward(batch)`` returns ``[graphs, out_channels]``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden: int = 32, num_invariants: int = 5):
+    def __init__(self, in_channels: int, out_channels: int, hidden: int = 32,
+                 num_invariants: int = len(cs.INVARIANT_NAMES)):
         super().__init__()
         self.conv1 = pyg_nn.GraphConv(in_channels, hidden)
         self.conv2 = pyg_nn.GraphConv(hidden, hidden)

@@ -75,3 +75,22 @@ def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0) -> list
             process.join(10)
             if process.is_alive():
                 process.kill()
+
+
+def cross_entropy_slowly(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy that takes 0.1 s a call: epochs long enough to inject a fault in the middle of one."""
+    import time
+
+    time.sleep(0.1)
+    return torch.nn.functional.cross_entropy(logits, target)
+
+
+interrupt = {"at_call": None, "calls": 0}
+
+
+def cross_entropy_interrupted(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy that raises KeyboardInterrupt at call ``interrupt["at_call"]`` (a process killed there)."""
+    interrupt["calls"] += 1
+    if interrupt["calls"] == interrupt["at_call"]:
+        raise KeyboardInterrupt("killed")
+    return torch.nn.functional.cross_entropy(logits, target)

@@ -62,12 +62,33 @@ def test_sprinkling_lies_in_the_diamond_and_follows_light_cones(dim):
         assert R[i, j] == (t[j] - t[i] > np.linalg.norm(x[j] - x[i]))
 
 
-@pytest.mark.parametrize("dim, tolerance", [(2, 0.03), (3, 0.03), (4, 0.02)])
-def test_ordering_fraction_of_sprinklings_matches_theory(dim, tolerance):
-    # 8 sets of N = 200: the standard error of the mean fraction is about 0.0075 (d=2, 3), 0.005 (d=4).
-    R = cs.sprinkle_diamond_batch(8, 200, dim, np.random.default_rng(10 + dim))[1]
-    fraction = cs.order_invariants(R)[:, cs.INVARIANT_NAMES.index("ordering_fraction")].mean()
-    assert abs(fraction - cs.ordering_fraction_of_dimension(dim)) < tolerance
+@pytest.mark.parametrize("dim, exact", [(2, 1 / 2), (3, 8 / 35), (4, 1 / 10)])
+def test_ordering_fraction_of_sprinklings_matches_theory(dim, exact):
+    """Each pair of points sprinkled into a d-dim diamond is related with probability r(d) (Myrheim,
+    Meyer): 1/2, 8/35, 1/10 for d = 2, 3, 4, for every N. The fraction fluctuates strongly from set
+    to set, so: 160 sets of N = 100, tolerance 4 standard errors of their mean (false alarm 6e-5;
+    measured 4 SE = 2.3%, 4.5%, 6.5% of r(d)). The test can fail: 4 SE must stay below 8% of r(d),
+    far below the gaps between dimensions (r(3) is 54% below r(2), r(4) 56% below r(3))."""
+    R = cs.sprinkle_diamond_batch(160, 100, dim, np.random.default_rng(10 + dim))[1]
+    fractions = cs.order_invariants(R)[:, cs.INVARIANT_NAMES.index("ordering_fraction")]
+    standard_error = fractions.std(ddof=1) / np.sqrt(len(fractions))
+    assert 4 * standard_error < 0.08 * exact
+    assert abs(fractions.mean() - exact) < 4 * standard_error
+    assert cs.ordering_fraction_of_dimension(dim) == pytest.approx(exact)
+
+
+@pytest.mark.parametrize("n, num_sets", [(16, 400), (128, 40)])
+def test_links_of_2d_sprinklings_match_the_exact_expectation(n, num_sets):
+    """E[N0] = (N + 1) H_N - 2N links in a 2d causal diamond of N sprinkled points (H_N the harmonic
+    number). Tolerance: 4 standard errors of the mean over the sets (measured 2.6% of E[N0]); 4 SE must
+    stay below 3% of E[N0], so a generator with the wrong point density or light cones fails (3d
+    sprinklings have 22% fewer links at N = 16 and 52% more at N = 128)."""
+    R = cs.sprinkle_diamond_batch(num_sets, n, 2, np.random.default_rng(n))[1]
+    links = cs.order_invariants(R)[:, cs.INVARIANT_NAMES.index("links_per_element")] * n
+    expected = (n + 1) * sum(1 / k for k in range(1, n + 1)) - 2 * n
+    standard_error = links.std(ddof=1) / np.sqrt(num_sets)
+    assert 4 * standard_error < 0.03 * expected
+    assert abs(links.mean() - expected) < 4 * standard_error
 
 
 def test_ordering_fraction_of_dimension_known_values():
@@ -163,6 +184,9 @@ def test_features_of_a_three_chain():
     np.testing.assert_allclose(column["future_cone_fraction"], [2, 1, 0])
     np.testing.assert_allclose(column["in_link_fraction"], [0, 1, 1])
     np.testing.assert_allclose(column["out_link_fraction"], [1, 1, 0])
+    np.testing.assert_allclose(column["past_interval_1_fraction"], [0, 0, 1])  # 0 < 2 with 1 between
+    np.testing.assert_allclose(column["future_interval_1_fraction"], [1, 0, 0])
+    assert not column["past_interval_2_fraction"].any() and not column["future_interval_2_fraction"].any()
 
 
 def test_features_of_the_diamond_poset():
@@ -171,6 +195,16 @@ def test_features_of_the_diamond_poset():
     np.testing.assert_allclose(column["out_link_fraction"], [2, 1, 1, 0])
     np.testing.assert_allclose(column["future_cone_fraction"], [3, 1, 1, 0])
     np.testing.assert_allclose(column["longest_past_chain"], [0, 1, 1, 2])
+    np.testing.assert_allclose(column["future_interval_2_fraction"], [1, 0, 0, 0])  # a < d with b, c between
+    np.testing.assert_allclose(column["past_interval_2_fraction"], [0, 0, 0, 1])
+    assert not column["past_interval_1_fraction"].any()
+
+
+def test_node_features_of_a_batch_match_one_by_one():
+    orders = np.stack(small_random_orders(seed=8))
+    np.testing.assert_array_equal(cs.node_features(orders), np.stack([cs.node_features(R) for R in orders]))
+    np.testing.assert_array_equal(cs.node_features(orders[0], cs.transitive_reduction(orders[0])),
+                                  cs.node_features(orders[0]))
 
 
 def test_longest_chains_match_brute_force_for_a_batch():
@@ -181,13 +215,53 @@ def test_longest_chains_match_brute_force_for_a_batch():
         assert future[k].tolist() == reference_longest_past_chain(R.T[::-1, ::-1])[::-1]
 
 
+def reference_abundances(R: np.ndarray, max_size: int) -> list[int]:
+    n = len(R)
+    sizes = [sum(R[i, k] and R[k, j] for k in range(n)) for i, j in itertools.product(range(n), repeat=2) if R[i, j]]
+    return [sizes.count(k) for k in range(max_size + 1)]
+
+
 def test_invariants_agree_with_direct_counts():
     R = cs.sprinkle_diamond(30, 2, np.random.default_rng(5))[1]
     invariants = dict(zip(cs.INVARIANT_NAMES, cs.order_invariants(R)))
+    abundances = reference_abundances(R, 4)
     assert invariants["ordering_fraction"] == pytest.approx(R.sum() / (30 * 29 / 2))
     assert invariants["links_per_element"] == pytest.approx(reference_reduction(R).sum() / 30)
     assert invariants["height_fraction"] == pytest.approx((max(reference_longest_past_chain(R)) + 1) / 30)
     assert invariants["num_elements"] == 30
+    for k in range(1, 5):
+        assert invariants[f"interval_{k}_per_link"] == pytest.approx(abundances[k] / abundances[0])
+    chains = sum(R[i, k] and R[k, j] for i, k, j in itertools.product(range(30), repeat=3))
+    assert invariants["chains_3_per_relation"] == pytest.approx(chains / R.sum())
+    assert invariants["minimal_fraction"] == pytest.approx((~R.any(axis=0)).sum() / 30)
+    assert invariants["maximal_fraction"] == pytest.approx((~R.any(axis=1)).sum() / 30)
+    assert invariants["largest_cone_fraction"] == pytest.approx((R.sum(axis=0) + R.sum(axis=1)).max() / 30)
+    assert invariants["bd_action_2d_per_element"] == pytest.approx(cs.benincasa_dowker_action(R, 2) / 30)
+    assert invariants["bd_action_4d_per_element"] == pytest.approx(cs.benincasa_dowker_action(R, 4) / 30)
+
+
+def test_interval_abundances_match_brute_force_for_a_batch():
+    orders = np.stack(small_random_orders(seed=6))
+    abundances = cs.interval_abundances(orders, max_size=8)
+    assert abundances.shape == (len(orders), 9) and abundances.dtype == np.int64
+    for k, R in enumerate(orders):
+        assert abundances[k].tolist() == reference_abundances(R, 8)
+        assert abundances[k].sum() == R.sum(), "with max_size >= N - 2 every relation is counted once"
+
+
+@pytest.mark.parametrize("n", [4, 7, 12])
+def test_benincasa_dowker_actions_of_a_chain_and_an_antichain(n):
+    """A chain has N_k = N - 1 - k; then S_2d = N - 2(N-1) + 4(N-2) - 2(N-3) = N and
+    S_4d = (4/sqrt 6)(N - (N-1) + 9(N-2) - 16(N-3) + 8(N-4)) = (4/sqrt 6)(N - 1).
+    An antichain has no intervals: both actions are N (times 4/sqrt 6 in 4d)."""
+    chain, antichain = chain_order(n), np.zeros((n, n), dtype=bool)
+    assert cs.benincasa_dowker_action(chain, 2) == pytest.approx(n)
+    assert cs.benincasa_dowker_action(chain, 4) == pytest.approx(4 / np.sqrt(6) * (n - 1))
+    assert cs.benincasa_dowker_action(antichain, 2) == pytest.approx(n)
+    np.testing.assert_allclose(cs.benincasa_dowker_action(np.stack([antichain, chain]), 4),
+                               4 / np.sqrt(6) * np.array([n, n - 1]))
+    with pytest.raises(ValueError, match="dim"):
+        cs.benincasa_dowker_action(chain, 3)
 
 
 # --------------------------------------------------------------------------- generate_causal_sets

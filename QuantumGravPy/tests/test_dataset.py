@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import QuantumGrav as QG
 from QuantumGrav import causal_sets as cs
 from QuantumGrav import data as qg_data
 from QuantumGrav.data import DATA_DEFAULTS, CausalSetDataset, split_indices
@@ -116,9 +117,33 @@ def test_dimension_target_keeps_only_manifold_like_sets(tmp_path):
         CausalSetDataset(tmp_path, **SMALL, target="dimension", classes=("destroyed", "layered"))
 
 
+def test_flip_fractions_of_a_range_are_drawn_per_destroyed_set(tmp_path):
+    dataset = CausalSetDataset(tmp_path, num_samples=120, n_min=12, n_max=16, classes=("destroyed", "layered"),
+                               destroy_fraction=[0.001, 0.1], seed=3)
+    destroyed = dataset.class_names.index("destroyed")
+    fractions = np.array([float(g.flip_fraction) for g in dataset if int(g.y) == destroyed])
+    assert len(fractions) == 60 and ((0.001 <= fractions) & (fractions <= 0.1)).all()
+    decades = np.histogram(np.log10(fractions), bins=[-3, -2, -1])[0]
+    assert decades.min() >= 15, "log-uniform: both decades get sets"
+    assert all(float(g.flip_fraction) == 0.0 for g in dataset if int(g.y) != destroyed)
+    fixed = CausalSetDataset(tmp_path, **SMALL, classes=("destroyed",), destroy_fraction=0.02)
+    assert [float(g.flip_fraction) for g in fixed] == pytest.approx([0.02] * len(fixed))
+    assert dataset.generation_params["destroy_fraction"] == [0.001, 0.1]
+
+
+def test_config_takes_a_flip_fraction_or_a_range():
+    assert QG.load_config({"data": {"destroy_fraction": [0.001, 0.1]}})["data"]["destroy_fraction"] == [0.001, 0.1]
+    with pytest.raises(QG.ConfigError, match=r"data.destroy_fraction: expected a range \[low, high\] with low <= high"):
+        QG.load_config({"data": {"destroy_fraction": [0.1, 0.01]}})
+    with pytest.raises(QG.ConfigError, match="data.destroy_fraction: item 1: expected a number > 0.0"):
+        QG.load_config({"data": {"destroy_fraction": [0.1, 0]}})
+
+
 @pytest.mark.parametrize("kwargs, argument", [({"edges": "hasse"}, "edges"), ({"target": "curvature"}, "target"),
                                               ({"num_samples": 0}, "num_samples"),
-                                              ({"n_min": 30}, "n_min")])
+                                              ({"n_min": 30}, "n_min"),
+                                              ({"destroy_fraction": [0.1, 0.01]}, "destroy_fraction"),
+                                              ({"destroy_fraction": [0.1]}, "destroy_fraction")])
 def test_bad_arguments_are_named(tmp_path, kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         CausalSetDataset(tmp_path, **{**SMALL, **kwargs})

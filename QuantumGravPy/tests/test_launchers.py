@@ -163,6 +163,29 @@ def test_supervisor_names_a_rank_killed_without_reporting():
         _supervise([_ExitedProcess(0, None), _ExitedProcess(1, -9)], _LateQueue(None, 0))
 
 
+def test_a_worker_that_reported_success_but_never_exits_is_stopped_with_a_warning(monkeypatch, collect_log):
+    import multiprocessing
+
+    from QuantumGrav import launcher
+
+    monkeypatch.setattr(launcher, "EXIT_GRACE_S", 1.0)
+    warnings = collect_log("QuantumGrav.launch")
+    context = multiprocessing.get_context("spawn")
+    exits = context.Process(target=time.sleep, args=(0,), name="rank0")
+    stuck = context.Process(target=time.sleep, args=(600,), name="rank1")  # a teardown that never ends
+    for process in (exits, stuck):
+        process.start()
+    results = queue.Queue()
+    results.put(("ok", 0, {"test": "rank 0's result"}))
+    results.put(("ok", 1, None))
+    try:
+        assert _supervise([exits, stuck], results) == {"test": "rank 0's result"}
+        assert not stuck.is_alive()
+        assert any("rank 1 reported success but had not exited" in m for m in warnings), warnings
+    finally:
+        stuck.kill()
+
+
 def test_the_slurm_script_starts_one_torchrun_per_node_with_the_slurm_layout(tmp_path):
     # Stand-ins for scontrol, srun (two nodes: runs its command with SLURM_NODEID 0 and 1) and torchrun.
     bin_dir = tmp_path / "bin"
@@ -185,5 +208,40 @@ def test_the_slurm_script_starts_one_torchrun_per_node_with_the_slurm_layout(tmp
     for node in (0, 1):
         args = (tmp_path / f"node{node}.args").read_text().splitlines()
         assert args == ["16", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=4", "--master_addr=gpu-a",
-                        "--master_port=13456", "QuantumGravPy/examples/train_ddp_standalone.py",
+                        "--master_port=13456", "--rdzv-id=quantumgrav-123456", "--max-restarts=1",
+                        "QuantumGravPy/examples/train_ddp_standalone.py",
                         "--config", "my configs/run 1.yaml", "--set", "training.device=cuda"]
+
+
+def test_the_slurm_script_checkpoints_and_requeues_when_the_time_limit_is_near(tmp_path):
+    """SLURM's --signal=B:USR1 reaches the batch script: it passes SIGTERM to the job step (the ranks
+    checkpoint and exit) and requeues the job under the same id, which names the run to continue."""
+    import signal
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = {
+        "scontrol": 'if [ "$1" = requeue ]; then echo "$@" > "$OUT/requeued"; else printf "gpu-a\\n"; fi',
+        # the job step: runs until SIGTERM, then exits as a checkpointed rank does
+        "srun": 'trap \'echo term > "$OUT/step_terminated"; kill $!; exit 143\' TERM\ntouch "$OUT/step_started"\n'
+                'sleep 60 >/dev/null 2>&1 & wait',
+        "torchrun": "exit 0",
+    }
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-a",
+           "SLURM_JOB_ID": "123456", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "4"}
+    script = subprocess.Popen(["bash", str(REPO / "configs" / "slurm_ddp.sbatch")], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "step_started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        script.send_signal(signal.SIGUSR1)
+        output, _ = script.communicate(timeout=30)
+    finally:
+        script.kill()
+    assert script.returncode == 0, output
+    assert (tmp_path / "step_terminated").exists(), "the job step never got SIGTERM"
+    assert (tmp_path / "requeued").read_text().split() == ["requeue", "123456"]

@@ -121,7 +121,7 @@ def test_progress_bar_only_on_rank_0_and_not_under_ci_unless_asked(tiny_config, 
     monkeypatch.setenv("CI", ci)
     monkeypatch.setattr(type(trainer.runtime), "is_main", property(lambda self: rank_is_main))
     loader = trainer.prepare_dataloaders()[0]
-    assert isinstance(trainer._progress(loader, epoch=0), tqdm) is shown
+    assert isinstance(trainer._progress(loader, epoch=0, total=len(loader)), tqdm) is shown
 
 
 def test_reduce_lr_on_plateau_gets_the_validation_metric(tiny_config):

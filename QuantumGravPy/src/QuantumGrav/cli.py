@@ -1,7 +1,8 @@
 """Command line: ``python -m QuantumGrav train|doctor``.
 
 Bad input (config, data, command line, environment) prints one ``error:`` line and
-exits with code 2, without a traceback.
+exits with code 2, without a traceback. A job stopped by SIGTERM after checkpointing (preemption)
+exits with 143 (128 + SIGTERM); started again, it continues its run.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import UserError
+from .errors import Preempted, UserError
 from .launcher import TrainingFailed
 
 EXIT_BAD_INPUT = 2
+EXIT_PREEMPTED = 143  # what a shell reports for a process ended by SIGTERM: schedulers treat it so
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         print(err.worker_traceback, file=sys.stderr)
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except Preempted as err:
+        print(f"stopped: {err}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except UserError as err:
         from .distributed import get_rank, get_world_size
 

@@ -242,6 +242,17 @@ def port(value: Any) -> int:
     return integer(1, 65535)(value)
 
 
+def fraction_or_range(value: Any) -> float | list[float]:
+    """A number in (0, 1], or a range [low, high] of them with low <= high."""
+    fraction = number(0.0, 1.0, exclusive_min=True)
+    if not isinstance(value, (list, tuple)):
+        return fraction(value)
+    low, high = list_of(fraction, length=2)(value)
+    if low > high:
+        raise _Invalid(f"expected a range [low, high] with low <= high, got {list(value)}")
+    return [low, high]
+
+
 # --------------------------------------------------------------------------- the schema
 def _data_schema() -> dict[str, Field]:
     from .data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_TARGETS
@@ -261,7 +272,9 @@ def _data_schema() -> dict[str, Field]:
             list(d["classes"]),
             doc="cset types generated: " + ", ".join(VALID_CLASSES),
         ),
-        "destroy_fraction": Field(fraction, d["destroy_fraction"], doc="share of pairs flipped in destroyed sets"),
+        "destroy_fraction": Field(fraction_or_range, d["destroy_fraction"],
+                                  doc="share of pairs flipped in destroyed sets, or a range [low, high] "
+                                  "drawn from log-uniformly per set"),
         "edges": Field(choice(*VALID_EDGES), d["edges"], doc="graph edges: links (Hasse diagram) or all relations"),
         "target": Field(choice(*VALID_TARGETS), d["target"], doc="generator's y: " + ", ".join(VALID_TARGETS)
                         + " (multiclass, binary, multiclass, regression under task.type: auto)"),
@@ -358,6 +371,9 @@ def schema() -> dict[str, Any]:
             number(0.0, exclusive_min=True), None, nullable=True, doc="clip the global gradient norm to this value"
         ),
         "checkpoint_at": Field(integer(1), None, nullable=True, doc="also keep epoch_K.pt every K epochs"),
+        "checkpoint_every_n_steps": Field(
+            integer(1), None, nullable=True,
+            doc="also checkpoint last.pt every N optimizer steps: a restart resumes mid-epoch at the next batch"),
         "memory_limit_mb": Field(
             number(0.0, exclusive_min=True), None, nullable=True, doc="warn once when RSS (or CUDA memory) passes it"
         ),
@@ -385,6 +401,10 @@ def schema() -> dict[str, Any]:
         "dropout": Field(number(0.0, 0.99), 0.1),
         "pooling": Field(choice("mean", "max", "add", "mean_max"), "mean_max", doc="per-graph readout"),
         "head_hidden": Field(list_of(integer(1)), [64], doc="hidden widths of the classifier MLP"),
+        "directions": Field(choice("forward", "both"), "forward",
+                            doc="both: messages past -> future and future -> past, with separate weights"),
+        "graph_features": Field(boolean, False, doc="hybrid: the set's order invariants (data.invariants) "
+                                "join the pooled node states in the head"),
         "kwargs": Field(mapping, {}, doc="extra constructor arguments of a custom model.type"),
     }
     return {

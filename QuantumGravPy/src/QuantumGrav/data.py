@@ -49,12 +49,12 @@ DATA_DEFAULTS: dict[str, Any] = {
 }
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
 _OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (data_sources), not the generator's
-CACHE_FORMAT_VERSION = 1  # bump when the generator or the stored Data change: old caches are then ignored
+CACHE_FORMAT_VERSION = 3  # bump when the generator or the stored Data change: old caches are then ignored
 MANIFOLD_LIKE_NAMES = ["non_manifold_like", "manifold_like"]
 
 
 def _generation_params(num_samples: int, n_min: int, n_max: int, dimensions: Sequence[int],
-                       classes: Sequence[str], destroy_fraction: float, edges: str, target: str,
+                       classes: Sequence[str], destroy_fraction: float | Sequence[float], edges: str, target: str,
                        seed: int) -> dict[str, Any]:
     """The checked parameters as plain JSON types (their hash names the cache folder)."""
     if not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
@@ -71,7 +71,14 @@ def _generation_params(num_samples: int, n_min: int, n_max: int, dimensions: Seq
     check_generation_args(num_samples, n_min, n_max, dimensions, classes, destroy_fraction)
     return {"num_samples": int(num_samples), "n_min": int(n_min), "n_max": int(n_max),
             "dimensions": [int(d) for d in dimensions], "classes": [str(c) for c in classes],
-            "destroy_fraction": float(destroy_fraction), "edges": edges, "target": target, "seed": int(seed)}
+            "destroy_fraction": _json_fraction(destroy_fraction), "edges": edges, "target": target, "seed": int(seed)}
+
+
+def _json_fraction(destroy_fraction: float | Sequence[float]) -> float | list[float]:
+    """A flip fraction or [low, high] range as JSON (checked by ``check_generation_args`` before)."""
+    if isinstance(destroy_fraction, (list, tuple)):
+        return [float(v) for v in destroy_fraction]
+    return float(destroy_fraction)
 
 
 def _cache_key(params: dict[str, Any]) -> str:
@@ -91,15 +98,17 @@ class CausalSetDataset(InMemoryDataset):
     Each ``Data`` has ``x`` (float32 N x F), ``edge_index`` (past -> future), ``y`` (long [1], float for
     regression),
     ``manifold_like`` (bool [1]), ``dimension`` (long [1], -1 where undefined), ``cset_type``
-    (long [1], index into ``causal_sets.CSET_TYPES``), ``num_nodes`` and ``invariants``
-    (float [1, K], columns ``causal_sets.INVARIANT_NAMES``) for the baseline.
+    (long [1], index into ``causal_sets.CSET_TYPES``), ``flip_fraction`` (float [1], 0 except
+    for destroyed sets), ``num_nodes`` and ``invariants`` (float [1, K], columns
+    ``causal_sets.INVARIANT_NAMES``) for the baselines and hybrid models.
+    ``destroy_fraction`` may be a range [low, high]: each destroyed set then draws its own.
     """
 
     def __init__(self, root: str | os.PathLike, *, num_samples: int = DATA_DEFAULTS["num_samples"],
                  n_min: int = DATA_DEFAULTS["n_min"], n_max: int = DATA_DEFAULTS["n_max"],
                  dimensions: Sequence[int] = DATA_DEFAULTS["dimensions"],
                  classes: Sequence[str] = DATA_DEFAULTS["classes"],
-                 destroy_fraction: float = DATA_DEFAULTS["destroy_fraction"],
+                 destroy_fraction: float | Sequence[float] = DATA_DEFAULTS["destroy_fraction"],
                  edges: str = DATA_DEFAULTS["edges"], target: str = DATA_DEFAULTS["target"],
                  seed: int = DATA_DEFAULTS["seed"], log: bool = False, transform: Callable | None = None):
         self._params = _generation_params(num_samples, n_min, n_max, dimensions, classes,
@@ -204,6 +213,7 @@ class CausalSetDataset(InMemoryDataset):
                     dimension=torch.tensor([record.dimension], dtype=torch.long),
                     cset_type=torch.tensor([CSET_TYPES.index(record.cset_type)], dtype=torch.long),
                     invariants=torch.from_numpy(record.invariants).reshape(1, -1),
+                    flip_fraction=torch.tensor([record.flip_fraction], dtype=torch.float32),
                     num_nodes=record.num_elements)
 
 

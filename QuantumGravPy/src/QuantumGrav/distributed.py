@@ -7,10 +7,13 @@ the launcher's environment (torchrun sets RANK/LOCAL_RANK/WORLD_SIZE) is.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
+import gc
 import os
 import socket
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -111,9 +114,13 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
         # Bind this process to its own GPU *before* NCCL starts: LOCAL_RANK, not the
         # global rank, indexes the GPUs of this node.
         torch.cuda.set_device(local_rank)
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(backend=backend, rank=rank, world_size=worldsize,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        dist.init_process_group(backend=backend, rank=rank, world_size=worldsize, timeout=timeout,
+                                store=_store_of_this_attempt(rank, worldsize, timeout))
+        # A script that never calls cleanup_ddp() still tears down in the safe order, before the
+        # interpreter is finalised (gloo's threads cannot take the GIL once it is).
+        atexit.register(cleanup_ddp)
     except dist.DistNetworkError as err:
         if "EADDRINUSE" not in str(err):
             raise
@@ -123,12 +130,62 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
                         "(torchrun: --master_port)") from None
 
 
+# torchrun's own store (the agent's, shared by every restart of the job), when torchrun started us.
+_torchrun_store: dist.Store | None = None
+
+
+def torchrun_store() -> dist.Store | None:
+    """The key-value store that outlives a torchrun worker's restarts (None outside torchrun)."""
+    return _torchrun_store
+
+
+def _store_of_this_attempt(rank: int, world_size: int, timeout: datetime.timedelta) -> dist.Store | None:
+    """Under torchrun: its store, seen through a prefix naming this restart attempt.
+
+    torchrun's agent keeps one store for every attempt of a job, and gloo finds its peers through
+    keys in it: after a restart, a new process group (the default one, or the subgroup of
+    main_process_first) could read the dead attempt's addresses and fail with "connectFullMesh
+    failed ... Connection refused". A prefix per attempt gives every group fresh keys; the
+    unprefixed store stays reachable (torchrun_store()) for what must outlive an attempt.
+    """
+    global _torchrun_store
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or not launched_by_torchrun():
+        return None  # env:// as usual: a store hosted by rank 0 that lives as long as this attempt
+    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    _torchrun_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                                    is_master=not agent_hosts_store and rank == 0, timeout=timeout,
+                                    multi_tenant=not agent_hosts_store)
+    return dist.PrefixStore(f"QuantumGrav/attempt_{attempt}", _torchrun_store)
+
+
+# Objects holding a DistributedDataParallel wrapper (TrainerDDP), held weakly: cleanup_ddp() makes
+# each drop its wrapper *before* it destroys the process group. Why: DDP's C++ Reducer holds a
+# reference to the group. If the Reducer is the last holder, the group's destructor runs from the
+# Reducer's, with the GIL held, and joins gloo's worker threads; a worker still retiring a finished
+# collective needs the GIL to free that collective's Python-owned tensors, so both wait forever (the
+# hang after `cleanup_ddp()` in a script whose trainer outlives the call). Freed first, the Reducer
+# lets go of a group that is still registered; destroy_process_group() then drops the last
+# reference from Python, whose binding releases the GIL while the worker threads finish.
+_ddp_holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def release_before_teardown(holder: Any) -> None:
+    """Have cleanup_ddp() call ``holder.release_ddp()`` before it destroys the process group."""
+    _ddp_holders.add(holder)
+
+
 def cleanup_ddp() -> None:
-    """Leave the process group. Safe to call twice and after a failure (no barrier: a dead
-    peer would make it hang)."""
-    if dist.is_available() and dist.is_initialized():
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
+    """Leave the process group. Safe to call twice, in any order with the trainer's lifetime, and
+    after a failure (no barrier: a dead peer would make it hang)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    for holder in list(_ddp_holders):
+        holder.release_ddp()
+    _ddp_holders.clear()
+    gc.collect()  # a wrapper caught in a reference cycle is freed now, while the group still exists
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
 
 
 @dataclass
@@ -166,6 +223,12 @@ class Runtime:
         buffer = values.detach().to(self._collective_device, torch.float64).clone()
         dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
         return buffer.to(values.device)
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on at least one (one tiny all-reduce)."""
+        if not self.distributed:
+            return flag
+        return bool(self.sum_across_ranks(torch.tensor([float(flag)])).item() > 0)
 
     def broadcast_from_main(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (the others' argument is ignored)."""

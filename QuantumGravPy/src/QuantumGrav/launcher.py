@@ -24,11 +24,12 @@ import torch.multiprocessing as mp
 from .config import find_unimportable, load_config
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           launched_by_torchrun, usable_cpu_count)
-from .errors import UserError
+from .errors import Preempted, UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
 DEAD_WORKER_GRACE_S = 2.0
+EXIT_GRACE_S = 30.0  # how long a worker that reported its result may take to exit
 
 
 class TrainingFailed(RuntimeError):
@@ -180,9 +181,22 @@ def _supervise(processes: list, results) -> dict[str, Any]:
                 raise UserError(f"rank {rank}: {message.split(': ', 1)[-1]}")
             raise TrainingFailed(rank, message, worker_traceback)
         finished[rank] = payload[0]
-    for process in processes:
-        process.join()
+    _wait_for_exit(processes, EXIT_GRACE_S)
     return finished[0]
+
+
+def _wait_for_exit(processes: list, grace_s: float) -> None:
+    """Every rank reported success: the job succeeded. A worker stuck in its teardown (a hang in
+    a library's destructor, say) is stopped after ``grace_s`` instead of being waited for forever."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    stuck = [p for p in processes if p.is_alive()]
+    if stuck:
+        ranks = ", ".join(p.name[4:] for p in stuck)
+        logger.warning(f"rank {ranks} reported success but had not exited {grace_s:.0f} s later; stopping it "
+                       "(the results are complete)")
+        _stop(stuck, grace_s=2.0)
 
 
 def _stop(processes: list, grace_s: float = 5.0) -> None:
@@ -218,7 +232,9 @@ def _log_failure(err: BaseException) -> None:
     once per exception, however many layers it passes on its way out."""
     if getattr(err, "_quantumgrav_logged", False):
         return
-    # The full traceback for failures that are not bad input: it lands in this rank's log file too.
-    logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))
+    if isinstance(err, Preempted):  # not a failure: the run is checkpointed and continues when restarted
+        logger.warning(str(err))
+    else:  # the full traceback for failures that are not bad input: it lands in this rank's log file too
+        logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))
     with contextlib.suppress(AttributeError):  # an exception type with __slots__ is logged again: harmless
         err._quantumgrav_logged = True  # type: ignore[attr-defined]

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch_geometric import nn as pyg_nn
 
+from .causal_sets import INVARIANT_NAMES
+
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
 # Convolutions whose constructor takes an MLP instead of (in, out) channel counts. (GINEConv
 # needs edge features, which causal-set graphs do not have.)
@@ -36,22 +38,63 @@ def make_norm(kind: str, channels: int) -> nn.Module:
     return nn.Identity()
 
 
+class BidirectionalConv(nn.Module):
+    """Two message-passing layers, one along the edges (past -> future) and one against them, summed.
+
+    Past and future of an element are different (a cone and its dual), so each direction gets
+    its own weights instead of treating the graph as undirected.
+    """
+
+    def __init__(self, forward_conv: nn.Module, backward_conv: nn.Module):
+        super().__init__()
+        self.forward_conv, self.backward_conv = forward_conv, backward_conv
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.forward_conv(x, edge_index) + self.backward_conv(x, edge_index.flip(0))
+
+
+class GraphFeatureNorm(nn.BatchNorm1d):
+    """BatchNorm over the graphs of a batch for per-set features of very different scales (N ~ 100,
+    fractions ~ 0.01). A training batch of one graph has no batch statistics: it uses the running ones."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.size(0) == 1:
+            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                            training=False, eps=self.eps)
+        return super().forward(x)
+
+
 class GNNClassifier(nn.Module):
-    """Message passing -> per-graph pooling -> MLP head, giving class logits per causal set."""
+    """Message passing -> per-graph pooling -> MLP head, giving class logits per causal set.
+
+    ``directions="both"`` passes messages along and against the order (``BidirectionalConv``).
+    ``graph_features=K`` makes it a hybrid: the K per-set features in ``data.invariants``
+    (standardised by a BatchNorm) join the pooled node states in the head, so the GNN starts
+    from what the invariant baselines see.
+    """
 
     def __init__(self, in_channels: int, num_classes: int, *, conv: type = pyg_nn.GraphConv,
                  conv_kwargs: dict | None = None, hidden_channels: list[int] = (64, 64, 64),
                  norm: str = "batch", activation: str = "relu", dropout: float = 0.1,
-                 pooling: str = "mean_max", head_hidden: list[int] = (64,)):
+                 pooling: str = "mean_max", head_hidden: list[int] = (64,), directions: str = "forward",
+                 graph_features: int = 0):
         super().__init__()
+        if directions not in ("forward", "both"):
+            raise ValueError(f"directions: expected 'forward' or 'both', got {directions!r}")
         widths = [in_channels, *hidden_channels]
-        self.convs = nn.ModuleList(make_conv(conv, a, b, dict(conv_kwargs or {})) for a, b in zip(widths, widths[1:]))
+        kwargs = dict(conv_kwargs or {})
+        if directions == "both":
+            self.convs = nn.ModuleList(BidirectionalConv(make_conv(conv, a, b, kwargs), make_conv(conv, a, b, kwargs))
+                                       for a, b in zip(widths, widths[1:]))
+        else:
+            self.convs = nn.ModuleList(make_conv(conv, a, b, kwargs) for a, b in zip(widths, widths[1:]))
         self.norms = nn.ModuleList(make_norm(norm, b) for b in hidden_channels)
         self.norm_kind = norm
         self.activation = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
         self.pooling = pooling
-        pooled = hidden_channels[-1] * (2 if pooling == "mean_max" else 1)
+        pooled = hidden_channels[-1] * (2 if pooling == "mean_max" else 1) + graph_features
+        self.graph_norm = GraphFeatureNorm(graph_features) if graph_features else None
         head: list[nn.Module] = []
         for width in head_hidden:
             head += [nn.Linear(pooled, width), ACTIVATIONS[activation](), nn.Dropout(dropout)]
@@ -72,7 +115,11 @@ class GNNClassifier(nn.Module):
             x = conv(x, edge_index)
             x = norm(x, batch) if self.norm_kind == "graph" else norm(x)
             x = self.dropout(self.activation(x))
-        return self.head(self._pool(x, batch))
+        pooled = self._pool(x, batch)
+        if self.graph_norm is not None:
+            invariants = data.invariants.reshape(pooled.size(0), -1).to(pooled.dtype)
+            pooled = torch.cat([pooled, self.graph_norm(invariants)], dim=-1)
+        return self.head(pooled)
 
 
 def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) -> nn.Module:
@@ -82,12 +129,17 @@ def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) 
     A custom ``model.type`` is built as ``type(in_channels, out_channels, **model.kwargs)`` and its
     ``forward(batch)`` gets a PyG ``Batch`` (x, edge_index, batch and every other attribute of the
     dataset's items, e.g. graph-level ``invariants`` [graphs, K]) and returns ``[graphs, out_channels]``.
+    ``graph_features: true`` feeds the data's ``invariants`` (columns ``causal_sets.INVARIANT_NAMES``) to the
+    built-in model's head.
     """
     model_type = model_cfg.get("type") or GNNClassifier
     if model_type is not GNNClassifier:
         return model_type(in_channels, out_channels, **model_cfg.get("kwargs", {}))
-    keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden")
-    return GNNClassifier(in_channels, out_channels, **{k: model_cfg[k] for k in keys if k in model_cfg})
+    keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden",
+            "directions")
+    graph_features = len(INVARIANT_NAMES) if model_cfg.get("graph_features") else 0
+    return GNNClassifier(in_channels, out_channels, graph_features=graph_features,
+                         **{k: model_cfg[k] for k in keys if k in model_cfg})
 
 
 def count_parameters(model: nn.Module) -> dict[str, float]:

@@ -73,3 +73,14 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, An
     ramp = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
     after = main or ConstantLR(optimizer, factor=1.0, total_iters=0)
     return SequentialLR(optimizer, [ramp, after], milestones=[warmup])
+
+
+def fast_forward(scheduler, steps: int) -> None:
+    """Advance a freshly built scheduler by ``steps`` of its unit (epochs or optimizer steps), so that
+    it stands where the run being continued stood, in this run's own terms (batches per epoch, LR)."""
+    import warnings
+
+    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": intended here
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(steps):
+            scheduler.step()

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .config import load_config
-from .distributed import Runtime, cleanup_ddp, get_local_rank, initialize_ddp
+from .distributed import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown
 from .errors import ConfigError, UserError
 from .logging_utils import get_logger, rank_zero_warn
 from .training import Trainer, resolve_device
@@ -57,6 +57,12 @@ class TrainerDDP(Trainer):
                             "(parallel.backend: gloo) or device: cuda")
         runtime = Runtime(rank=rank, world_size=world_size, local_rank=local_rank, device=device, backend=backend)
         super().__init__(config, runtime=runtime, dataset=dataset)
+        release_before_teardown(self)  # cleanup_ddp() frees our DDP wrapper before the process group
+
+    def release_ddp(self) -> None:
+        """Drop the DistributedDataParallel wrapper (called by cleanup_ddp(), see there why). The
+        plain model stays: rank 0 can still run_test(), which never used the wrapper."""
+        self.model = self.core_model
 
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         parallel = self.config["parallel"]

@@ -8,6 +8,7 @@ both and there is exactly one copy of the loop.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import math
@@ -25,20 +26,21 @@ from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
-from .baseline import evaluate_baseline
+from .baseline import describe_baselines, evaluate_baselines, flatten_baselines
 from .config import dump_config, load_config, load_yaml_text, pyobject_path
 from . import data_sources, tasks
 from .data import split_indices
 from .distributed import Runtime, configured_device_type
 from .early_stopping import EarlyStopping
-from .errors import ConfigError, UserError
+from .errors import ConfigError, Preempted, UserError
 from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
 from .memory import MemoryMonitor
 from .models import build_model, count_parameters
+from .resume import StopRequest, forget_run, job_token, remember_run, run_to_continue, sigterm_requests_a_stop
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
                             load_checkpoint, plot_confusion_matrix, plot_predictions, plot_training_curves,
                             save_checkpoint, write_json)
-from .schedules import build_scheduler, derive_hyperparameters, schedule_spans_num_epochs
+from .schedules import build_scheduler, derive_hyperparameters, fast_forward, schedule_spans_num_epochs
 from .wandb_logger import WandbLogger
 
 logger = get_logger("training")
@@ -72,7 +74,11 @@ class Trainer:
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
         self.epoch, self.start_epoch, self._best_state = 0, 0, None
-        self._resume_state = self._read_resume_checkpoint() if self.tcfg["resume"] else None
+        self._resume_in_epoch: tuple[int, list[float] | None] = (0, None)
+        self._stop_request = StopRequest()
+        self.job_token = job_token() if self.runtime.is_main else None
+        self._resume_dir = self._find_run_to_continue()
+        self._resume_state = self._read_resume_checkpoint(self._resume_dir) if self._resume_dir else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
         self.dataset = data_sources.load_dataset(self.config, self.runtime, dataset)
         source = data_sources.source_name(self.config, dataset)
@@ -132,15 +138,25 @@ class Trainer:
 
     def _open_run_dir(self) -> Path:
         """Rank 0 creates (or reopens) the run directory; every rank gets its path."""
-        if self.tcfg["resume"]:
-            return Path(self.tcfg["resume"]).expanduser().resolve()
-        path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"]) if self.runtime.is_main else None
+        if self._resume_dir:
+            return self._resume_dir
+        path = None
+        if self.runtime.is_main:
+            path = create_run_dir(self.tcfg["path"], self.tcfg["run_name"])
+            remember_run(self.tcfg, self.job_token, path)
         return Path(self.runtime.broadcast_from_main(str(path) if path else None))
 
-    def _read_resume_checkpoint(self) -> dict[str, Any]:
+    def _find_run_to_continue(self) -> Path | None:
+        """Rank 0 decides which run this job continues (resume.py: --resume, the run name, or this job's
+        first attempt after a restart); one broadcast gives every rank the same answer."""
+        found = run_to_continue(self.tcfg, self.job_token) if self.runtime.is_main else None
+        found = self.runtime.broadcast_from_main(str(found) if found else None)
+        return Path(found) if found else None
+
+    def _read_resume_checkpoint(self, run_dir: Path) -> dict[str, Any]:
         """The last checkpoint of the run to continue (every rank reads it from the shared run directory),
         after checking that this config trains the same model on the same data."""
-        path = Path(self.tcfg["resume"]).expanduser().resolve() / CHECKPOINT_DIR / "last.pt"
+        path = run_dir / CHECKPOINT_DIR / "last.pt"
         if not path.is_file():
             raise UserError(f"training.resume: '{path.parent.parent}' has no {CHECKPOINT_DIR}/last.pt; "
                             "pass the directory of an earlier run")
@@ -150,9 +166,11 @@ class Trainer:
                    if key != "root" and value != stored[section][key]]
         changed += ["criterion"] if self.config["criterion"] is not stored["criterion"] else []
         if changed:
-            raise ConfigError(f"training.resume: this config changes {', '.join(changed)} of the run being resumed; "
-                              "a resumed run trains the same model on the same data. Resume with the run's own "
-                              f"config (--config {path.parent.parent / 'config.yaml'} --resume ...) or start a new run")
+            source = "training.resume" if self.tcfg["resume"] else "training.run_name" if self.tcfg["run_name"] else ""
+            raise ConfigError(f"{source or run_dir}: this config changes {', '.join(changed)} of the run being "
+                              f"continued ({run_dir}); a resumed run trains the same model on the same data. Resume "
+                              f"with the run's own config (--config {run_dir / 'config.yaml'} --resume ...) or "
+                              "start a new run (another training.run_name)")
         planned = stored["training"]["num_epochs"]
         if schedule_spans_num_epochs(self.tcfg) and planned != self.tcfg["num_epochs"]:
             rank_zero_warn(logger, f"training.num_epochs: the resumed run was planned for {planned} epochs and its "
@@ -211,15 +229,16 @@ class Trainer:
         """Train until ``num_epochs`` or early stopping; returns (train_history, val_history) on every rank."""
         self._log_start_block(train_loader)
         stop_reason = f"completed {self.tcfg['num_epochs']} epochs"
-        for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
-            self.epoch = epoch
-            started = time.perf_counter()
-            train_stats = self._train_one_epoch(train_loader, epoch)
-            val_stats = self.evaluate(val_loader)
-            stop, reason = self._finish_epoch(epoch, train_stats, val_stats, time.perf_counter() - started)
-            if stop:  # the same decision on every rank: it was broadcast from rank 0
-                stop_reason = reason
-                break
+        with sigterm_requests_a_stop() as self._stop_request:  # checkpoint first, then stop (preemption)
+            for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
+                self.epoch = epoch
+                started = time.perf_counter()
+                train_stats = self._train_one_epoch(train_loader, epoch)
+                val_stats = self.evaluate(val_loader)
+                stop, reason = self._finish_epoch(epoch, train_stats, val_stats, time.perf_counter() - started)
+                if stop:  # the same decision on every rank: it was broadcast from rank 0
+                    stop_reason = reason
+                    break
         self._finish_training(stop_reason)
         train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
         val_history = [{"epoch": r["epoch"], **{m: r[f"val_{m}"] for m in self.task.metric_names}}
@@ -231,22 +250,29 @@ class Trainer:
         if isinstance(loader.sampler, DistributedSampler):
             # Without set_epoch every epoch would replay the same permutation on every rank.
             loader.sampler.set_epoch(epoch)
-        # Dropout differs per rank and per epoch, yet a resumed run replays it exactly.
-        torch.manual_seed(self.tcfg["seed"] + 1000 * epoch + self.runtime.rank)
+        # A mid-epoch checkpoint resumes after its batches, with its partial loss sums (every rank
+        # starts from the same batch: the permutation depends on the seed and the epoch only).
+        first_batch, partial = self._resume_in_epoch if epoch == self.start_epoch else (0, None)
         totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
+        if partial is not None and self.runtime.is_main:
+            totals += torch.tensor(partial, device=self.device, dtype=torch.float64)
         started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        progress = self._progress(loader, epoch)
+        batches = itertools.islice(loader, first_batch, None)
+        progress = self._progress(batches, epoch, total=len(loader) - first_batch)
         with self._logs_above_progress_bar(progress):
-            self._run_batches(progress, epoch, totals, started)
+            self._run_batches(progress, epoch, totals, started, first_batch, len(loader))
         elapsed = time.perf_counter() - started
         # Sums and counts over all ranks, then divided (DistributedSampler's padding duplicates count too).
         loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()
         return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
 
-    def _run_batches(self, progress, epoch: int, totals: torch.Tensor, started: float) -> None:
-        accumulation, num_batches = self.tcfg["accumulation_steps"], len(progress)
-        for step, batch in enumerate(progress):
+    def _run_batches(self, progress, epoch: int, totals: torch.Tensor, started: float, first_batch: int,
+                     num_batches: int) -> None:
+        accumulation = self.tcfg["accumulation_steps"]
+        for step, batch in enumerate(progress, start=first_batch):
+            # Dropout differs per rank and step, yet a run resumed at any checkpoint replays it exactly.
+            torch.manual_seed((self.tcfg["seed"] * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank)
             group_start = step - step % accumulation
             group_size = min(accumulation, num_batches - group_start)
             last_micro_step = step == group_start + group_size - 1
@@ -255,8 +281,25 @@ class Trainer:
                                                                                  dtype=torch.float64)])
             if last_micro_step:
                 self._optimizer_step()
+                self._after_optimizer_step(epoch, step + 1, totals)
             if (step + 1) % self.tcfg["log_every_n_steps"] == 0:
                 self._report_step(progress, epoch, step, loss, totals, started)
+
+    def _after_optimizer_step(self, epoch: int, completed_batches: int, totals: torch.Tensor) -> None:
+        """At every optimizer step, on every rank: stop for a SIGTERM that reached any rank (all agree, so
+        no rank waits at a collective the others left), and checkpoint every checkpoint_every_n_steps."""
+        stop = self.runtime.any_rank(self._stop_request.is_set())
+        every, accumulation = self.tcfg["checkpoint_every_n_steps"], self.tcfg["accumulation_steps"]
+        steps_done = math.ceil(completed_batches / accumulation)
+        if stop or (every and steps_done % every == 0):
+            partial = self.runtime.sum_across_ranks(totals).tolist()  # every rank: the epoch's sums so far
+            if self.runtime.is_main:
+                self._save_checkpoints(epoch - 1, improved=False,
+                                       in_epoch={"epoch": epoch, "completed_batches": completed_batches,
+                                                 "train_totals": partial})
+        if stop:
+            logger.warning(f"SIGTERM: checkpointed epoch {epoch} after {completed_batches} batches; stopping")
+            raise Preempted(self.run_dir, epoch, completed_batches)
 
     @staticmethod
     @contextlib.contextmanager
@@ -420,8 +463,10 @@ class Trainer:
                     f"{record['val_loss']:.4f}  {scores}  lr {record['lr']:.2e}"
                     f"  {record['graphs_per_s']:.0f} graphs/s{'  *best*' if improved else ''}")
 
-    def _checkpoint_state(self, epoch: int) -> dict[str, Any]:
+    def _checkpoint_state(self, epoch: int, in_epoch: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``epoch``: the last completed epoch; ``in_epoch``: where a mid-epoch checkpoint stands in the next."""
         return {
+            "in_epoch": in_epoch,
             "model": self.core_model.state_dict(),  # the plain model: loadable without DDP
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
@@ -429,30 +474,44 @@ class Trainer:
             "epoch": epoch,
             "early_stopping": self.early_stopping.state_dict(),
             "config_yaml": dump_config(self.config),
+            "world_size": self.runtime.world_size,
+            "derived": self.derived,
             "wandb_run_id": (self.experiment.run_id if self.experiment else None) or "",
         }
 
-    def _save_checkpoints(self, epoch: int, improved: bool) -> None:
-        state = self._checkpoint_state(epoch)
+    def _save_checkpoints(self, epoch: int, improved: bool, in_epoch: dict[str, Any] | None = None) -> None:
+        state = self._checkpoint_state(epoch, in_epoch)
         folder = self.run_dir / CHECKPOINT_DIR
         if improved:
             save_checkpoint(folder / "best.pt", state)
             self._best_state = {k: v.detach().cpu().clone() for k, v in state["model"].items()}
         save_checkpoint(folder / "last.pt", state)
-        if self.tcfg["checkpoint_at"] and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
+        if self.tcfg["checkpoint_at"] and not in_epoch and (epoch + 1) % self.tcfg["checkpoint_at"] == 0:
             save_checkpoint(folder / f"epoch_{epoch}.pt", state)
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Continue a run from its last checkpoint: weights, optimizer, schedule, early stopping, epoch."""
         self.core_model.load_state_dict(state["model"])
-        if self.scheduler is not None and state.get("scheduler"):
-            self.scheduler.load_state_dict(state["scheduler"])
-        # After the scheduler: building one resets the optimizer's LR (SequentialLR does).
-        self.optimizer.load_state_dict(state["optimizer"])
+        old_world = state.get("world_size", self.runtime.world_size)
+        if old_world == self.runtime.world_size:
+            if self.scheduler is not None and state.get("scheduler"):
+                self.scheduler.load_state_dict(state["scheduler"])
+            # After the scheduler: building one resets the optimizer's LR (SequentialLR does).
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            self._restore_for_another_world_size(state, old_world)
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.epoch, self.start_epoch = state["epoch"], state["epoch"] + 1
+        in_epoch = state.get("in_epoch")
+        if in_epoch and old_world != self.runtime.world_size:
+            rank_zero_warn(logger, f"the checkpoint stands inside epoch {in_epoch['epoch']} of a run on {old_world} "
+                                   f"processes; on {self.runtime.world_size} the batches differ, so that epoch "
+                                   "starts again from its first batch")
+        elif in_epoch:  # a mid-epoch checkpoint: continue that epoch after its completed batches
+            self.start_epoch = in_epoch["epoch"]
+            self._resume_in_epoch = (in_epoch["completed_batches"], in_epoch["train_totals"])
         best = self.run_dir / CHECKPOINT_DIR / "best.pt"
         if best.is_file():
             self._best_state = load_checkpoint(best)["model"]
@@ -463,11 +522,34 @@ class Trainer:
         self.history = [{k: (float(v) if k != "epoch" else int(v)) for k, v in r.items() if v != ""} for r in rows]
         if self.runtime.is_main:
             self.metrics_csv.keep_epochs_before(self.start_epoch)
-        logger.info(f"resuming {self.run_dir} at epoch {self.start_epoch}")
+        first_batch = self._resume_in_epoch[0]
+        logger.info(f"resuming {self.run_dir} at epoch {self.start_epoch}"
+                    + (f", batch {first_batch}" if first_batch else ""))
+
+    def _restore_for_another_world_size(self, state: dict[str, Any], old_world: int) -> None:
+        """A run continued on another number of processes: the optimizer's moments carry over, but what
+        depends on the world size (effective batch, scaled LR and warmup, steps per epoch) is this job's,
+        and the schedule is rebuilt for it and advanced to where the run stood."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # the LR this job derived, before the schedule scales it
+            group["lr"] = group["initial_lr"] = self.derived["lr"]
+        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch())
+        if self.scheduler is not None:
+            completed_epochs = state["epoch"] + 1
+            per_epoch = 1 if self.tcfg["scheduler_interval"] == "epoch" else math.ceil(
+                self._batches_per_epoch() / self.tcfg["accumulation_steps"])
+            fast_forward(self.scheduler, completed_epochs * per_epoch)
+        old = state.get("derived") or {}
+        rank_zero_warn(logger, f"continuing a run of {old_world} processes on {self.runtime.world_size}: effective "
+                               f"batch {old.get('effective_batch_size')} -> {self.derived['effective_batch_size']}, "
+                               f"learning rate {old.get('lr', float('nan')):.3g} -> {self.derived['lr']:.3g} "
+                               f"(training.lr_scaling: {self.tcfg['lr_scaling']}), warmup "
+                               f"{old.get('warmup_epochs')} -> {self.derived['warmup_epochs']} epochs")
 
     def _finish_training(self, stop_reason: str) -> None:
         es = self.early_stopping
         if self.runtime.is_main:
+            forget_run(self.tcfg, self.job_token)  # finished: a later job with the same token starts afresh
             self.summary.update({"stop_reason": stop_reason, "stopped_at_epoch": self.epoch,
                                  "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
                                  "derived": self.derived})
@@ -494,25 +576,26 @@ class Trainer:
         test = self.task.metrics(self._evaluate_local(test_loader, predictions))
         result = {f"test_{m}": test[m] for m in self.task.metric_names}
         result["num_test"] = test["count"]
-        if isinstance(self.task, tasks.ClassificationTask):
+        classification = isinstance(self.task, tasks.ClassificationTask)
+        if classification:
             result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
             figure = plot_confusion_matrix(test["confusion"], self.task.class_names,
                                            self.run_dir / FIGURE_DIR / "confusion_matrix.png")
         else:
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
             figure = plot_predictions(predictions, self.run_dir / FIGURE_DIR / "predictions.png")
-        if self._has_invariants() and isinstance(self.task, tasks.ClassificationTask):
-            baseline = evaluate_baseline(self.dataset, self.split["train"], self.split["test"])
-            result.update(baseline_accuracy=baseline["accuracy"], baseline_method=baseline["method"])
+        baselines = {}
+        if self._has_invariants():  # the generator's per-set invariants: both baselines, for this task
+            baselines = evaluate_baselines(self.dataset, self.split["train"], self.split["test"],
+                                           task="classification" if classification else "regression")
+            result.update(**flatten_baselines(baselines), baselines=baselines)
         self.summary.update(result)
         write_json(self.run_dir / "summary.json", self.summary)
         if self.experiment:
             self.experiment.log_images({figure.stem: figure})
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
         scores = ", ".join(f"{m} {test[m]:.3f}" for m in self.task.metric_names[1:])
-        baseline_text = f" (baseline on order invariants {result['baseline_accuracy']:.3f})" if (
-            "baseline_accuracy" in result) else ""
-        logger.info(f"test {scores}{baseline_text}")
+        logger.info("; ".join([f"test {scores}", *describe_baselines(baselines)]))
         return result
 
     def _has_invariants(self) -> bool:
@@ -531,14 +614,14 @@ class Trainer:
         close_run_log()
 
     # ------------------------------------------------------------------ reporting
-    def _progress(self, loader: DataLoader, epoch: int):
+    def _progress(self, loader, epoch: int, total: int):
         setting = self.tcfg["progress_bar"]
         interactive = sys.stderr.isatty() and not os.environ.get("CI")
         if not self.runtime.is_main or setting is False or (setting == "auto" and not interactive):
             return loader
         from tqdm.auto import tqdm
 
-        return tqdm(loader, desc=f"epoch {epoch}", leave=False, unit="batch", dynamic_ncols=True)
+        return tqdm(loader, desc=f"epoch {epoch}", total=total, leave=False, unit="batch", dynamic_ncols=True)
 
     def _log_start_block(self, train_loader: DataLoader) -> None:
         counts = count_parameters(self.core_model)
@@ -585,8 +668,7 @@ def summarise_run(result: dict[str, Any]) -> str:
         scores = "  ".join(f"{k.removeprefix('test_')} {v:.3f}" for k, v in test.items()
                            if k.startswith("test_") and k != "test_loss")
         lines.append(f"test            {scores}  (loss {test['test_loss']:.4f}, {test['num_test']} causal sets)")
-        if "baseline_accuracy" in test:
-            lines.append(f"baseline        accuracy {test['baseline_accuracy']:.3f}  ({test['baseline_method']})")
+        lines += describe_baselines(test.get("baselines", {}))
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")

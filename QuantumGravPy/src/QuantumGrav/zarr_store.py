@@ -1,0 +1,344 @@
+"""QuantumGrav.jl's Zarr stores as a lazy PyG dataset (needs the extra: ``pip install 'QuantumGrav[zarr]'``).
+
+The layout, read from the Julia sources in github.com/ssciwr/QuantumGrav (``QuantumGrav.jl/``):
+
+* ``src/preparation.jl`` (``prepare_dataproduction``, ``produce_data``): one directory store
+  ``{cset_type}_{pid}_{datetime}.zarr`` per run, hence per causal-set type, in the config's
+  ``output`` folder (next to a YAML copy of the config and the producing ``.jl`` file). Its root
+  group holds one group ``cset_{i}`` per causal set, i = 1..num_datapoints.
+* ``examples/produce_data.jl`` (``make_cset_data``): each group holds ``adj`` =
+  ``make_adj(cset, type=Matrix, eltype=UInt8)``, ``manifold_like`` (Bool: polynomial or
+  complex_topology) and ``cset_type``, an Int64 code of ``cset_type_encoder`` (``JULIA_CSET_TYPES``).
+* ``src/save_data.jl`` (``dict_to_zarr``, ``write_arraylike_to_zarr``): every value is an array,
+  scalars as one-element arrays, Blosc-compressed (lz4, clevel 9, bit-shuffle), Zarr format 2.
+* ``src/graph_utils.jl`` (``make_adj``): ``adj = transpose(hcat(c.future_relations...))``, so in
+  Julia ``adj[i, j] == 1`` iff element i precedes j. Zarr.jl writes an array's column-major bytes
+  and declares them C order with the dimensions reversed (Zarr.jl's ``metadata.jl``; format 3 alike,
+  ``metadata3.jl``), so numpy reads the *transpose*: ``stored[j, i] == 1`` iff i precedes j, and
+  our causal matrix is ``R = stored.T``.
+
+Non-sprinkled sets need not be in a natural labelling (``R`` need not be upper triangular): the
+features are computed on a natural relabelling and mapped back, so node k of an item is element
+k + 1 of the Julia set. Features and edges are those of ``QuantumGrav.data.CausalSetDataset``, so a
+sprinkling read from a store gives the graph the generator gives for the same causal matrix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch_geometric.data import Data, Dataset
+
+from .causal_sets import NODE_FEATURES, node_features, transitive_closure, transitive_reduction
+from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, VALID_EDGES
+from .errors import UserError
+from .logging_utils import get_logger
+from .run_artifacts import atomic_replace
+
+logger = get_logger("zarr_store")
+
+# cset_type_encoder in QuantumGrav.jl/examples/produce_data.jl (code -> name).
+JULIA_CSET_TYPES: dict[int, str] = {
+    1: "polynomial", 2: "complex_topology", 3: "destroyed", 4: "merged", 5: "grid", 6: "layered",
+    7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
+}
+VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
+ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
+# Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
+STORE_CACHE_VERSION = 1
+ZARR_EXTRA_HINT = "install the optional extra: pip install 'QuantumGrav[zarr]'"
+_GROUP_NAME = re.compile(r"^cset_(\d+)$")
+
+
+def import_zarr():
+    """The zarr module, or one UserError naming the extra to install."""
+    try:
+        import zarr
+    except ImportError as err:
+        raise UserError(f"Reading QuantumGrav.jl's Zarr stores needs the package zarr: {ZARR_EXTRA_HINT}") from err
+    return zarr
+
+
+def _is_store(path: Path) -> bool:
+    return path.is_dir() and ((path / ".zgroup").is_file() or (path / "zarr.json").is_file())
+
+
+def find_stores(path: str | os.PathLike) -> list[Path]:
+    """``path`` itself if it is a store, else the stores directly inside the folder ``path``, by name."""
+    path = Path(path).expanduser()
+    if _is_store(path):
+        return [path]
+    if not path.is_dir():
+        raise UserError(f"QuantumGrav.jl data path {path}: no such folder (expected a Zarr store written by "
+                        f"QuantumGrav.jl's produce_data, or a folder of such stores)")
+    stores = sorted(child for child in path.iterdir() if _is_store(child))
+    if not stores:
+        raise UserError(f"QuantumGrav.jl data path {path}: not a Zarr store (no .zgroup or zarr.json) and no store "
+                        f"inside; expected a store written by QuantumGrav.jl's produce_data or a folder of them")
+    return stores
+
+
+def list_groups(store: Path) -> list[str]:
+    """The ``cset_{i}`` groups of a directory store, by i (a listing, no data read)."""
+    found = [(int(match.group(1)), entry.name) for entry in os.scandir(store)
+             if entry.is_dir() and (match := _GROUP_NAME.match(entry.name))]
+    if not found:
+        raise UserError(f"QuantumGrav.jl store {store}: no cset_{{i}} groups; expected one group per causal set "
+                        f"as produce_data writes them")
+    return [name for _, name in sorted(found)]
+
+
+def _format_error(store: Path, group: str, problem: str) -> UserError:
+    return UserError(f"QuantumGrav.jl store {store}, group {group}: {problem}")
+
+
+def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
+    if value.shape != (1,):
+        raise _format_error(store, group, f"'{name}' has shape {value.shape}; expected a one-element array "
+                                          f"(how save_data.jl writes a scalar)")
+    return value[0].item()
+
+
+def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray:
+    """The causal matrix R (bool, R[i, j]: i precedes j) of an ``adj`` as numpy reads it from the store:
+    the transpose (Zarr.jl reverses Julia's dimensions; Julia's adj[i, j] means i precedes j)."""
+    if stored_adj.ndim != 2 or stored_adj.shape[0] != stored_adj.shape[1] or stored_adj.shape[0] == 0:
+        raise _format_error(store, group, f"'adj' has shape {stored_adj.shape}; expected a non-empty square "
+                                          f"N x N causal matrix")
+    if stored_adj.dtype.kind not in "biu" or ((stored_adj != 0) & (stored_adj != 1)).any():
+        raise _format_error(store, group, f"'adj' ({stored_adj.dtype}) has entries other than 0 and 1")
+    R = np.ascontiguousarray(stored_adj.T.astype(bool))
+    closure = transitive_closure(R)
+    if closure.diagonal().any():
+        raise _format_error(store, group, "'adj' has a cycle (or relates an element to itself); expected a "
+                                          "causal matrix, a strict partial order")
+    if not np.array_equal(closure, R):
+        raise _format_error(store, group, "'adj' is not transitively closed; expected the causal matrix "
+                                          "make_adj writes, with every relation, not only the links")
+    return R
+
+
+def natural_order(R: np.ndarray) -> np.ndarray:
+    """A permutation listing the elements in a natural labelling of the strict order R: the identity
+    if R already is upper triangular, else by the size of the past (i before j implies a smaller past)."""
+    if not np.tril(R).any():
+        return np.arange(R.shape[0])
+    return np.argsort(R.sum(axis=0), kind="stable")
+
+
+def graph_tensors(R: np.ndarray, edges: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Node features and past -> future edge index of a causal matrix in any labelling, exactly as
+    ``CausalSetDataset`` builds them for a naturally labelled one."""
+    order = natural_order(R)
+    features = np.empty((R.shape[0], len(NODE_FEATURES)), dtype=np.float32)
+    features[order] = node_features(R[np.ix_(order, order)])
+    adjacency = transitive_reduction(R) if edges == "links" else R
+    return torch.from_numpy(features), torch.from_numpy(np.stack(np.nonzero(adjacency))).long()
+
+
+class QuantumGravJLDataset(Dataset):
+    """Causal sets from QuantumGrav.jl's Zarr stores as PyG graphs, read lazily item by item.
+
+    * ``path``: one store or a folder of stores (e.g. the ``output`` folder of produce_data runs,
+      one store per causal-set type); items are the stores' ``cset_{i}`` groups, stores by name.
+    * ``target="manifold_like"``: y = 1 for manifold-like sets, 0 otherwise (as upstream trains).
+      ``target="cset_type"``: y indexes ``class_names``, the ``JULIA_CSET_TYPES`` names given in
+      ``cset_types`` or, by default, those found in the first group of each store (one type per
+      store is how produce_data writes them), ordered by code.
+    * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
+    * ``cache=True``: features, edges and labels are computed once per causal set and cached in a
+      folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
+      edges and the feature version; where that folder cannot be written, under ``cache_dir``.
+      ``cache=False`` computes them on the fly at every read.
+
+    Nothing is read at construction but the folder listings and the first group of each store
+    (checked, so that a wrong path or format fails before training). Stores are opened lazily in
+    each process (DataLoader workers included). Each item is ``Data(x, edge_index, y)``.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, target: str = "manifold_like", edges: str = "links",
+                 cache: bool = True, cache_dir: str | os.PathLike | None = None,
+                 cset_types: Sequence[str] | None = None, transform: Callable | None = None):
+        import_zarr()
+        if target not in VALID_TARGETS:
+            raise UserError(f"target: expected one of {VALID_TARGETS}, got {target!r}")
+        if edges not in VALID_EDGES:
+            raise UserError(f"edges: expected one of {VALID_EDGES}, got {edges!r}")
+        self.target, self.edges, self.cache = target, edges, bool(cache)
+        self.stores = find_stores(path)
+        self.groups = [list_groups(store) for store in self.stores]
+        self._offsets = np.cumsum([0] + [len(groups) for groups in self.groups])
+        self._handles: dict[int, Any] = {}
+        self._handles_pid = os.getpid()
+        first_codes = [self._read_checked(k, self.groups[k][0])[2] for k in range(len(self.stores))]
+        self._cset_types = self._choose_cset_types(cset_types, first_codes)
+        self._cache_dirs = [self._feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
+        super().__init__(root=None, transform=transform)
+
+    # ------------------------------------------------------------------ labels
+    @staticmethod
+    def _choose_cset_types(cset_types: Sequence[str] | None, first_codes: list[int]) -> list[str]:
+        if cset_types is None:
+            return [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
+        unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
+        if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
+            raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
+                            f"got {list(cset_types)!r}")
+        return list(cset_types)
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(MANIFOLD_LIKE_NAMES) if self.target == "manifold_like" else list(self._cset_types)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def num_node_features(self) -> int:
+        return len(NODE_FEATURES)
+
+    # ------------------------------------------------------------------ reading
+    def len(self) -> int:
+        return int(self._offsets[-1])
+
+    def _open(self, store_index: int):
+        """The root group of a store, opened once per process (handles are not shared across a fork)."""
+        if self._handles_pid != os.getpid():
+            self._handles, self._handles_pid = {}, os.getpid()
+        if store_index not in self._handles:
+            store = self.stores[store_index]
+            zarr_format = 2 if (store / ".zgroup").is_file() else 3
+            self._handles[store_index] = import_zarr().open_group(str(store), mode="r", zarr_format=zarr_format)
+        return self._handles[store_index]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_handles": {}}  # open stores stay in their process
+
+    def _read_arrays(self, store_index: int, group: str) -> dict[str, np.ndarray]:
+        """The arrays of one group, opened by path from the root with the format given: zarr 3 then skips
+        metadata probes that cost more than these small reads (about half the time per group, measured)."""
+        root, arrays = self._open(store_index), {}
+        for name in ARRAYS:
+            try:
+                array = root[f"{group}/{name}"]
+            except KeyError:
+                array = None
+            if not isinstance(array, import_zarr().Array):
+                raise _format_error(self.stores[store_index], group, f"array '{name}' is missing; produce_data "
+                                                                     f"writes {', '.join(ARRAYS)} in every group")
+            arrays[name] = np.asarray(array[...])
+        return arrays
+
+    def _read_checked(self, store_index: int, group: str) -> tuple[np.ndarray, bool, int]:
+        """The causal matrix, manifold_like and cset_type code of one group, each checked."""
+        store, arrays = self.stores[store_index], self._read_arrays(store_index, group)
+        manifold_like = _scalar(arrays["manifold_like"], "manifold_like", store, group)
+        code = _scalar(arrays["cset_type"], "cset_type", store, group)
+        if manifold_like not in (0, 1):
+            raise _format_error(store, group, f"'manifold_like' is {manifold_like!r}; expected a Bool")
+        if type(code) is not int or code not in JULIA_CSET_TYPES:  # not a bool or a float 1.0
+            raise _format_error(store, group, f"unknown cset_type code {code!r}; expected one of "
+                                              f"{JULIA_CSET_TYPES} (cset_type_encoder in produce_data.jl)")
+        return causal_matrix(arrays["adj"], store, group), bool(manifold_like), code
+
+    def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        R, manifold_like, code = self._read_checked(store_index, group)
+        x, edge_index = graph_tensors(R, self.edges)
+        return {"x": x, "edge_index": edge_index, "labels": torch.tensor([int(manifold_like), code])}
+
+    def _label(self, store_index: int, group: str, labels: torch.Tensor) -> int:
+        manifold_like, code = (int(value) for value in labels)
+        if self.target == "manifold_like":
+            return manifold_like
+        name = JULIA_CSET_TYPES[code]
+        if name not in self._cset_types:
+            raise _format_error(self.stores[store_index], group,
+                                f"cset_type '{name}' (code {code}) is not among the classes {self._cset_types}; "
+                                f"pass every type of the data in cset_types")
+        return self._cset_types.index(name)
+
+    def get(self, idx: int) -> Data:
+        store_index = int(np.searchsorted(self._offsets, idx, side="right")) - 1
+        group = self.groups[store_index][idx - self._offsets[store_index]]
+        graph = self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
+        y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
+        return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, num_nodes=graph["x"].shape[0])
+
+    # ------------------------------------------------------------------ feature cache
+    def _feature_cache_dir(self, store: Path, cache_dir: str | os.PathLike | None) -> Path:
+        """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
+        beside = store.parent / f"{store.name}.qg_features"
+        if _writable_folder(beside):
+            return beside
+        if cache_dir is None:
+            raise UserError(f"Cannot write the feature cache next to the QuantumGrav.jl store {store} (its folder "
+                            f"is read-only): set cache_dir (data.kwargs.cache_dir) to a writable folder, or "
+                            f"cache: false to compute the features at every read")
+        store_id = hashlib.blake2b(str(store.resolve()).encode(), digest_size=4).hexdigest()
+        elsewhere = Path(cache_dir).expanduser() / f"{store.name}-{store_id}.qg_features"
+        if not _writable_folder(elsewhere):
+            raise UserError(f"cache_dir {cache_dir}: cannot create or write {elsewhere}; choose a writable folder")
+        logger.info("QuantumGrav.jl store %s is in a read-only folder: caching its features in %s", store, elsewhere)
+        return elsewhere
+
+    def _cache_key(self, store_index: int, group: str) -> str:
+        """A hash of every file of the group as stored (compressed chunks and metadata: its content, read
+        without zarr, which costs more than the bytes), the edge kind and the feature version."""
+        folder = self.stores[store_index] / group
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
+                      f"edges={self.edges}".encode())
+        for file in sorted(path for path in folder.rglob("*") if path.is_file()):
+            digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+            digest.update(file.read_bytes())
+        return digest.hexdigest()
+
+    def _cached_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        path = self._cache_dirs[store_index] / f"{self._cache_key(store_index, group)}.pt"
+        if path.is_file():
+            return torch.load(path, weights_only=True)
+        graph = self._read_graph(store_index, group)
+        atomic_replace(path, lambda tmp: torch.save(graph, tmp))
+        return graph
+
+
+def _writable_folder(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK)
+
+
+def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndarray], cset_type_codes: Sequence[int],
+                      manifold_like: Sequence[bool], *, zarr_format: int = 2) -> Path:
+    """Write causal sets with zarr-python exactly as QuantumGrav.jl's produce_data writes them (for tests,
+    examples and benchmarks): groups ``cset_1``.. with ``adj`` (UInt8, stored as Zarr.jl stores Julia's
+    ``make_adj``: the transpose of R), ``manifold_like`` (Bool) and ``cset_type`` (Int64) as one-element
+    arrays, Blosc lz4 clevel 9 bit-shuffle and chunks as save_data.jl's defaults (``default_chunks``:
+    1000 x 1000 for UInt8 matrices), Zarr format 2 as Zarr.jl 0.9 (QuantumGrav.jl's compat) writes it.
+    ``zarr_format=3`` writes what a newer Zarr.jl writes in format 3 (dimensions also reversed, C order)."""
+    zarr = import_zarr()
+    if zarr_format == 2:
+        from numcodecs import Blosc
+        blosc = Blosc(cname="lz4", clevel=9, shuffle=Blosc.BITSHUFFLE)
+    else:
+        blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=9, shuffle="bitshuffle")
+    root = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
+    for i, (R, code, manifold) in enumerate(zip(causal_matrices, cset_type_codes, manifold_like, strict=True), 1):
+        group = root.create_group(f"cset_{i}")
+        values = {"adj": np.asarray(R, dtype=np.uint8).T, "manifold_like": np.array([manifold], dtype=bool),
+                  "cset_type": np.array([code], dtype="<i8")}
+        for name, value in values.items():
+            chunks = tuple(min(size, 1000) for size in value.shape)
+            array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,
+                                       compressors=blosc, fill_value=None if zarr_format == 2 else 0)
+            array[...] = value
+    return Path(path)

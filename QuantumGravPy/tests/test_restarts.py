@@ -1,0 +1,206 @@
+"""A failure costs no epoch: restarted, requeued and preempted jobs continue the run they started.
+
+Each test runs real jobs (torchrun with a restart budget, the CLI) on tiny data, injects the fault
+(``kill -9`` of a worker, SIGTERM), and checks the run directory: one run, every epoch once, and the
+same weights as a run that was never interrupted.
+"""
+
+import csv
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+import QuantumGrav as QG
+from QuantumGrav.config import resolve_pyobject
+import ddp_helpers
+from conftest import REPO, TINY
+
+SCRIPT = REPO / "QuantumGravPy" / "examples" / "train_ddp_standalone.py"
+EPOCHS = 6
+
+
+def _torchrun(config_path: Path, nproc: int, *args: str, max_restarts: int = 0,
+              rdzv_id: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    for variable in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
+        env.pop(variable, None)
+    run_id = [f"--rdzv-id={rdzv_id}"] if rdzv_id else []
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                             f"--max-restarts={max_restarts}", f"--master_port={QG.find_free_port()}", *run_id,
+                             str(SCRIPT), "--config", str(config_path), *args],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory) -> Path:
+    """The tiny job (epochs slow enough to stop one in the middle), written as a config file."""
+    folder = tmp_path_factory.mktemp("restarts")
+    config = QG.apply_overrides(TINY, {"training.path": str(folder / "runs"), "training.num_epochs": EPOCHS,
+                                       "data.root": str(folder / "data"), "early_stopping.patience": 100,
+                                       "criterion": resolve_pyobject("ddp_helpers.cross_entropy_slowly")})
+    path = folder / "job.yaml"
+    path.write_text(QG.dump_config(QG.load_config(config)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_model(config_file) -> dict:
+    """Final weights of the job run on 2 processes without any fault: what every recovery must reproduce."""
+    reference = _torchrun(config_file, 2, "--set", "training.run_name=uninterrupted")
+    assert reference.wait(timeout=240) == 0, reference.stdout.read()[-4000:]
+    return _final_model(config_file.parent / "runs" / "uninterrupted")
+
+
+@pytest.fixture
+def job(tmp_path, config_file):
+    """``job.torchrun(nproc, ...)`` runs the job with its run directories under this test's tmp_path."""
+
+    class Job:
+        runs = tmp_path / "runs"
+
+        @staticmethod
+        def torchrun(nproc: int, *args: str, **kwargs) -> subprocess.Popen:
+            return _torchrun(config_file, nproc, "--set", f"training.path={Job.runs}", *args, **kwargs)
+
+        @staticmethod
+        def run_dirs() -> list[Path]:
+            folders = Job.runs.iterdir() if Job.runs.exists() else []
+            return sorted(p for p in folders if p.is_dir() and p.name != ".jobs")
+
+    return Job
+
+
+def _assert_same_weights(expected: dict, got: dict) -> None:
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
+
+
+def _epochs(run_dir: Path) -> list[int]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def _wait_for_epochs(job, count: int, process: subprocess.Popen, timeout_s: float = 180.0) -> Path:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()[-4000:]
+        dirs = job.run_dirs()
+        if dirs and (dirs[0] / "metrics.csv").exists() and len(_epochs(dirs[0])) >= count:
+            return dirs[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} epochs within {timeout_s} s")
+
+
+def _worker(launcher: subprocess.Popen, rank: int) -> psutil.Process:
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            if child.environ().get("RANK") == str(rank):
+                return child
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no worker with RANK={rank}")
+
+
+def _final_model(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def test_a_worker_killed_under_torchrun_restarts_and_the_run_continues_where_it_stopped(job, uninterrupted_model):
+    launcher = job.torchrun(2, max_restarts=1)
+    try:
+        _wait_for_epochs(job, 3, launcher)
+        _worker(launcher, 1).kill()
+        output, _ = launcher.communicate(timeout=240)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, output[-5000:]
+    run_dirs = job.run_dirs()
+    assert len(run_dirs) == 1, f"the restart must continue the first attempt's run, got {run_dirs}"
+    assert _epochs(run_dirs[0]) == list(range(EPOCHS))  # every epoch exactly once
+    assert "resuming" in output
+    _assert_same_weights(uninterrupted_model, _final_model(run_dirs[0]))
+
+
+def _train_in_process(config: dict):
+    trainer = QG.Trainer(config)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    try:
+        trainer.run_training(train_loader, val_loader)
+    finally:
+        trainer.close()
+    return trainer
+
+
+def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_and_ends_as_if_never_stopped(tiny_config):
+    settings = {"training.num_epochs": 2, "training.checkpoint_every_n_steps": 2, "model.dropout": 0.3}
+    reference = _train_in_process(tiny_config({**settings, "training.run_name": "reference"}))
+    # 1 signature check + epoch 0 (7 training, 2 validation batches), then the 5th batch of epoch 1:
+    # after the checkpoint of batch 4 (every 2 steps), before the one of batch 6.
+    ddp_helpers.interrupt.update(at_call=1 + 9 + 5, calls=0)
+    killed = tiny_config({**settings, "training.run_name": "killed",
+                          "criterion": resolve_pyobject("ddp_helpers.cross_entropy_interrupted")})
+    with pytest.raises(KeyboardInterrupt):
+        _train_in_process(killed)
+    ddp_helpers.interrupt.update(at_call=None)
+    run_dir = reference.run_dir.parent / "killed"
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["in_epoch"]["completed_batches"] == 4
+    resumed = _train_in_process(QG.apply_overrides(killed, {"training.resume": str(run_dir)}))
+    assert [r["epoch"] for r in resumed.history] == [0, 1]
+    assert resumed.history[1]["train_loss"] == pytest.approx(reference.history[1]["train_loss"], rel=1e-6)
+    _assert_same_weights(_final_model(reference.run_dir), _final_model(run_dir))
+
+
+@pytest.mark.parametrize("old_world, new_world", [(2, 3), (2, 1)])
+def test_a_run_continued_on_another_world_size_takes_this_jobs_batch_lr_and_schedule(tiny_config, old_world,
+                                                                                  new_world):
+    cosine = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")
+    settings = {"training.lr_scaling": "linear", "training.scheduler_type": cosine, "training.num_epochs": 4,
+                "training.optimizer_kwargs": {"lr": 1e-2}, "training.run_name": "elastic", "training.checkpoint_at": 1}
+    first = QG.launch(tiny_config(settings), nproc=old_world)
+    run_dir = Path(first["run_dir"])
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv", newline="")))
+    rows_to_keep = 2  # continue as if the job had died after epoch 1
+    checkpoint = torch.load(run_dir / "checkpoints" / f"epoch_{rows_to_keep - 1}.pt", weights_only=True)
+    torch.save(checkpoint, run_dir / "checkpoints" / "last.pt")
+    QG.launch(tiny_config(settings), nproc=new_world)  # the same run name: continue
+    log = (run_dir / "logs" / "rank_0.log").read_text()
+    batch = TINY["training"]["batch_size"]
+    assert (f"continuing a run of {old_world} processes on {new_world}: effective batch {batch * old_world} -> "
+            f"{batch * new_world}, learning rate {1e-2 * old_world:.3g} -> {1e-2 * new_world:.3g}") in log, log
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv", newline="")))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3]
+    for row in rows[rows_to_keep:]:  # cosine over 4 epochs from this job's LR, at the run's position
+        epoch = int(row["epoch"])
+        expected = 1e-2 * new_world * (1 + math.cos(math.pi * epoch / 4)) / 2
+        assert float(row["lr"]) == pytest.approx(expected, rel=1e-6), epoch
+
+
+def test_sigterm_checkpoints_every_rank_and_the_requeued_job_continues(job, uninterrupted_model):
+    """SLURM's notice (SIGTERM to torchrun, which passes it to its workers); the requeued job is the same
+    command with the same --rdzv-id (the SLURM script passes the job id), and finds its run by it."""
+    preempted = job.torchrun(2, rdzv_id="slurm-4242")
+    try:
+        run_dir = _wait_for_epochs(job, 2, preempted)
+        time.sleep(0.35)  # somewhere inside the next epoch
+        preempted.send_signal(signal.SIGTERM)
+        output, _ = preempted.communicate(timeout=120)
+    finally:
+        preempted.kill()
+    assert "stopped on SIGTERM after checkpointing" in output, output[-5000:]
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    requeued = job.torchrun(2, rdzv_id="slurm-4242")
+    output, _ = requeued.communicate(timeout=240)
+    assert requeued.returncode == 0, output[-5000:]
+    assert job.run_dirs() == [run_dir]
+    assert _epochs(run_dir) == list(range(EPOCHS))
+    resumed_epoch = state["in_epoch"]["epoch"] if state["in_epoch"] else state["epoch"] + 1
+    assert f"resuming {run_dir} at epoch {resumed_epoch}" in output, output[-5000:]
+    _assert_same_weights(uninterrupted_model, _final_model(run_dir))

@@ -1,0 +1,261 @@
+"""QuantumGravJLDataset: QuantumGrav.jl's Zarr stores read lazily as PyG graphs.
+
+The stores are written by ``zarr_store.write_julia_store`` with zarr-python, mirroring
+github.com/ssciwr/QuantumGrav, QuantumGrav.jl/:
+  - examples/produce_data.jl, make_cset_data: ``adj = QG.make_adj(cset, type = Matrix, eltype = UInt8)``
+    and ``Dict("adj" => adj, "manifold_like" => cset_type in [...], "cset_type" => cset_type_encoder[cset_type])``;
+  - src/preparation.jl, produce_data's writer task: ``csetdata = Dict("cset_$(i)" => cset_data)``,
+    ``dict_to_zarr(root, csetdata)`` for i in 1:n;
+  - src/save_data.jl, dict_to_zarr / write_arraylike_to_zarr: scalars written as ``[value]``,
+    ``Zarr.BloscCompressor(clevel = 9, cname = "lz4", shuffle = 2)``;
+  - src/graph_utils.jl, make_adj: ``adj = transpose(hcat(c.future_relations...))`` (adj[i, j]: i precedes j),
+    stored by Zarr.jl with its dimensions reversed (test_layout_is_the_one_zarr_jl_writes checks the bytes).
+"""
+
+import json
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import torch
+import yaml
+import zarr
+from torch_geometric.loader import DataLoader
+
+import QuantumGrav as QG
+from QuantumGrav import causal_sets as cs
+from QuantumGrav import zarr_store
+from QuantumGrav.data import CausalSetDataset
+from QuantumGrav.errors import UserError
+from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
+
+REPO = Path(__file__).resolve().parents[2]
+POLYNOMIAL, LAYERED = 1, 6  # codes of cset_type_encoder in produce_data.jl
+
+
+def sprinklings(num: int, n: int = 14, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [cs.sprinkle_diamond(n, 2 + k % 3, rng)[1] for k in range(num)]
+
+
+def layered(num: int, n: int = 14, seed: int = 1) -> list[np.ndarray]:
+    return list(cs.random_layered_orders(num, n, np.random.default_rng(seed)))
+
+
+@pytest.fixture
+def two_stores(tmp_path) -> Path:
+    """A produce_data output folder: one store per type, plus the files produce_data puts beside them."""
+    folder = tmp_path / "output"
+    write_julia_store(folder / "polynomial_101_2026-01-01_00-00-00.zarr", sprinklings(4), [POLYNOMIAL] * 4, [True] * 4)
+    write_julia_store(folder / "layered_102_2026-01-01_00-00-00.zarr", layered(3), [LAYERED] * 3, [False] * 3)
+    (folder / "layered_102_2026-01-01_00-00-00.yaml").write_text("cset_type: layered\n")
+    return folder
+
+
+def test_layout_is_the_one_zarr_jl_writes(tmp_path):
+    """Zarr.jl writes a Julia matrix's column-major bytes and declares C order with the dimensions
+    reversed: numpy sees Julia's adj transposed. Checked on the raw chunk, independently of zarr's reader."""
+    chain = np.array([[0, 1, 1], [0, 0, 1], [0, 0, 0]], dtype=bool)  # Julia adj of 1 < 2 < 3 (make_adj)
+    store = write_julia_store(tmp_path / "s.zarr", [chain], [POLYNOMIAL], [True])
+    assert json.loads((store / ".zgroup").read_text())["zarr_format"] == 2
+    adj_meta = json.loads((store / "cset_1" / "adj" / ".zarray").read_text())
+    assert adj_meta["shape"] == [3, 3] and adj_meta["dtype"] == "|u1" and adj_meta["order"] == "C"
+    assert adj_meta["compressor"] == {"id": "blosc", "cname": "lz4", "clevel": 9, "shuffle": 2, "blocksize": 0}
+    raw = numcodecs.Blosc().decode((store / "cset_1" / "adj" / "0.0").read_bytes())
+    julia_column_major = chain.astype(np.uint8).ravel(order="F").tobytes()
+    assert bytes(raw) == julia_column_major
+    for name, dtype in (("manifold_like", "|b1"), ("cset_type", "<i8")):
+        meta = json.loads((store / "cset_1" / name / ".zarray").read_text())
+        assert meta["shape"] == [1] and meta["dtype"] == dtype
+    assert QuantumGravJLDataset(store, edges="relations", cache=False)[0].edge_index.tolist() == [[0, 0, 1],
+                                                                                                  [1, 2, 2]]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_sprinklings_read_from_a_store_give_the_generators_graphs(tmp_path, cache):
+    """The same causal matrices, generated here and read back from a store: identical x and edge_index."""
+    params = {"num_samples": 6, "n_min": 10, "n_max": 16, "seed": 2,
+              "classes": ("minkowski_2d", "minkowski_3d", "minkowski_4d"), "target": "manifold_like"}
+    generated = {edges: CausalSetDataset(tmp_path / "gen", **params, edges=edges) for edges in ("links", "relations")}
+    matrices = []
+    for graph in generated["relations"]:
+        R = np.zeros((graph.num_nodes, graph.num_nodes), dtype=bool)
+        R[tuple(graph.edge_index.numpy())] = True
+        matrices.append(R)
+    store = write_julia_store(tmp_path / "polynomial.zarr", matrices, [POLYNOMIAL] * 6, [True] * 6)
+    for edges, expected in generated.items():
+        read = QuantumGravJLDataset(store, edges=edges, cache=cache)
+        assert len(read) == len(expected) == 6
+        for ours, theirs in zip(read, expected):
+            assert torch.equal(ours.x, theirs.x) and torch.equal(ours.edge_index, theirs.edge_index)
+            assert torch.equal(ours.y, theirs.y) and ours.num_nodes == theirs.num_nodes
+
+
+def test_a_format_3_store_reads_like_a_format_2_store(tmp_path):
+    """Zarr.jl's format 3 writer (src/metadata3.jl, lower3) also reverses the dimensions and keeps C order."""
+    matrices = sprinklings(2) + layered(1)
+    stores = [write_julia_store(tmp_path / f"v{f}.zarr", matrices, [POLYNOMIAL, POLYNOMIAL, LAYERED],
+                                [True, True, False], zarr_format=f) for f in (2, 3)]
+    assert (stores[1] / "zarr.json").is_file() and not (stores[1] / ".zgroup").exists()
+    v2, v3 = (QuantumGravJLDataset(store, target="cset_type", cset_types=["polynomial", "layered"]) for store in stores)
+    for a, b in zip(v2, v3):
+        assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.y, b.y)
+
+
+def test_sets_not_in_a_natural_labelling_keep_their_labels_and_get_the_same_features(tmp_path):
+    R = layered(1, n=20)[0]
+    perm = np.random.default_rng(3).permutation(20)
+    shuffled = R[np.ix_(perm, perm)]  # element k of the store is element perm[k] of R
+    assert np.tril(shuffled).any()
+    store = write_julia_store(tmp_path / "s.zarr", [R, shuffled], [LAYERED] * 2, [False] * 2)
+    natural, relabelled = QuantumGravJLDataset(store, edges="links", cache=False)
+    assert torch.equal(relabelled.x, natural.x[perm])
+    inverse = np.argsort(perm)
+    mapped = {(int(inverse[a]), int(inverse[b])) for a, b in natural.edge_index.t().tolist()}
+    assert {tuple(edge) for edge in relabelled.edge_index.t().tolist()} == mapped
+
+
+def test_targets_class_names_and_a_folder_of_stores(two_stores):
+    manifold = QuantumGravJLDataset(two_stores)
+    assert len(manifold) == 7 and manifold.num_node_features == len(cs.NODE_FEATURES)
+    assert manifold.class_names == ["non_manifold_like", "manifold_like"] and manifold.num_classes == 2
+    assert [int(g.y) for g in manifold] == [0, 0, 0, 1, 1, 1, 1]  # stores by name: layered_... first
+    by_type = QuantumGravJLDataset(two_stores, target="cset_type")
+    assert by_type.class_names == ["polynomial", "layered"]  # the types found, by code
+    assert [int(g.y) for g in by_type] == [1, 1, 1, 0, 0, 0, 0]
+    chosen = QuantumGravJLDataset(two_stores, target="cset_type", cset_types=["grid", "layered", "polynomial"])
+    assert chosen.num_classes == 3 and [int(g.y) for g in chosen] == [1, 1, 1, 2, 2, 2, 2]
+    too_few = QuantumGravJLDataset(two_stores, target="cset_type", cset_types=["polynomial"])
+    with pytest.raises(UserError, match=r"layered_102.*cset_1: cset_type 'layered' \(code 6\) is not among"):
+        too_few[0]
+    with pytest.raises(UserError, match="cset_types: expected distinct names"):
+        QuantumGravJLDataset(two_stores, target="cset_type", cset_types=["sprinkled"])
+    with pytest.raises(UserError, match="target: expected one of"):
+        QuantumGravJLDataset(two_stores, target="dimension")
+
+
+def test_features_are_cached_next_to_the_store_once_and_keyed_by_content(tmp_path, monkeypatch):
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(3), [POLYNOMIAL] * 3, [True] * 3)
+    first = [graph for graph in QuantumGravJLDataset(store)]
+    cached = sorted((tmp_path / "s.zarr.qg_features").glob("*.pt"))
+    assert len(cached) == 3 and not list((tmp_path / "s.zarr.qg_features").glob(".*.tmp"))
+
+    def must_not_compute(*args):
+        raise AssertionError("features recomputed despite the cache")
+
+    monkeypatch.setattr(zarr_store, "graph_tensors", must_not_compute)
+    for before, after in zip(first, QuantumGravJLDataset(store)):
+        assert torch.equal(before.x, after.x) and torch.equal(before.edge_index, after.edge_index)
+    monkeypatch.undo()
+    write_julia_store(store, sprinklings(3, seed=9), [POLYNOMIAL] * 3, [True] * 3)  # new content, same path
+    rewritten = QuantumGravJLDataset(store)[0]
+    assert len(list((tmp_path / "s.zarr.qg_features").glob("*.pt"))) == 4
+    assert not torch.equal(rewritten.x, first[0].x) or rewritten.num_nodes != first[0].num_nodes
+    _replace(store, "cset_1/manifold_like", np.array([False]))  # the labels are cached too: never stale
+    assert int(QuantumGravJLDataset(store)[0].y) == 0
+    links, relations = QuantumGravJLDataset(store)[0], QuantumGravJLDataset(store, edges="relations")[0]
+    assert relations.edge_index.shape[1] > links.edge_index.shape[1], "the edge kind is part of the key"
+    on_the_fly = write_julia_store(tmp_path / "t.zarr", sprinklings(1), [POLYNOMIAL], [True])
+    QuantumGravJLDataset(on_the_fly, cache=False)[0]
+    assert not (tmp_path / "t.zarr.qg_features").exists()
+
+
+def test_a_read_only_store_folder_caches_in_cache_dir_or_says_so(tmp_path, monkeypatch):
+    store = write_julia_store(tmp_path / "ro" / "s.zarr", sprinklings(2), [POLYNOMIAL] * 2, [True] * 2)
+    real_access = zarr_store.os.access
+    monkeypatch.setattr(zarr_store.os, "access",  # read-only for everyone, root included
+                        lambda path, mode: real_access(path, mode) and not str(path).startswith(str(store.parent)))
+    with pytest.raises(UserError, match=r"s\.zarr \(its folder is read-only\): set cache_dir"):
+        QuantumGravJLDataset(store)
+    dataset = QuantumGravJLDataset(store, cache_dir=tmp_path / "cache")
+    dataset[1]
+    assert len(list((tmp_path / "cache").glob("s.zarr-*.qg_features/*.pt"))) == 1
+    assert len(QuantumGravJLDataset(store, cache=False)) == 2
+
+
+def _drop(store: Path, member: str) -> None:
+    shutil.rmtree(store / member)
+
+
+def _replace(store: Path, member: str, value: np.ndarray) -> None:
+    group, name = member.split("/")
+    zarr.open_group(str(store / group), mode="a", zarr_format=2).create_array(
+        name, shape=value.shape, dtype=value.dtype, overwrite=True)[...] = value
+
+
+MALFORMED = {
+    "missing array": (lambda s: _drop(s, "cset_2/cset_type"), "cset_2: array 'cset_type' is missing"),
+    "non-square adj": (lambda s: _replace(s, "cset_2/adj", np.zeros((3, 4), np.uint8)),
+                       r"cset_2: 'adj' has shape \(3, 4\); expected a non-empty square"),
+    "unknown code": (lambda s: _replace(s, "cset_2/cset_type", np.array([42])), "cset_2: unknown cset_type code 42"),
+    "not a scalar": (lambda s: _replace(s, "cset_2/manifold_like", np.array([True, False])),
+                     r"cset_2: 'manifold_like' has shape \(2,\); expected a one-element array"),
+    "not closed": (lambda s: _replace(s, "cset_2/adj", np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.uint8)),
+                   "cset_2: 'adj' is not transitively closed"),
+    "cycle": (lambda s: _replace(s, "cset_2/adj", np.array([[0, 1], [1, 0]], np.uint8)),
+              r"cset_2: 'adj' has a cycle"),
+}
+
+
+@pytest.mark.parametrize("problem", sorted(MALFORMED))
+def test_a_malformed_group_is_one_message_naming_store_group_and_problem(tmp_path, problem):
+    store = write_julia_store(tmp_path / "bad.zarr", sprinklings(3), [POLYNOMIAL] * 3, [True] * 3)
+    damage, message = MALFORMED[problem]
+    damage(store)
+    dataset = QuantumGravJLDataset(store, cache=False)  # only cset_1 is checked up front: laziness
+    dataset[0]
+    with pytest.raises(UserError, match=f"store {store}, group {message}"):
+        dataset[1]
+
+
+def test_a_malformed_first_group_fails_at_construction(tmp_path):
+    store = write_julia_store(tmp_path / "bad.zarr", sprinklings(2), [POLYNOMIAL] * 2, [True] * 2)
+    _drop(store, "cset_1/adj")
+    with pytest.raises(UserError, match=f"store {store}, group cset_1: array 'adj' is missing"):
+        QuantumGravJLDataset(store)
+
+
+def test_a_path_that_is_not_a_store_is_one_message(tmp_path):
+    with pytest.raises(UserError, match="no such folder"):
+        QuantumGravJLDataset(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"empty: not a Zarr store \(no .zgroup or zarr.json\) and no store inside"):
+        QuantumGravJLDataset(tmp_path / "empty")
+    zarr.open_group(str(tmp_path / "hollow.zarr"), mode="w", zarr_format=2)
+    with pytest.raises(UserError, match=r"hollow.zarr: no cset_\{i\} groups"):
+        QuantumGravJLDataset(tmp_path / "hollow.zarr")
+
+
+def test_without_zarr_the_message_names_the_extra(two_stores, monkeypatch):
+    monkeypatch.setitem(sys.modules, "zarr", None)  # import zarr now raises ImportError
+    with pytest.raises(UserError, match=r"pip install 'QuantumGrav\[zarr\]'"):
+        QuantumGravJLDataset(two_stores)
+
+
+def test_dataloader_workers_read_the_stores_lazily(two_stores):
+    dataset = QuantumGravJLDataset(two_stores, target="cset_type")
+    serial = [graph for graph in dataset]
+    loader = DataLoader(dataset, batch_size=3, num_workers=2, shuffle=False)
+    batches = list(loader)
+    assert torch.equal(torch.cat([b.y for b in batches]), torch.cat([g.y for g in serial]))
+    assert torch.equal(torch.cat([b.x for b in batches]), torch.cat([g.x for g in serial]))
+    copied = pickle.loads(pickle.dumps(dataset))  # as spawned processes get it: without open stores
+    assert not copied._handles and torch.equal(copied[4].x, serial[4].x)
+
+
+def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
+    config = yaml.load((REPO / "configs" / "train_quantumgrav_jl.yaml").read_text(), QG.get_loader())
+    assert config["data"]["type"] is QuantumGravJLDataset and config["data"]["kwargs"]["target"] == "manifold_like"
+    dataset = config["data"]["type"](**{**config["data"]["kwargs"], "path": str(two_stores)})
+    model = QG.build_model(config["model"], dataset.num_node_features, dataset.num_classes)
+    assert isinstance(model, QG.GNNClassifier)
+    batch = next(iter(DataLoader(dataset, batch_size=4, shuffle=True)))
+    logits = model(batch)
+    assert logits.shape == (4, 2) and torch.isfinite(logits).all()
+    loss = config["criterion"](logits, batch.y)
+    loss.backward()
+
