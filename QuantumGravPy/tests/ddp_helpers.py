@@ -67,6 +67,26 @@ def wait_for_slow_main_process(rank: int, world_size: int, port: int, results, r
         QG.cleanup_ddp()
 
 
+def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0) -> list[tuple]:
+    """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` spawned processes and
+    return what each put on ``results`` (one tuple per rank, in the order they arrived)."""
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    results, port = context.Queue(), QG.find_free_port()
+    processes = [context.Process(target=target, args=(rank, world_size, port, results, *args))
+                 for rank in range(world_size)]
+    for process in processes:
+        process.start()
+    try:
+        return [results.get(timeout=timeout_s) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+
 def cross_entropy_slowly(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Cross-entropy that takes 0.1 s a call: epochs long enough to inject a fault in the middle of one."""
     import time

@@ -58,7 +58,7 @@ class ModelWithFiveOutputs(nn.Module):
         return self.body(batch)
 
 
-def trainer_ddp_on_a_dataset_object(rank: int, world_size: int, port: int, config: dict, results) -> None:
+def trainer_ddp_on_a_dataset_object(rank: int, world_size: int, port: int, results, config: dict) -> None:
     """Each rank builds the same dataset object and hands it to TrainerDDP."""
     QG.initialize_ddp(rank, world_size, master_port=port, backend="gloo")
     try:

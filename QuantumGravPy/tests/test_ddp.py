@@ -161,22 +161,9 @@ def test_a_port_in_use_is_reported_with_the_key_to_change(tiny_config):
 
 
 def _run_two_ranks_with_slow_main_process(rank0_fails: bool) -> dict[int, tuple]:
-    import torch.multiprocessing as mp
-
-    from ddp_helpers import wait_for_slow_main_process
-    context = mp.get_context("spawn")
-    results, port = context.Queue(), QG.find_free_port()
-    processes = [context.Process(target=wait_for_slow_main_process, args=(rank, 2, port, results, rank0_fails))
-                 for rank in (0, 1)]
-    for process in processes:
-        process.start()
-    try:
-        return {rank: (finished, outcome) for rank, finished, outcome in (results.get(timeout=60) for _ in processes)}
-    finally:
-        for process in processes:
-            process.join(10)
-            if process.is_alive():
-                process.kill()
+    from ddp_helpers import spawn_ranks, wait_for_slow_main_process
+    reports = spawn_ranks(wait_for_slow_main_process, 2, rank0_fails)
+    return {rank: (finished, outcome) for rank, finished, outcome in reports}
 
 
 def test_ranks_wait_for_slow_data_generation_beyond_the_collective_timeout():

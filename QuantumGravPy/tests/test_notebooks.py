@@ -117,7 +117,8 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     assert "UserError: criterion = __main__.smoothed_cross_entropy: spawned worker processes cannot import" in outputs
 
 
-def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path):
+def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(NOTEBOOKS))  # the run's config names my_causal_sets classes
     runs = tmp_path / "runs"
     notebook = run_notebook("06_your_own_data.ipynb", tmp_path, num_sets=90, num_epochs=2, launch_epochs=2,
                             hidden=16, threshold=0.4, seed=3, runs_root=str(runs))

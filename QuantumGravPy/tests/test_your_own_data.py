@@ -185,23 +185,10 @@ def test_two_processes_report_the_metrics_of_one_process_evaluating_the_split(ti
 
 
 def test_trainer_ddp_takes_a_dataset_object_on_every_rank(tiny_config):
-    import torch.multiprocessing as mp
-
+    from ddp_helpers import spawn_ranks
     from own_data_helpers import trainer_ddp_on_a_dataset_object
     config = tiny_config({"task.type": "binary", "training.num_epochs": 2})
-    context = mp.get_context("spawn")
-    results, port = context.Queue(), QG.find_free_port()
-    processes = [context.Process(target=trainer_ddp_on_a_dataset_object, args=(rank, 2, port, config, results))
-                 for rank in (0, 1)]
-    for process in processes:
-        process.start()
-    try:
-        reports = {rank: rest for rank, *rest in (results.get(timeout=120) for _ in processes)}
-    finally:
-        for process in processes:
-            process.join(10)
-            if process.is_alive():
-                process.kill()
+    reports = {rank: rest for rank, *rest in spawn_ranks(trainer_ddp_on_a_dataset_object, 2, config, timeout_s=120)}
     assert reports[0][0] is not None, reports
     assert reports[0][0] == reports[1][0], "every rank holds rank 0's epoch record"
     assert reports[0][1]["test_f1"] >= 0 and reports[1][1] is None

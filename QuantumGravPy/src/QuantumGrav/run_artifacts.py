@@ -67,6 +67,7 @@ def run_provenance(world_size: int) -> dict[str, Any]:
     """What a reader of a result needs to reproduce it: processes, start time, and the versions that ran."""
     import platform
 
+    import torch
     import torch_geometric
 
     from . import __version__
@@ -74,7 +75,6 @@ def run_provenance(world_size: int) -> dict[str, Any]:
     return {"world_size": world_size, "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "torch_geometric": torch_geometric.__version__, "QuantumGrav": __version__}}
-
 
 
 class MetricsCSV:
