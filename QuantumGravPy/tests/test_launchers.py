@@ -186,20 +186,25 @@ def test_a_worker_that_reported_success_but_never_exits_is_stopped_with_a_warnin
         stuck.kill()
 
 
-def test_the_slurm_script_starts_one_torchrun_per_node_with_the_slurm_layout(tmp_path):
-    # Stand-ins for scontrol, srun (two nodes: runs its command with SLURM_NODEID 0 and 1) and torchrun.
+def _stand_ins(tmp_path: Path, scripts: dict[str, str]) -> str:
+    """Write each ``name: bash body`` as an executable in tmp_path/bin; returns a PATH that finds them first."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def test_the_slurm_script_starts_one_torchrun_per_node_with_the_slurm_layout(tmp_path):
+    # Stand-ins for scontrol, srun (two nodes: runs its command with SLURM_NODEID 0 and 1) and torchrun.
     stand_ins = {
         "scontrol": 'printf "gpu-a\\ngpu-b\\n"',
         "srun": 'while [ "${1#--}" != "$1" ]; do shift; done\n'
                 'for node in 0 1; do SLURM_NODEID=$node "$@" || exit $?; done',
         "torchrun": 'printf "%s\\n" "$SRUN_CPUS_PER_TASK" "$@" > "$OUT/node$SLURM_NODEID.args"',
     }
-    for name, body in stand_ins.items():
-        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-[a-b]",
+    env = {"PATH": _stand_ins(tmp_path, stand_ins), "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-[a-b]",
            "SLURM_JOB_ID": "123456", "SLURM_NNODES": "2", "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "4",
            "CONFIG": "my configs/run 1.yaml"}
     done = subprocess.run(["bash", str(REPO / "configs" / "slurm_ddp.sbatch")], cwd=tmp_path, env=env,
@@ -218,8 +223,6 @@ def test_the_slurm_script_checkpoints_and_requeues_when_the_time_limit_is_near(t
     checkpoint and exit) and requeues the job under the same id, which names the run to continue."""
     import signal
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     stand_ins = {
         "scontrol": 'if [ "$1" = requeue ]; then echo "$@" > "$OUT/requeued"; else printf "gpu-a\\n"; fi',
         # the job step: runs until SIGTERM, then exits as a checkpointed rank does
@@ -227,10 +230,7 @@ def test_the_slurm_script_checkpoints_and_requeues_when_the_time_limit_is_near(t
                 'sleep 60 >/dev/null 2>&1 & wait',
         "torchrun": "exit 0",
     }
-    for name, body in stand_ins.items():
-        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-a",
+    env = {"PATH": _stand_ins(tmp_path, stand_ins), "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-a",
            "SLURM_JOB_ID": "123456", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "4"}
     script = subprocess.Popen(["bash", str(REPO / "configs" / "slurm_ddp.sbatch")], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
