@@ -25,13 +25,7 @@ def test_exponent_without_dot_is_a_float():
     assert yaml.load("lr: 1e-3", QG.get_loader())["lr"] == pytest.approx(1e-3)
 
 
-# data.type / data.kwargs (a user dataset) enter the schema with issue 9's sections 1/4 on another branch;
-# strict: once they do, this xfail fails and the marker must go.
-_NEEDS_DATA_TYPE = pytest.mark.xfail(strict=True, raises=QG.ConfigError, reason="data.type not yet in the schema")
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=_NEEDS_DATA_TYPE) if p.name == "train_quantumgrav_jl.yaml"
-                                  else p for p in sorted((REPO / "configs").glob("*.yaml"))])
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path):
     config = QG.load_config(path)
     assert config["training"]["batch_size"] >= 1
