@@ -86,6 +86,11 @@ def _cache_key(params: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def past_to_future_edges(adjacency: np.ndarray) -> torch.Tensor:
+    """Edge index [2, E] of a 0/1 relation or link matrix: an edge i -> j for every i preceding j."""
+    return torch.from_numpy(np.stack(np.nonzero(adjacency))).long()
+
+
 class CausalSetDataset(InMemoryDataset):
     """Generated causal sets as PyG graphs, labelled for one of ``VALID_TARGETS``.
 
@@ -206,8 +211,7 @@ class CausalSetDataset(InMemoryDataset):
 
     def _to_data(self, record: CausalSetRecord) -> Data:
         adjacency = record.link_matrix if self._params["edges"] == "links" else record.causal_matrix
-        edge_index = torch.from_numpy(np.stack(np.nonzero(adjacency))).long()
-        return Data(x=torch.from_numpy(record.features), edge_index=edge_index,
+        return Data(x=torch.from_numpy(record.features), edge_index=past_to_future_edges(adjacency),
                     y=self._label(record),
                     manifold_like=torch.tensor([record.manifold_like]),
                     dimension=torch.tensor([record.dimension], dtype=torch.long),

@@ -15,6 +15,7 @@ metrics are computed once. So they are exact under DDP, never an average of per-
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
 import torch
@@ -37,7 +38,7 @@ def metric_mode(metric: str) -> str:
     return "max" if metric.removeprefix("val_") in _MAXIMISED else "min"
 
 
-class Task:
+class Task(ABC):
     """The common part: loss sum and count are the first two totals; subclasses add their own."""
 
     type: str = ""
@@ -51,18 +52,22 @@ class Task:
     def metric_names(self) -> tuple[str, ...]:
         return TASK_METRICS[self.type]
 
+    @abstractmethod
     def target(self, y: torch.Tensor) -> torch.Tensor:
         """The batch's ``y`` in the form the loss takes (see the subclasses)."""
         raise NotImplementedError
 
+    @abstractmethod
     def target_problem(self, y: Any) -> str | None:
         """What is wrong with one item's ``y`` for this task, or None."""
         raise NotImplementedError
 
+    @abstractmethod
     def batch_totals(self, outputs: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
         """float64 sums of one batch; adding them over batches and ranks, then ``metrics``, is exact."""
         raise NotImplementedError
 
+    @abstractmethod
     def metrics(self, totals: torch.Tensor) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -81,7 +86,7 @@ class Task:
         return None
 
 
-class ClassificationTask(Task):
+class ClassificationTask(Task, ABC):
     """Totals: loss sum, count, then the confusion matrix (true x predicted), flattened."""
 
     def __init__(self, num_classes: int, output_width: int, class_names: Sequence[str] = ()):
@@ -90,6 +95,7 @@ class ClassificationTask(Task):
         self.num_classes = num_classes
         self.num_totals = 2 + num_classes**2
 
+    @abstractmethod
     def predict(self, outputs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 

@@ -36,7 +36,7 @@ import torch
 from torch_geometric.data import Data, Dataset
 
 from .causal_sets import NODE_FEATURES, node_features, transitive_closure, transitive_reduction
-from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, VALID_EDGES
+from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, VALID_EDGES, past_to_future_edges
 from .errors import UserError
 from .logging_utils import get_logger
 from .run_artifacts import atomic_replace
@@ -139,7 +139,7 @@ def graph_tensors(R: np.ndarray, edges: str) -> tuple[torch.Tensor, torch.Tensor
     features = np.empty((R.shape[0], len(NODE_FEATURES)), dtype=np.float32)
     features[order] = node_features(R[np.ix_(order, order)])
     adjacency = transitive_reduction(R) if edges == "links" else R
-    return torch.from_numpy(features), torch.from_numpy(np.stack(np.nonzero(adjacency))).long()
+    return torch.from_numpy(features), past_to_future_edges(adjacency)
 
 
 class QuantumGravJLDataset(Dataset):
