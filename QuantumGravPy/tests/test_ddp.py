@@ -79,7 +79,8 @@ def test_validation_metrics_are_exact_for_sharded_and_rank0_modes(tiny_config):
 
 
 def test_rank0_decides_early_stopping_and_every_rank_stops_at_the_same_epoch(tiny_config):
-    config = tiny_config({"training.num_epochs": 10, "early_stopping.patience": 1, "early_stopping.min_delta": 100.0})
+    config = tiny_config({"training.num_epochs": 10, "early_stopping.patience": 1, "early_stopping.min_delta": 100.0,
+                          "data.destroy_fraction": [0.001, 0.1]})
     result = QG.launch(config, nproc=2)
     run_dir = Path(result["run_dir"])
     assert [r["epoch"] for r in result["history"]] == [0, 1]
@@ -87,6 +88,17 @@ def test_rank0_decides_early_stopping_and_every_rank_stops_at_the_same_epoch(tin
         log = (run_dir / "logs" / f"rank_{rank}.log").read_text()
         assert "training finished at epoch 1: early stopping" in log, log
     assert result["summary"]["stop_reason"].startswith("early stopping")
+    # The destroyed test sets per flip fraction: the same counts as one process testing the same model.
+    curves = result["summary"]["destroyed_by_flip_fraction"]
+    single = QG.Trainer(QG.apply_overrides(config, {"training.run_name": "single"}))
+    single.core_model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
+    test = single.run_test(single.prepare_dataloaders()[2])
+    single.close()
+    assert test["destroyed_by_flip_fraction"] == curves
+    destroyed = [i for i in single.split["test"] if float(single.dataset[i].flip_fraction) > 0]
+    assert len(destroyed) >= 2 and sum(curves["destroyed_sets"]) == len(destroyed)
+    label = test["class_names"].index("destroyed")
+    assert sum(curves["recognised"]["gnn"]) == test["confusion_matrix"][label][label]
 
 
 def test_trainer_ddp_with_world_size_1_matches_trainer(tiny_config, monkeypatch):

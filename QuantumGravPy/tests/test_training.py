@@ -5,6 +5,7 @@ import json
 import platform
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch_geometric
@@ -63,6 +64,43 @@ def test_short_training_run_learns_and_writes_the_run_directory(tiny_config):
     assert summary["versions"] == {"python": platform.python_version(), "torch": torch.__version__,
                                    "torch_geometric": torch_geometric.__version__, "QuantumGrav": QG.__version__}
     assert QG.load_config(run_dir / "config.yaml")["training"]["num_epochs"] == 12
+    # One flip fraction for every destroyed set: no curve against it.
+    assert "destroyed_by_flip_fraction" not in summary
+    assert not (run_dir / "figures" / "destroyed_by_flip_fraction.png").exists()
+
+
+def test_a_flip_fraction_range_adds_the_destroyed_sets_per_flip_fraction_to_figures_and_summary(tiny_config):
+    """A binary manifold_like target (the multiclass one: test_ddp's world-size-2 test)."""
+    trainer, _, test = _train(tiny_config({"training.num_epochs": 1, "data.destroy_fraction": [0.001, 0.1],
+                                           "data.target": "manifold_like",
+                                           "data.classes": ["minkowski_2d", "minkowski_3d", "destroyed"]}))
+    assert (trainer.run_dir / "figures" / "destroyed_by_flip_fraction.png").is_file()
+    curves = json.loads((trainer.run_dir / "summary.json").read_text())["destroyed_by_flip_fraction"]
+    destroyed = [i for i in trainer.split["test"] if float(trainer.dataset[i].flip_fraction) > 0]
+    assert len(destroyed) >= 2 and sum(curves["destroyed_sets"]) == len(destroyed)
+    edges = curves["bin_edges"]
+    assert len(edges) == 6 and edges[0] == pytest.approx(0.001) and edges[-1] == pytest.approx(0.1)
+    # Recognised = predicted non-manifold-like: with these classes the non-manifold-like sets are the destroyed
+    # ones, so the count is that diagonal entry of the confusion matrix, and the baselines' recall of that class.
+    label = test["class_names"].index("non_manifold_like")
+    assert sum(curves["recognised"]["gnn"]) == test["confusion_matrix"][label][label]
+    for name in ("simple", "strong"):
+        recall = test["baselines"][name]["per_class_recall"][label]
+        assert sum(curves["recognised"][f"{name}_baseline"]) == round(recall * len(destroyed))
+    for name, counts in curves["recognised"].items():
+        assert curves["share"][name] == [c / n if n else None for c, n in zip(counts, curves["destroyed_sets"])]
+
+
+def test_destroyed_sets_are_binned_by_log_spaced_flip_fraction_edges_included():
+    from QuantumGrav.destroyed_sets import destroyed_curves
+
+    fractions = np.array([0.0, 0.001, 0.0011, 0.01, 0.1, np.nan])
+    correct = np.array([True, True, False, True, True, True])
+    curves = destroyed_curves({"gnn": (fractions, correct)}, span=[0.001, 0.1])
+    assert curves["bin_edges"] == pytest.approx(np.logspace(-3, -1, 6).tolist())
+    assert curves["destroyed_sets"] == [2, 0, 1, 0, 1] and curves["recognised"]["gnn"] == [1, 0, 1, 0, 1]
+    assert curves["share"]["gnn"] == [0.5, None, 1.0, None, 1.0]
+    assert destroyed_curves({"gnn": (np.array([0.0, 0.01, 0.01]), np.ones(3, dtype=bool))}) is None
 
 
 def test_checkpoints_load_with_weights_only_into_a_fresh_model(tiny_config):

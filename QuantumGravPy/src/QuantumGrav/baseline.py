@@ -104,14 +104,10 @@ def infer_task(targets: np.ndarray) -> str:
     return "regression" if np.issubdtype(targets.dtype, np.floating) else "classification"
 
 
-def evaluate_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int],
-                       task: str | None = None) -> dict[str, dict[str, Any]]:
-    """Fit the simple and the strong baseline on the train sets, score both on the test sets.
-
-    Returns ``{"simple": {...}, "strong": {...}}``, each with ``method``, ``num_test`` and the
-    metrics of the task: ``accuracy`` and ``per_class_recall`` for classification, ``mse``,
-    ``mae`` and ``r2`` for regression. ``task`` defaults to the one the targets imply.
-    """
+def predict_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int],
+                      task: str | None = None) -> tuple[str, np.ndarray, dict[str, np.ndarray]]:
+    """Fit the simple and the strong baseline on the train sets: (task, test targets, test predictions of
+    each, ``{"simple": ..., "strong": ...}``). ``task`` defaults to the one the targets imply."""
     if len(train_idx) == 0 or len(test_idx) == 0:
         raise ValueError(f"train_idx, test_idx: expected both non-empty, "
                          f"got {len(train_idx)} and {len(test_idx)} items")
@@ -120,11 +116,25 @@ def evaluate_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int
     if task == "classification":
         y = y.astype(np.int64)  # a binary task may store its 0/1 targets as floats
     train, test = np.asarray(train_idx), np.asarray(test_idx)
-    predictions = fit_and_predict(task, X[train], y[train], X[test])
-    num_classes = getattr(dataset, "num_classes", None) if task == "classification" else None
-    return {name: {"method": method, "num_test": int(len(test)),
-                   **_metrics(task, y[test], predictions[name], num_classes)}
+    return task, y[test], fit_and_predict(task, X[train], y[train], X[test])
+
+
+def score_baselines(task: str, truth: np.ndarray, predictions: dict[str, np.ndarray],
+                    num_classes: int | None = None) -> dict[str, dict[str, Any]]:
+    """``{"simple": {...}, "strong": {...}}``, each with ``method``, ``num_test`` and the metrics of the
+    task: ``accuracy`` and ``per_class_recall`` for classification, ``mse``, ``mae`` and ``r2`` for regression."""
+    return {name: {"method": method, "num_test": int(len(truth)),
+                   **_metrics(task, truth, predictions[name], num_classes)}
             for name, (_, _, method) in baseline_models(task).items()}
+
+
+def evaluate_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int],
+                       task: str | None = None) -> dict[str, dict[str, Any]]:
+    """Fit the simple and the strong baseline on the train sets, score both on the test sets
+    (``predict_baselines``, then ``score_baselines``)."""
+    task, truth, predictions = predict_baselines(dataset, train_idx, test_idx, task)
+    num_classes = getattr(dataset, "num_classes", None) if task == "classification" else None
+    return score_baselines(task, truth, predictions, num_classes)
 
 
 def flatten_baselines(baselines: dict[str, dict[str, Any]]) -> dict[str, Any]:

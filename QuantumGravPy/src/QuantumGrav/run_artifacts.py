@@ -172,3 +172,21 @@ def plot_predictions(pairs: list[tuple[float, float]], path: Path) -> Path:
     ax.set(xlabel="true", ylabel="predicted", title="Test predictions")
     ax.legend()
     return _save_figure(figure, path)
+
+
+def plot_destroyed_by_flip_fraction(curves: dict[str, Any], labels: dict[str, str], path: Path) -> Path:
+    """Share of the destroyed test sets recognised, per log-spaced flip-fraction bin (``destroyed_sets``),
+    one line per model, at the geometric centre of each bin; empty bins are left out."""
+    edges = curves["bin_edges"]
+    centres = [(low * high) ** 0.5 for low, high in zip(edges, edges[1:])]
+    figure, ax = _new_figure(5.5, 4.0)
+    for name, shares in curves["share"].items():
+        points = [(x, s) for x, s in zip(centres, shares) if s is not None]
+        ax.plot(*zip(*points), marker="o", label=labels.get(name, name))
+    for x, count in zip(centres, curves["destroyed_sets"]):  # above the curves: how many sets each point has
+        ax.annotate(f"n={count}", (x, 1.08), ha="center", fontsize=7, color="grey")
+    ax.set_xscale("log")
+    ax.set(xlim=(edges[0], edges[-1]), ylim=(-0.02, 1.15), xlabel="flip fraction (share of pairs flipped)",
+           ylabel="share recognised as destroyed", title="Destroyed test sets")
+    ax.legend(loc="center left")  # the curves rise from the lower left to the upper right
+    return _save_figure(figure, path)

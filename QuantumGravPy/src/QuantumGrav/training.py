@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
@@ -26,11 +27,12 @@ from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
-from .baseline import describe_baselines, evaluate_baselines, flatten_baselines
+from .baseline import describe_baselines, flatten_baselines, predict_baselines, score_baselines
 from .checkpoint import RunLock, load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
 from .config import dump_config, load_config, load_yaml_text, pyobject_path
 from . import data_sources, tasks
 from .data import split_indices
+from .destroyed_sets import MODEL_LABELS, describe_curves, destroyed_curves, flip_fractions
 from .distributed import Runtime, configured_device_type, names_stalled_ranks
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, Preempted, UserError
@@ -39,7 +41,8 @@ from .memory import MemoryMonitor
 from .models import build_model, count_parameters
 from .resume import StopRequest, forget_run, job_token, remember_run, run_to_continue, sigterm_requests_a_stop
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
-                            plot_confusion_matrix, plot_predictions, plot_training_curves, run_provenance, write_json)
+                            plot_confusion_matrix, plot_destroyed_by_flip_fraction, plot_predictions,
+                            plot_training_curves, run_provenance, write_json)
 from .schedules import (build_scheduler, derive_hyperparameters, fast_forward, fit_schedule_to_num_epochs,
                         scheduler_steps_per_epoch)
 from .wandb_logger import WandbLogger
@@ -381,7 +384,8 @@ class Trainer:
     @torch.no_grad()
     def _evaluate_local(self, loader: DataLoader, predictions: list | None = None) -> torch.Tensor:
         """The task's metric totals (loss sum, count, confusion matrix or error sums) over this rank's
-        batches; (predicted, true) pairs are appended to ``predictions`` when it is given.
+        batches; each graph's (prediction, true value, flip fraction) is appended to ``predictions`` when
+        it is given (``_per_graph``).
 
         Uses the unwrapped model: DDP's forward would broadcast buffers, a collective
         that hangs when ranks hold different numbers of evaluation batches.
@@ -397,9 +401,17 @@ class Trainer:
             outputs = outputs.float()
             totals += self.task.batch_totals(outputs, target, self.criterion(outputs, target))
             if predictions is not None:
-                predictions += zip(outputs.view(-1).tolist(), target.view(-1).tolist())
+                predictions += self._per_graph(outputs, target, batch)
         self.core_model.train(was_training)
         return totals
+
+    def _per_graph(self, outputs: torch.Tensor, target: torch.Tensor, batch) -> list[tuple[float, float, float]]:
+        """(prediction, true value, flip fraction) of each graph: the predicted class for classification, the
+        output for regression; the flip fraction is NaN for data without one."""
+        classification = isinstance(self.task, tasks.ClassificationTask)
+        predicted = self.task.predict(outputs) if classification else outputs.view(-1)
+        fractions = batch.flip_fraction.view(-1).tolist() if "flip_fraction" in batch else [math.nan] * len(predicted)
+        return list(zip(predicted.tolist(), target.view(-1).tolist(), fractions))
 
     def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
         """Exact metrics of the current model on ``loader``: loss, count and the task's (``tasks``).
@@ -580,7 +592,7 @@ class Trainer:
             return None
         if self._best_state is not None:
             self.core_model.load_state_dict(self._best_state)
-        predictions: list[tuple[float, float]] = []
+        predictions: list[tuple[float, float, float]] = []
         test = self.task.metrics(self._evaluate_local(test_loader, predictions))
         result = {f"test_{m}": test[m] for m in self.task.metric_names}
         result["num_test"] = test["count"]
@@ -591,20 +603,47 @@ class Trainer:
                                            self.run_dir / FIGURE_DIR / "confusion_matrix.png")
         else:
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
-            figure = plot_predictions(predictions, self.run_dir / FIGURE_DIR / "predictions.png")
-        baselines = {}
+            figure = plot_predictions([(p, t) for p, t, _ in predictions],
+                                      self.run_dir / FIGURE_DIR / "predictions.png")
+        figures = {figure.stem: figure}
+        baselines, baseline_predictions = {}, {}
         if self._has_invariants():  # the generator's per-set invariants: both baselines, for this task
-            baselines = evaluate_baselines(self.dataset, self.split["train"], self.split["test"],
-                                           task="classification" if classification else "regression")
+            kind, truth, baseline_predictions = predict_baselines(
+                self.dataset, self.split["train"], self.split["test"],
+                task="classification" if classification else "regression")
+            baselines = score_baselines(kind, truth, baseline_predictions,
+                                        self.task.num_classes if classification else None)
             result.update(**flatten_baselines(baselines), baselines=baselines)
+        curves = self._destroyed_curves(predictions, baseline_predictions) if classification else None
+        if curves:
+            result["destroyed_by_flip_fraction"] = curves
+            figures["destroyed_by_flip_fraction"] = plot_destroyed_by_flip_fraction(
+                curves, MODEL_LABELS, self.run_dir / FIGURE_DIR / "destroyed_by_flip_fraction.png")
         self.summary.update(result)
         self._write_summary()
         if self.experiment:
-            self.experiment.log_images({figure.stem: figure})
+            self.experiment.log_images(figures)
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
         scores = ", ".join(f"{m} {test[m]:.3f}" for m in self.task.metric_names[1:])
         logger.info("; ".join([f"test {scores}", *describe_baselines(baselines)]))
+        if curves:
+            logger.info(describe_curves(curves))
         return result
+
+    def _destroyed_curves(self, predictions: list[tuple[float, float, float]],
+                          baseline_predictions: dict[str, Any]) -> dict[str, Any] | None:
+        """The destroyed test sets recognised per flip-fraction bin (``destroyed_sets``) by the GNN and by the
+        baselines (their predictions on the test split, from the fit above); None without varying flip fractions."""
+        gnn = np.array(predictions, dtype=np.float64).reshape(-1, 3)
+        results = {"gnn": (gnn[:, 2], gnn[:, 0] == gnn[:, 1])}
+        if baseline_predictions:
+            test = [self.dataset[i] for i in self.split["test"]]
+            fractions, truth = flip_fractions(test), np.array([int(g.y.reshape(-1)[0]) for g in test])
+            results.update({f"{name}_baseline": (fractions, predicted == truth)
+                            for name, predicted in baseline_predictions.items()})
+        generated = getattr(self.dataset, "generation_params", None) or {}
+        span = generated.get("destroy_fraction") if isinstance(generated.get("destroy_fraction"), list) else ()
+        return destroyed_curves(results, span)
 
     def _has_invariants(self) -> bool:
         """The order-invariant baseline needs the generator's per-set ``invariants``."""
