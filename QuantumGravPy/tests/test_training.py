@@ -174,9 +174,10 @@ def test_train_sampler_shards_are_disjoint_and_reshuffled_each_epoch():
     assert sorted(sum(epoch1, [])) == data and epoch1 != epoch0
 
 
-def test_resume_refuses_a_config_that_changes_the_data_or_the_model(tiny_config):
+def test_resume_refuses_a_config_that_changes_the_data_the_model_or_the_task(tiny_config):
     first, _, _ = _train(tiny_config({"training.num_epochs": 1}))
-    for change in ({"data.num_samples": 120}, {"model.hidden_channels": [32]}):
+    for change in ({"data.num_samples": 120}, {"model.hidden_channels": [32]}, {"task.threshold": 0.7},
+                   {"task.type": "binary"}):
         with pytest.raises(QG.ConfigError, match=f"training.resume: this config changes {next(iter(change))}"):
             QG.Trainer(QG.apply_overrides(first.config, {**change, "training.resume": str(first.run_dir)}))
 

@@ -162,18 +162,18 @@ class Trainer:
 
     def _read_resume_checkpoint(self, run_dir: Path) -> dict[str, Any]:
         """The last checkpoint of the run to continue (every rank reads it from the shared run directory),
-        after checking that this config trains the same model on the same data."""
+        after checking that this config trains the same model on the same data for the same task."""
         state, _ = load_resume_checkpoint(run_dir, self.device)  # last.pt, or previous.pt if it is damaged
         stored = load_config(load_yaml_text(state["config_yaml"]))
-        changed = [f"{section}.{key}" for section in ("data", "model") for key, value in self.config[section].items()
-                   if key != "root" and value != stored[section][key]]
+        changed = [f"{section}.{key}" for section in ("data", "model", "task")
+                   for key, value in self.config[section].items() if key != "root" and value != stored[section][key]]
         changed += ["criterion"] if self.config["criterion"] is not stored["criterion"] else []
         if changed:
             source = "training.resume" if self.tcfg["resume"] else "training.run_name" if self.tcfg["run_name"] else ""
             raise ConfigError(f"{source or run_dir}: this config changes {', '.join(changed)} of the run being "
-                              f"continued ({run_dir}); a resumed run trains the same model on the same data. Resume "
-                              f"with the run's own config (--config {run_dir / 'config.yaml'} --resume ...) or "
-                              "start a new run (another training.run_name)")
+                              f"continued ({run_dir}); a resumed run trains the same model on the same data for "
+                              f"the same task. Resume with the run's own config (--config {run_dir / 'config.yaml'} "
+                              "--resume ...) or start a new run (another training.run_name)")
         return state
 
     @torch.no_grad()
