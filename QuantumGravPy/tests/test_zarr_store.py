@@ -28,6 +28,7 @@ from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
 from QuantumGrav import causal_sets as cs
+from QuantumGrav import tasks
 from QuantumGrav import zarr_store
 from QuantumGrav.data import CausalSetDataset
 from QuantumGrav.errors import UserError
@@ -251,11 +252,16 @@ def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
     config = yaml.load((REPO / "configs" / "train_quantumgrav_jl.yaml").read_text(), QG.get_loader())
     assert config["data"]["type"] is QuantumGravJLDataset and config["data"]["kwargs"]["target"] == "manifold_like"
     dataset = config["data"]["type"](**{**config["data"]["kwargs"], "path": str(two_stores)})
-    model = QG.build_model(config["model"], dataset.num_node_features, dataset.num_classes)
+    # manifold_like is learned as the generator's target of that name: a binary task, one logit, BCE.
+    task = tasks.resolve_task(QG.load_config(config)["task"], dataset, {0: dataset[0]}, "data")
+    assert dataset.task == task.type == "binary" and "criterion" not in config
+    model = QG.build_model(config["model"], dataset.num_node_features, task.output_width)
     assert isinstance(model, QG.GNNClassifier)
     batch = next(iter(DataLoader(dataset, batch_size=4, shuffle=True)))
     logits = model(batch)
-    assert logits.shape == (4, 2) and torch.isfinite(logits).all()
-    loss = config["criterion"](logits, batch.y)
-    loss.backward()
+    assert logits.shape == (4, 1) and torch.isfinite(logits).all()
+    criterion = tasks.build_criterion(None, task, torch.device("cpu"))
+    assert criterion is torch.nn.functional.binary_cross_entropy_with_logits
+    criterion(logits, task.target(batch.y)).backward()
+    assert QuantumGravJLDataset(two_stores, target="cset_type").task == "multiclass"
 

@@ -36,7 +36,7 @@ import torch
 from torch_geometric.data import Data, Dataset
 
 from .causal_sets import NODE_FEATURES, node_features, transitive_closure, transitive_reduction
-from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, VALID_EDGES, past_to_future_edges
+from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
 from .errors import UserError
 from .logging_utils import get_logger
 from .run_artifacts import atomic_replace
@@ -191,6 +191,11 @@ class QuantumGravJLDataset(Dataset):
             raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
                             f"got {list(cset_types)!r}")
         return list(cset_types)
+
+    @property
+    def task(self) -> str:
+        """How ``y`` is learned (``task.type: auto`` reads it): as the generator's targets of the same name."""
+        return TARGET_TASKS[self.target]
 
     @property
     def class_names(self) -> list[str]:
