@@ -132,6 +132,22 @@ def test_reduce_lr_on_plateau_gets_the_validation_metric(tiny_config):
     assert _lrs(trainer.run_dir) == pytest.approx([1e-2, 5e-3, 2.5e-3])  # no epoch improves by 1000%
 
 
+def test_reduce_lr_on_plateau_follows_a_metric_to_maximise(tiny_config):
+    plateau = {"training.scheduler_type": resolve_pyobject("torch.optim.lr_scheduler.ReduceLROnPlateau"),
+               "training.scheduler_kwargs": {"patience": 0, "factor": 0.5}, "training.optimizer_kwargs": {"lr": 1e-2}}
+    trainer = QG.Trainer(tiny_config({**plateau, "early_stopping.metric": "val_accuracy"}))
+    assert trainer.scheduler.mode == "max"
+    for accuracy in (0.5, 0.6, 0.7):  # rising accuracy: an improvement every epoch, the LR stays
+        trainer.scheduler.step(accuracy)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)
+    trainer.scheduler.step(0.6)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(5e-3)
+    assert QG.Trainer(tiny_config(plateau)).scheduler.mode == "min"  # val_loss
+    with pytest.raises(QG.ConfigError, match="training.scheduler_kwargs.mode: .* mode is 'max', got 'min'"):
+        QG.Trainer(tiny_config({**plateau, "early_stopping.metric": "val_accuracy",
+                                "training.scheduler_kwargs": {"mode": "min"}}))
+
+
 def test_cosine_without_t_max_decays_over_the_epochs_after_warmup(tiny_config):
     trainer = QG.Trainer(tiny_config({"training.num_epochs": 7, "training.warmup_epochs": 2,
                                       "training.scheduler_type": COSINE, "training.scheduler_kwargs": {}}))

@@ -52,13 +52,15 @@ def scheduler_steps_per_epoch(training_cfg: dict[str, Any], batches_per_epoch: i
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, Any], derived: dict[str, Any],
-                    batches_per_epoch: int):
+                    batches_per_epoch: int, monitored_mode: str = "min"):
     """The configured scheduler, preceded by a linear warmup when ``warmup_epochs`` > 0.
 
     The scheduler steps once per epoch or once per optimizer step (``scheduler_interval``);
     warmup is counted in the same unit. CosineAnnealingLR without ``T_max`` decays over the
     epochs (or steps) after the warmup. ReduceLROnPlateau is stepped with the early-stopping
-    metric, once per epoch. A constructor that rejects the configured arguments is a ConfigError.
+    metric, once per epoch, and gets its mode (``monitored_mode``, early_stopping.mode): in its
+    default mode "min" a rising val_accuracy would count as no improvement and cut the LR.
+    A constructor that rejects the configured arguments is a ConfigError.
     """
     per_epoch = scheduler_steps_per_epoch(training_cfg, batches_per_epoch)
     warmup = derived["warmup_epochs"] * per_epoch
@@ -70,6 +72,8 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, An
     main = None
     if scheduler_type is not None:
         kwargs = dict(training_cfg["scheduler_kwargs"])
+        if on_plateau:
+            kwargs["mode"] = _plateau_mode(kwargs.get("mode"), monitored_mode)
         if schedule_spans_num_epochs(training_cfg):
             kwargs["T_max"] = max(1, training_cfg["num_epochs"] * per_epoch - warmup)
         try:
@@ -82,6 +86,14 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training_cfg: dict[str, An
     ramp = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
     after = main or ConstantLR(optimizer, factor=1.0, total_iters=0)
     return SequentialLR(optimizer, [ramp, after], milestones=[warmup])
+
+
+def _plateau_mode(configured: Any, monitored_mode: str) -> str:
+    if configured is not None and configured != monitored_mode:
+        raise ConfigError(f"training.scheduler_kwargs.mode: ReduceLROnPlateau is stepped with the early-stopping "
+                          f"metric, whose mode is '{monitored_mode}', got '{configured}'; remove mode from "
+                          "scheduler_kwargs (it then follows early_stopping.metric)")
+    return monitored_mode
 
 
 def fit_schedule_to_num_epochs(scheduler, training_cfg: dict[str, Any], derived: dict[str, Any],

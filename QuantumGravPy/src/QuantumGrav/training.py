@@ -102,7 +102,8 @@ class Trainer:
         self.optimizer = self._build("training.optimizer_kwargs", self.tcfg["optimizer_type"],
                                      self.core_model.parameters(), *self.tcfg["optimizer_args"],
                                      **{**self.tcfg["optimizer_kwargs"], "lr": self.derived["lr"]})
-        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch())
+        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch(),
+                                         self.config["early_stopping"]["mode"])
         self.scaler = torch.amp.GradScaler("cuda") if self.tcfg["amp"] == "fp16" else None
         self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
@@ -542,7 +543,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:  # the LR this job derived, before the schedule scales it
             group["lr"] = group["initial_lr"] = self.derived["lr"]
-        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch())
+        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self._batches_per_epoch(),
+                                         self.config["early_stopping"]["mode"])
         if self.scheduler is not None:
             per_epoch = scheduler_steps_per_epoch(self.tcfg, self._batches_per_epoch())
             fast_forward(self.scheduler, (state["epoch"] + 1) * per_epoch)  # the epochs completed
