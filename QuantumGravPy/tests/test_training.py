@@ -89,6 +89,8 @@ def test_a_flip_fraction_range_adds_the_destroyed_sets_per_flip_fraction_to_figu
         assert sum(curves["recognised"][f"{name}_baseline"]) == round(recall * len(destroyed))
     for name, counts in curves["recognised"].items():
         assert curves["share"][name] == [c / n if n else None for c, n in zip(counts, curves["destroyed_sets"])]
+    summary = QG.training.summarise_run({"summary": trainer.summary, "test": test})
+    assert "destroyed test sets recognised per flip-fraction bin (0.001..0.1, 5 log-spaced bins" in summary
 
 
 def test_destroyed_sets_are_binned_by_log_spaced_flip_fraction_edges_included():

@@ -42,9 +42,10 @@ def counts_per_bin(fractions: np.ndarray, hits: np.ndarray, edges: np.ndarray) -
 def destroyed_curves(results: dict[str, tuple[np.ndarray, np.ndarray]],
                      span: Sequence[float] = ()) -> dict[str, Any] | None:
     """Per model, ``results[name] = (flip fraction, correct)`` of every test set (same order; fraction 0 or
-    NaN for sets that are not destroyed); ``span``: see ``bin_edges``. Returns the bin edges, the destroyed sets per bin, and per model
-    the recognised ones per bin and their share (None for an empty bin); None when the destroyed sets do not
-    have at least two different flip fractions (a single destroy_fraction, or data without one)."""
+    NaN for sets that are not destroyed); ``span``: see ``bin_edges``. Returns the bin edges, the destroyed
+    sets per bin, and per model the recognised ones per bin and their share (None for an empty bin); None
+    when the destroyed sets do not have at least two different flip fractions (a single destroy_fraction,
+    or data without one)."""
     destroyed = {name: np.nan_to_num(fractions) > 0 for name, (fractions, _) in results.items()}
     values = np.concatenate([fractions[destroyed[name]] for name, (fractions, _) in results.items()])
     if len(np.unique(values)) < 2:

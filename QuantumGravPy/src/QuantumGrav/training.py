@@ -721,6 +721,8 @@ def summarise_run(result: dict[str, Any]) -> str:
                            if k.startswith("test_") and k != "test_loss")
         lines.append(f"test            {scores}  (loss {test['test_loss']:.4f}, {test['num_test']} causal sets)")
         lines += describe_baselines(test.get("baselines", {}))
+        if "destroyed_by_flip_fraction" in test:
+            lines.append(describe_curves(test["destroyed_by_flip_fraction"]))
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")
