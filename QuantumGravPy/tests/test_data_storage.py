@@ -104,14 +104,23 @@ def test_bad_storage_and_workers_are_named(tmp_path):
     assert not list(tmp_path.iterdir()), "nothing written for bad arguments"
 
 
+def test_auto_workers_start_a_pool_only_for_a_large_data_set(monkeypatch):
+    monkeypatch.setattr(qg_data, "usable_cpu_count", lambda: 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    small = {"num_samples": 2000, "n_min": 64, "n_max": 128}  # the default: about a second on one core
+    large = {"num_samples": 100_000, "n_min": 1024, "n_max": 1024}
+    assert qg_data.generation_workers(None, small) == 1
+    assert qg_data.generation_workers(None, large) == 4, "8 cores shared by 2 processes on the node"
+    assert qg_data.generation_workers(3, small) == 3, "an explicit data.workers is kept"
+
+
 def test_training_reads_from_disk(tiny_config):
     trainer = QG.Trainer(tiny_config({"data.storage": "disk", "training.num_epochs": 1}))
     assert trainer.dataset._reader is not None, "items come from the shards"
-    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()  # the test split: the two-rank run below
     train_history, val_history = trainer.run_training(train_loader, val_loader)
-    test = trainer.run_test(test_loader)
     trainer.close()
-    assert len(train_history) == len(val_history) == 1 and 0.0 <= test["test_accuracy"] <= 1.0
+    assert len(train_history) == len(val_history) == 1 and 0.0 <= val_history[0]["accuracy"] <= 1.0
 
 
 def test_two_ranks_generate_shares_and_train_from_disk_with_exact_metrics(tiny_config, tmp_path):
@@ -150,3 +159,12 @@ def test_generate_cli_bad_input_is_one_error_line(tmp_path, capsys, argv, messag
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert [line for line in err.splitlines() if line.startswith("error:")] and not list(tmp_path.iterdir())
+
+
+def test_a_failing_rank_fails_every_rank_generating_data():
+    from ddp_helpers import generate_with_a_failing_rank, spawn_ranks
+
+    reports = dict(spawn_ranks(generate_with_a_failing_rank, 2))
+    assert reports[1] == "ValueError: block 3: no space left on device"
+    assert reports[0] == ("RuntimeError: rank 1 failed, so every rank stops: ValueError: block 3: no space left on "
+                          "device")

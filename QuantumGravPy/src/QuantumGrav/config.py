@@ -285,7 +285,8 @@ def _data_schema() -> dict[str, Field]:
                              "set from the cache's shards when a batch needs it (memory flat in the data size)"),
         "workers": Field(integer(1), d["workers"], nullable=True,
                          doc="processes generating a missing cache, per rank (every rank makes a share of it); "
-                             "null: this process's cores / processes on the node"),
+                             "null: this process's cores / processes on the node, or 1 for a data set that one process "
+                             "makes in under 10 s (by estimate)"),
         "split": Field(list_of(fraction, length=3), list(d["split"]), doc="train, validation, test fractions"),
         "split_seed": Field(integer(0), d["split_seed"], doc="the same on every rank, never the rank"),
         "type": Field(pyobject, None, nullable=True,

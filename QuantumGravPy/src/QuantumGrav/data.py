@@ -102,10 +102,28 @@ def cache_directory(root: str | os.PathLike, params: dict[str, Any]) -> Path:
     return Path(root) / f"causal_sets_{_cache_key(params)}"
 
 
+# Auto workers (data.workers: null) start a pool only for more estimated work than this: the pool's start
+# (its fork server imports the package) takes seconds, more than a small data set takes to generate.
+POOL_WORTH_SECONDS = 10.0
+# One process generates about 1,670 sets/s at N = 128 and the time per set grows about like N^2 up to
+# N = 512 (benchmarks/bench_generation.py): the basis of the estimate above.
+SECONDS_PER_SET_AT_128 = 1 / 1670
+
+
 def default_workers() -> int:
     """Generation processes for this process: its cores shared among the processes of this node."""
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
     return max(1, usable_cpu_count() // max(1, local_processes))
+
+
+def generation_workers(workers: int | None, params: dict[str, Any]) -> int:
+    """``workers`` if given; else 1 for a data set made in under ``POOL_WORTH_SECONDS`` by one process
+    (by estimate), ``default_workers()`` for a larger one."""
+    if workers is not None:
+        return workers
+    mean_n = (params["n_min"] + params["n_max"]) / 2
+    estimate = params["num_samples"] * SECONDS_PER_SET_AT_128 * (mean_n / 128) ** 2
+    return default_workers() if estimate > POOL_WORTH_SECONDS else 1
 
 
 def _check_access(storage: str, workers: int | None) -> None:
@@ -209,7 +227,8 @@ class CausalSetDataset(InMemoryDataset):
 
     ``storage="memory"`` holds all graphs in this process; ``storage="disk"`` holds only the cache's index
     and reads each graph from its shard when asked (the same items). ``workers`` generation processes
-    make a missing cache (None: this process's share of the cores, ``default_workers``).
+    make a missing cache (None: this process's share of the cores for a large data set, else one:
+    ``generation_workers``).
     """
 
     def __init__(self, root: str | os.PathLike, *, num_samples: int = DATA_DEFAULTS["num_samples"],
@@ -229,7 +248,7 @@ class CausalSetDataset(InMemoryDataset):
         super().__init__(str(root), transform=transform, log=log)
         directory = Path(self.processed_dir)
         if not data_shards.is_complete(directory):
-            self.generated_sets = self._generate_and_cache(directory, workers or default_workers())
+            self.generated_sets = self._generate_and_cache(directory, generation_workers(workers, self._params))
         else:
             self.generated_sets = 0  # how many sets this construction generated (the rest were cached)
         self._reader = data_shards.ShardReader(directory, len(NODE_FEATURES), len(INVARIANT_NAMES))
@@ -339,7 +358,7 @@ def generate_share(data_cfg: dict[str, Any], rank: int, world_size: int) -> int:
     if data_shards.is_complete(directory):
         return 0
     blocks = range(rank, causal_sets.num_blocks(params["num_samples"]), world_size)
-    return generate_blocks(directory, params, blocks, cfg["workers"] or default_workers())
+    return generate_blocks(directory, params, blocks, generation_workers(cfg["workers"], params))
 
 
 def split_indices(num_items: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:
