@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class ShardReader:
         self.num_node_features, self.num_invariants = num_node_features, num_invariants
         with np.load(self.directory / INDEX) as index:
             self.index = {key: index[key] for key in (*SET_FIELDS, "block")}
-        self._files: dict[int, int] = {}
+        self._files: dict[int, BinaryIO] = {}  # unbuffered: preadv reads by offset, the file closes when dropped
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -110,17 +110,12 @@ class ShardReader:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_files": {}}
 
-    def __del__(self) -> None:
-        if getattr(self, "_pid", None) == os.getpid():
-            for descriptor in self._files.values():
-                os.close(descriptor)
-
     def _descriptor(self, block: int) -> int:
-        if self._pid != os.getpid():  # a forked child: the parent's descriptors share its file offsets
+        if self._pid != os.getpid():  # a forked child opens its own files rather than use the parent's
             self._files, self._pid = {}, os.getpid()
         if block not in self._files:
-            self._files[block] = os.open(shard_path(self.directory, block), os.O_RDONLY)
-        return self._files[block]
+            self._files[block] = open(shard_path(self.directory, block), "rb", buffering=0)
+        return self._files[block].fileno()
 
     def read(self, i: int) -> dict[str, np.ndarray]:
         """x, edge_index, invariants of set ``i`` (fresh writable arrays) and its ``SET_FIELDS`` values."""
