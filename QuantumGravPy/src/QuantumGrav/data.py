@@ -59,7 +59,6 @@ DATA_DEFAULTS: dict[str, Any] = {
 }
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
 _OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (data_sources), not the generator's
-_ACCESS_KEYS = ("storage", "workers")  # how the cache is made and read, not what it holds: not in its key
 CACHE_FORMAT_VERSION = 4  # bump when the generator or the stored Data change: old caches are then ignored
 MANIFOLD_LIKE_NAMES = ["non_manifold_like", "manifold_like"]
 
