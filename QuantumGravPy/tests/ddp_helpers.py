@@ -104,3 +104,17 @@ def cross_entropy_interrupted(logits: torch.Tensor, target: torch.Tensor) -> tor
     if interrupt["calls"] == interrupt["at_call"]:
         raise KeyboardInterrupt("killed")
     return torch.nn.functional.cross_entropy(logits, target)
+
+
+def generate_with_a_failing_rank(rank: int, world_size: int, port: int, results) -> None:
+    """Every rank runs its share inside every_rank_then_all; rank 1's raises. Both must raise, none hang."""
+    QG.initialize_ddp(rank, world_size, master_port=port, backend="gloo", timeout_s=30.0)
+    try:
+        with Runtime(rank=rank, world_size=world_size).every_rank_then_all(timeout_s=30.0):
+            if rank == 1:
+                raise ValueError("block 3: no space left on device")
+        results.put((rank, "finished"))
+    except Exception as err:  # the parent asserts on what every rank reports
+        results.put((rank, f"{type(err).__name__}: {err}"))
+    finally:
+        QG.cleanup_ddp()

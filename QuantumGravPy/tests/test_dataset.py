@@ -17,14 +17,15 @@ SMALL = {"num_samples": 30, "n_min": 12, "n_max": 18, "seed": 5}
 
 @pytest.fixture
 def generation_calls(monkeypatch):
-    """Counts calls of the generator the dataset uses."""
+    """Counts the blocks the dataset generates (in this process: SMALL is one block)."""
     calls = []
+    generate = qg_data.generate_block_files
 
     def counting(*args, **kwargs):
-        calls.append(kwargs)
-        return cs.generate_causal_sets(*args, **kwargs)
+        calls.append(args)
+        return generate(*args, **kwargs)
 
-    monkeypatch.setattr(qg_data, "generate_causal_sets", counting)
+    monkeypatch.setattr(qg_data, "generate_block_files", counting)
     return calls
 
 
@@ -74,7 +75,8 @@ def test_changing_any_generation_parameter_regenerates(tmp_path, generation_call
     changes = [{"num_samples": 31}, {"n_min": 11}, {"n_max": 19}, {"seed": 6}, {"destroy_fraction": 0.05},
                {"classes": ("minkowski_2d", "layered")}, {"dimensions": (4, 3, 2)}, {"edges": "relations"},
                {"target": "manifold_like"}]
-    assert {key for change in changes for key in change} == set(DATA_DEFAULTS) - {"root", "split", "split_seed"}
+    not_generation = {"root", "split", "split_seed", "storage", "workers"}
+    assert {key for change in changes for key in change} == set(DATA_DEFAULTS) - not_generation
     folders = {CausalSetDataset(tmp_path, **SMALL).processed_dir}
     folders |= {CausalSetDataset(tmp_path, **{**SMALL, **change}).processed_dir for change in changes}
     assert len(folders) == len(generation_calls) == len(changes) + 1
@@ -85,7 +87,8 @@ def test_from_config_uses_defaults_and_ignores_the_split(tmp_path):
     dataset = CausalSetDataset.from_config(cfg)
     resplit = CausalSetDataset.from_config({**cfg, "split": [0.5, 0.25, 0.25], "split_seed": 1})
     assert resplit.processed_dir == dataset.processed_dir
-    expected = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("root", "split", "split_seed")}
+    not_generation = ("root", "split", "split_seed", "storage", "workers")
+    expected = {k: v for k, v in DATA_DEFAULTS.items() if k not in not_generation}
     expected = {**expected, **SMALL, "dimensions": list(expected["dimensions"]), "classes": list(expected["classes"])}
     assert dataset.generation_params == expected
     with pytest.raises(ValueError, match="unknown keys"):

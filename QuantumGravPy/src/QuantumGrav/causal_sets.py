@@ -94,6 +94,11 @@ SIMPLE_INVARIANT_NAMES: tuple[str, ...] = INVARIANT_NAMES[:5]
 MAX_INTERVAL_SIZE = 4  # N_0 .. N_4 are computed
 
 _SET_CHUNK = 128  # sets processed together: bounds memory at N = 128 to a few tens of MB
+# Sets per generation block. Each block has a random stream of its own (seeded by the data seed and the
+# block's number), so the data do not depend on how blocks are shared out over processes; changing this
+# changes the data (the cache key holds it).
+# 128 = _SET_CHUNK: a block is at most one batch per run of equal sets, and 2,000 sets make 16 blocks.
+GENERATION_BLOCK_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -490,15 +495,47 @@ def _generate_batch(cset_type: str, batch: int, n: int, source_dim: int,
             for k in range(batch)]
 
 
-def _draw_plan(num: int, n_min: int, n_max: int, dimensions: Sequence[int], classes: Sequence[str],
-               rng: np.random.Generator) -> np.ndarray:
+def draw_plan(num: int, n_min: int, n_max: int, dimensions: Sequence[int], classes: Sequence[str],
+              seed: int) -> np.ndarray:
     """One row per set: class index (balanced, shuffled), size N, and the dimension a destroyed
-    set is sprinkled in (0 for the other classes)."""
+    set is sprinkled in (0 for the other classes). Drawn from ``seed`` alone; cheap, so every
+    process that generates a block draws it again instead of receiving it."""
+    rng = np.random.default_rng(seed)
     class_of = rng.permutation(np.arange(num) % len(classes))
     size_of = rng.integers(n_min, n_max + 1, size=num)
     source_dim_of = rng.choice(np.asarray(dimensions), size=num)
     source_dim_of[np.asarray(classes)[class_of] != "destroyed"] = 0
     return np.stack([class_of, size_of, source_dim_of], axis=1)
+
+
+def num_blocks(num: int, block_size: int = GENERATION_BLOCK_SIZE) -> int:
+    return -(-num // block_size)
+
+
+def plan_order(plan: np.ndarray) -> np.ndarray:
+    """The plan's set indices ordered by (class, N, source dimension, index): cut into blocks, this
+    gives blocks of long runs of equal sets, each generated as one vectorised batch, however the sets'
+    sizes are spread."""
+    return np.lexsort((np.arange(len(plan)), plan[:, 2], plan[:, 1], plan[:, 0]))
+
+
+def generate_block(plan: np.ndarray, order: np.ndarray, block: int, *, classes: Sequence[str],
+                   destroy_fraction: float | Sequence[float], seed: int,
+                   block_size: int = GENERATION_BLOCK_SIZE) -> tuple[np.ndarray, list[CausalSetRecord]]:
+    """The sets of one block (``order``, from ``plan_order``, cut into blocks of ``block_size``) and their
+    indices. The block draws from its own stream, seeded by (seed, block), so a block is the same whichever
+    process makes it and in whatever order."""
+    members = order[block * block_size:(block + 1) * block_size]
+    rng = np.random.default_rng(np.random.SeedSequence([seed, block]))
+    records: list[CausalSetRecord] = []
+    rows = plan[members]
+    run_starts = np.flatnonzero(np.r_[True, (rows[1:] != rows[:-1]).any(axis=1)])
+    for start, stop in zip(run_starts, np.r_[run_starts[1:], len(rows)]):
+        class_index, n, source_dim = (int(v) for v in rows[start])
+        for chunk_start in range(start, stop, _SET_CHUNK):
+            size = min(_SET_CHUNK, stop - chunk_start)
+            records += _generate_batch(classes[class_index], size, n, source_dim, destroy_fraction, rng)
+    return members, records
 
 
 def generate_causal_sets(num: int, *, n_min: int = DEFAULT_N_MIN, n_max: int = DEFAULT_N_MAX,
@@ -510,21 +547,20 @@ def generate_causal_sets(num: int, *, n_min: int = DEFAULT_N_MIN, n_max: int = D
 
     Each set's size N is uniform in [n_min, n_max]. ``dimensions`` are the spacetime
     dimensions in play: ``destroyed`` sets start from a sprinkling in one of them (drawn
-    per set), and every ``minkowski_{d}d`` class needs its d among them. Sets of the same
-    class and size are generated together as a batch. ``destroy_fraction`` is the probability
-    with which each pair of a destroyed set is flipped, or a range [low, high] from which it is
-    drawn per set, log-uniformly (``CausalSetRecord.flip_fraction`` keeps it). The output is a
-    function of the arguments only: same arguments, identical sets.
+    per set), and every ``minkowski_{d}d`` class needs its d among them. ``destroy_fraction`` is the
+    probability with which each pair of a destroyed set is flipped, or a range [low, high] from which it
+    is drawn per set, log-uniformly (``CausalSetRecord.flip_fraction`` keeps it). The output is a
+    function of the arguments only: same arguments, identical sets. The plan (class, N, source dimension
+    of every set) comes from ``seed``; the sets themselves are made block by block (``generate_block``),
+    each block from its own stream, so processes that share out the blocks make the same sets.
     """
     check_generation_args(num, n_min, n_max, dimensions, classes, destroy_fraction)
-    rng = np.random.default_rng(seed)
-    plan = _draw_plan(num, n_min, n_max, dimensions, classes, rng)
+    plan = draw_plan(num, n_min, n_max, dimensions, classes, seed)
+    order = plan_order(plan)
     records: list[CausalSetRecord | None] = [None] * num
-    for class_index, n, source_dim in np.unique(plan, axis=0):
-        members = np.flatnonzero((plan == (class_index, n, source_dim)).all(axis=1))
-        for start in range(0, len(members), _SET_CHUNK):
-            chunk = members[start:start + _SET_CHUNK]
-            batch = _generate_batch(classes[class_index], len(chunk), int(n), int(source_dim), destroy_fraction, rng)
-            for index, record in zip(chunk, batch):
-                records[index] = record
+    for block in range(num_blocks(num)):
+        members, batch = generate_block(plan, order, block, classes=classes, destroy_fraction=destroy_fraction,
+                                        seed=seed)
+        for index, record in zip(members, batch):
+            records[index] = record
     return records

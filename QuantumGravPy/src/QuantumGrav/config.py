@@ -256,7 +256,7 @@ def fraction_or_range(value: Any) -> float | list[float]:
 
 # --------------------------------------------------------------------------- the schema
 def _data_schema() -> dict[str, Field]:
-    from .data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_TARGETS
+    from .data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS
 
     d = DATA_DEFAULTS
     fraction = number(0.0, 1.0, exclusive_min=True)
@@ -280,6 +280,13 @@ def _data_schema() -> dict[str, Field]:
         "target": Field(choice(*VALID_TARGETS), d["target"], doc="generator's y: " + ", ".join(VALID_TARGETS)
                         + " (multiclass, binary, multiclass, regression under task.type: auto)"),
         "seed": Field(integer(0), d["seed"], doc="generation seed (part of the cache key)"),
+        "storage": Field(choice(*VALID_STORAGE), d["storage"],
+                         doc="memory: every rank holds the generated sets; disk: it holds an index and reads each "
+                             "set from the cache's shards when a batch needs it (memory flat in the data size)"),
+        "workers": Field(integer(1), d["workers"], nullable=True,
+                         doc="processes generating a missing cache, per rank (every rank makes a share of it); "
+                             "null: this process's cores / processes on the node, or 1 for a data set that one process "
+                             "makes in under 10 s (by estimate)"),
         "split": Field(list_of(fraction, length=3), list(d["split"]), doc="train, validation, test fractions"),
         "split_seed": Field(integer(0), d["split_seed"], doc="the same on every rank, never the rank"),
         "type": Field(pyobject, None, nullable=True,
@@ -454,7 +461,7 @@ def schema() -> dict[str, Any]:
                 number(0.0, exclusive_min=True), 300.0, doc="collective timeout: a dead rank fails the job after this"
             ),
             "data_timeout_s": Field(
-                number(0.0, exclusive_min=True), 3600.0, doc="how long other ranks wait for rank 0 to generate the data"
+                number(0.0, exclusive_min=True), 3600.0, doc="how long ranks wait for each other to generate the data"
             ),
             "output_device": Field(integer(0), None, nullable=True, doc="null: this process's GPU (LOCAL_RANK)"),
             "find_unused_parameters": Field(

@@ -5,15 +5,21 @@ Each causal set becomes a directed graph: nodes are its elements (features
 Hasse diagram, ``edges="links"``) or along all of its relations (``edges="relations"``).
 The set is generated once and cached under ``root`` in a folder named by a hash of all
 generation parameters, so changing any of them regenerates and the same ones reload.
+The cache is a shard per generation block (``data_shards``), made by a pool of ``workers``
+processes and, under DDP, shared out over the ranks (``generate_share``); ``storage="memory"`` loads
+it whole, ``storage="disk"`` reads each item from its shard when asked.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
+import multiprocessing
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -21,10 +27,11 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 
+from . import causal_sets, data_shards
 from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
-                          DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, CausalSetRecord,
-                          check_generation_args, generate_causal_sets)
-from .run_artifacts import atomic_replace
+                          DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES,
+                          CausalSetRecord, check_generation_args, draw_plan, generate_block, plan_order)
+from .distributed import get_world_size, usable_cpu_count
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
 VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
@@ -32,6 +39,7 @@ VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "my
 TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
                                 "myrheim_meyer_dimension": "regression"}
 VALID_EDGES: tuple[str, ...] = ("links", "relations")
+VALID_STORAGE: tuple[str, ...] = ("memory", "disk")
 
 DATA_DEFAULTS: dict[str, Any] = {
     "root": "data",
@@ -46,10 +54,12 @@ DATA_DEFAULTS: dict[str, Any] = {
     "seed": 1234,
     "split": (0.7, 0.15, 0.15),
     "split_seed": 42,
+    "storage": "memory",
+    "workers": None,
 }
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
 _OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (data_sources), not the generator's
-CACHE_FORMAT_VERSION = 3  # bump when the generator or the stored Data change: old caches are then ignored
+CACHE_FORMAT_VERSION = 4  # bump when the generator or the stored Data change: old caches are then ignored
 MANIFOLD_LIKE_NAMES = ["non_manifold_like", "manifold_like"]
 
 
@@ -82,13 +92,119 @@ def _json_fraction(destroy_fraction: float | Sequence[float]) -> float | list[fl
 
 
 def _cache_key(params: dict[str, Any]) -> str:
-    text = json.dumps({**params, "format_version": CACHE_FORMAT_VERSION}, sort_keys=True)
+    text = json.dumps({**params, "format_version": CACHE_FORMAT_VERSION,
+                       "block_size": causal_sets.GENERATION_BLOCK_SIZE}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cache_directory(root: str | os.PathLike, params: dict[str, Any]) -> Path:
+    return Path(root) / f"causal_sets_{_cache_key(params)}"
+
+
+# Auto workers (data.workers: null) start a pool only for more estimated work than this: the pool's start
+# (its fork server imports the package) takes seconds, more than a small data set takes to generate.
+POOL_WORTH_SECONDS = 10.0
+# One process generates about 1,670 sets/s at N = 128 and the time per set grows about like N^2 up to
+# N = 512 (benchmarks/bench_generation.py): the basis of the estimate above.
+SECONDS_PER_SET_AT_128 = 1 / 1670
+
+
+def default_workers() -> int:
+    """Generation processes for this process: its cores shared among the processes of this node."""
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
+    return max(1, usable_cpu_count() // max(1, local_processes))
+
+
+def generation_workers(workers: int | None, params: dict[str, Any]) -> int:
+    """``workers`` if given; else 1 for a data set made in under ``POOL_WORTH_SECONDS`` by one process
+    (by estimate), ``default_workers()`` for a larger one."""
+    if workers is not None:
+        return workers
+    mean_n = (params["n_min"] + params["n_max"]) / 2
+    estimate = params["num_samples"] * SECONDS_PER_SET_AT_128 * (mean_n / 128) ** 2
+    return default_workers() if estimate > POOL_WORTH_SECONDS else 1
+
+
+def _check_access(storage: str, workers: int | None) -> None:
+    if storage not in VALID_STORAGE:
+        raise ValueError(f"storage: expected one of {VALID_STORAGE}, got {storage!r}")
+    if workers is not None and (not isinstance(workers, (int, np.integer)) or workers < 1):
+        raise ValueError(f"workers: expected a positive integer or None (the cores of this process), got {workers!r}")
 
 
 def past_to_future_edges(adjacency: np.ndarray) -> torch.Tensor:
     """Edge index [2, E] of a 0/1 relation or link matrix: an edge i -> j for every i preceding j."""
     return torch.from_numpy(np.stack(np.nonzero(adjacency))).long()
+
+
+def _generated_classes(params: dict[str, Any]) -> list[str]:
+    if params["target"] == "dimension":
+        return [c for c in params["classes"] if c in MANIFOLD_CLASSES]
+    return list(params["classes"])
+
+
+def _label(record: CausalSetRecord, params: dict[str, Any]) -> float:
+    """The set's y: a class index (stored as a float, read back as long) or the regression target."""
+    target = params["target"]
+    if target == "myrheim_meyer_dimension":
+        return float(record.invariants[INVARIANT_NAMES.index(target)])
+    if target == "cset_type":
+        return params["classes"].index(record.cset_type)
+    if target == "manifold_like":
+        return int(record.manifold_like)
+    return _generated_dimensions(params).index(record.dimension)
+
+
+def _generated_dimensions(params: dict[str, Any]) -> list[int]:
+    return sorted(MANIFOLD_CLASSES[c] for c in params["classes"] if c in MANIFOLD_CLASSES)
+
+
+@functools.lru_cache(maxsize=1)
+def _plan(params_json: str) -> tuple[np.ndarray, np.ndarray]:
+    """The data set's plan and its block order, made once per process (a worker makes many blocks)."""
+    params = json.loads(params_json)
+    plan = draw_plan(params["num_samples"], params["n_min"], params["n_max"], params["dimensions"],
+                     _generated_classes(params), params["seed"])
+    return plan, plan_order(plan)
+
+
+def generate_block_files(directory: str, params: dict[str, Any], block: int, block_size: int) -> int:
+    """Generate one block of the data set and write its shard and index; return its number of sets.
+    A module-level function of picklable arguments: a pool's worker processes run it."""
+    plan, order = _plan(json.dumps(params, sort_keys=True))
+    members, records = generate_block(plan, order, block, classes=_generated_classes(params),
+                                      destroy_fraction=params["destroy_fraction"], seed=params["seed"],
+                                      block_size=block_size)
+    items = [{"x": record.features,
+              "edge_index": past_to_future_edges(record.link_matrix if params["edges"] == "links"
+                                                 else record.causal_matrix).numpy(),
+              "invariants": record.invariants} for record in records]
+    per_set = {"index": members.astype(np.int64),
+               "y": np.asarray([_label(record, params) for record in records], dtype=np.float64),
+               "manifold_like": np.asarray([record.manifold_like for record in records], dtype=bool),
+               "dimension": np.asarray([record.dimension for record in records], dtype=np.int64),
+               "cset_type": np.asarray([CSET_TYPES.index(record.cset_type) for record in records], dtype=np.int64),
+               "flip_fraction": np.asarray([record.flip_fraction for record in records], dtype=np.float64)}
+    data_shards.write_block(Path(directory), block, items, per_set)
+    return len(records)
+
+
+def generate_blocks(directory: Path, params: dict[str, Any], blocks: Sequence[int], workers: int) -> int:
+    """Make the ``blocks`` not yet on disk, in a pool of ``workers`` processes; return how many sets were
+    made. The pool forks its workers from a fork server that imported this module once: safe inside
+    launched and torchrun workers and with threads running (unlike a fork of this process), without each
+    worker importing torch and the package again (as spawned ones would: seconds each)."""
+    block_size = causal_sets.GENERATION_BLOCK_SIZE
+    pending = data_shards.missing_blocks(directory, list(blocks))
+    directory.mkdir(parents=True, exist_ok=True)
+    if workers <= 1 or len(pending) <= 1:
+        return sum(generate_block_files(str(directory), params, block, block_size) for block in pending)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
+        counts = pool.map(generate_block_files, *zip(*[(str(directory), params, block, block_size)
+                                                       for block in pending]))
+        return sum(counts)
 
 
 class CausalSetDataset(InMemoryDataset):
@@ -107,6 +223,11 @@ class CausalSetDataset(InMemoryDataset):
     for destroyed sets), ``num_nodes`` and ``invariants`` (float [1, K], columns
     ``causal_sets.INVARIANT_NAMES``) for the baselines and hybrid models.
     ``destroy_fraction`` may be a range [low, high]: each destroyed set then draws its own.
+
+    ``storage="memory"`` holds all graphs in this process; ``storage="disk"`` holds only the cache's index
+    and reads each graph from its shard when asked (the same items). ``workers`` generation processes
+    make a missing cache (None: this process's share of the cores for a large data set, else one:
+    ``generation_workers``).
     """
 
     def __init__(self, root: str | os.PathLike, *, num_samples: int = DATA_DEFAULTS["num_samples"],
@@ -115,26 +236,31 @@ class CausalSetDataset(InMemoryDataset):
                  classes: Sequence[str] = DATA_DEFAULTS["classes"],
                  destroy_fraction: float | Sequence[float] = DATA_DEFAULTS["destroy_fraction"],
                  edges: str = DATA_DEFAULTS["edges"], target: str = DATA_DEFAULTS["target"],
-                 seed: int = DATA_DEFAULTS["seed"], log: bool = False, transform: Callable | None = None):
+                 seed: int = DATA_DEFAULTS["seed"], storage: str = DATA_DEFAULTS["storage"],
+                 workers: int | None = DATA_DEFAULTS["workers"], log: bool = False,
+                 transform: Callable | None = None):
         self._params = _generation_params(num_samples, n_min, n_max, dimensions, classes,
                                           destroy_fraction, edges, target, seed)
+        _check_access(storage, workers)
         self._cache_key = _cache_key(self._params)
+        self._reader: data_shards.ShardReader | None = None
         super().__init__(str(root), transform=transform, log=log)
-        path = Path(self.processed_paths[0])
-        if not path.is_file():
-            self._generate_and_cache(path)
-        self.load(str(path))
+        directory = Path(self.processed_dir)
+        if not data_shards.is_complete(directory):
+            self.generated_sets = self._generate_and_cache(directory, generation_workers(workers, self._params))
+        else:
+            self.generated_sets = 0  # how many sets this construction generated (the rest were cached)
+        self._reader = data_shards.ShardReader(directory, len(NODE_FEATURES), len(INVARIANT_NAMES))
+        if storage == "memory":
+            self._data, self.slices = self.collate([self._read(i) for i in range(len(self._reader))])
+            self._reader = None
 
     @classmethod
     def from_config(cls, data_cfg: dict[str, Any]) -> "CausalSetDataset":
         """Build from the config's ``data:`` section (keys of ``DATA_DEFAULTS``; missing keys take the
         defaults). ``split``/``split_seed`` belong to the caller: see ``split_indices``; ``type``/``kwargs``
         name a dataset class to use instead of this one (``data_sources``) and are ignored here."""
-        data_cfg = {k: v for k, v in data_cfg.items() if k not in _OTHER_SOURCE_KEYS}
-        unknown = sorted(set(data_cfg) - set(DATA_DEFAULTS))
-        if unknown:
-            raise ValueError(f"data_cfg: unknown keys {unknown}; expected keys from {sorted(DATA_DEFAULTS)}")
-        cfg = {**DATA_DEFAULTS, **data_cfg}
+        cfg = _config_with_defaults(data_cfg)
         kwargs = {key: cfg[key] for key in DATA_DEFAULTS if key not in (*_SPLIT_KEYS, "root")}
         return cls(cfg["root"], **{**kwargs, "dimensions": tuple(cfg["dimensions"]), "classes": tuple(cfg["classes"])})
 
@@ -145,11 +271,30 @@ class CausalSetDataset(InMemoryDataset):
 
     @property
     def processed_file_names(self) -> list[str]:
-        return ["causal_sets.pt"]
+        return [data_shards.MANIFEST]
 
     @property
     def processed_dir(self) -> str:
-        return os.path.join(self.root, f"causal_sets_{self._cache_key}")
+        return str(cache_directory(self.root, self._params))
+
+    # ------------------------------------------------------------------ items (disk storage: from the shards)
+    def len(self) -> int:
+        return len(self._reader) if self._reader is not None else super().len()
+
+    def get(self, idx: int) -> Data:
+        return self._read(idx) if self._reader is not None else super().get(idx)
+
+    def _read(self, i: int) -> Data:
+        item = self._reader.read(i)
+        y_type = torch.float32 if self.task == "regression" else torch.long
+        return Data(x=torch.from_numpy(item["x"]), edge_index=torch.from_numpy(item["edge_index"]),
+                    y=torch.tensor([item["y"]], dtype=y_type),
+                    manifold_like=torch.tensor([bool(item["manifold_like"])]),
+                    dimension=torch.tensor([int(item["dimension"])], dtype=torch.long),
+                    cset_type=torch.tensor([int(item["cset_type"])], dtype=torch.long),
+                    invariants=torch.from_numpy(item["invariants"]).reshape(1, -1),
+                    flip_fraction=torch.tensor([float(item["flip_fraction"])], dtype=torch.float32),
+                    num_nodes=int(item["num_nodes"]))
 
     # ------------------------------------------------------------------ labels
     @property
@@ -170,55 +315,49 @@ class CausalSetDataset(InMemoryDataset):
             return list(classes)
         if target == "manifold_like":
             return list(MANIFOLD_LIKE_NAMES)
-        return [f"d={d}" for d in self._dimensions()]
+        return [f"d={d}" for d in _generated_dimensions(self._params)]
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def _dimensions(self) -> list[int]:
-        return sorted(MANIFOLD_CLASSES[c] for c in self._params["classes"] if c in MANIFOLD_CLASSES)
-
-    def _label(self, record: CausalSetRecord) -> torch.Tensor:
-        target = self._params["target"]
-        if target == "myrheim_meyer_dimension":
-            return torch.tensor([record.invariants[INVARIANT_NAMES.index(target)]], dtype=torch.float32)
-        return torch.tensor([self._class_index(record)], dtype=torch.long)
-
-    def _class_index(self, record: CausalSetRecord) -> int:
-        target = self._params["target"]
-        if target == "cset_type":
-            return self._params["classes"].index(record.cset_type)
-        if target == "manifold_like":
-            return int(record.manifold_like)
-        return self._dimensions().index(record.dimension)
-
     # ------------------------------------------------------------------ generation
-    def _generate_and_cache(self, path: Path) -> None:
+    def _generate_and_cache(self, directory: Path, workers: int) -> int:
         params = self._params
-        classes = params["classes"]
-        if params["target"] == "dimension":
-            classes = [c for c in classes if c in MANIFOLD_CLASSES]
         if self.log:
-            print(f"Generating {params['num_samples']} causal sets into {path.parent}", file=sys.stderr)
-        records = generate_causal_sets(params["num_samples"], n_min=params["n_min"], n_max=params["n_max"],
-                                       dimensions=params["dimensions"], classes=classes,
-                                       destroy_fraction=params["destroy_fraction"], seed=params["seed"])
-        data_list = [self._to_data(record) for record in records]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_replace(path.parent / "params.json", lambda tmp: Path(tmp).write_text(json.dumps(params, indent=2)))
-        atomic_replace(path, lambda tmp: self.save(data_list, tmp))
+            print(f"Generating {params['num_samples']} causal sets into {directory} ({workers} processes)",
+                  file=sys.stderr)
+        blocks = range(causal_sets.num_blocks(params["num_samples"]))
+        generated = generate_blocks(directory, params, blocks, workers)
+        manifest = {"params": params, "format_version": CACHE_FORMAT_VERSION,
+                    "block_size": causal_sets.GENERATION_BLOCK_SIZE, "num_blocks": len(blocks),
+                    "num_sets": params["num_samples"], "node_features": list(NODE_FEATURES),
+                    "invariants": list(INVARIANT_NAMES)}
+        data_shards.finalise(directory, len(blocks), manifest)
+        return generated
 
-    def _to_data(self, record: CausalSetRecord) -> Data:
-        adjacency = record.link_matrix if self._params["edges"] == "links" else record.causal_matrix
-        return Data(x=torch.from_numpy(record.features), edge_index=past_to_future_edges(adjacency),
-                    y=self._label(record),
-                    manifold_like=torch.tensor([record.manifold_like]),
-                    dimension=torch.tensor([record.dimension], dtype=torch.long),
-                    cset_type=torch.tensor([CSET_TYPES.index(record.cset_type)], dtype=torch.long),
-                    invariants=torch.from_numpy(record.invariants).reshape(1, -1),
-                    flip_fraction=torch.tensor([record.flip_fraction], dtype=torch.float32),
-                    num_nodes=record.num_elements)
+
+def _config_with_defaults(data_cfg: dict[str, Any]) -> dict[str, Any]:
+    data_cfg = {k: v for k, v in data_cfg.items() if k not in _OTHER_SOURCE_KEYS}
+    unknown = sorted(set(data_cfg) - set(DATA_DEFAULTS))
+    if unknown:
+        raise ValueError(f"data_cfg: unknown keys {unknown}; expected keys from {sorted(DATA_DEFAULTS)}")
+    return {**DATA_DEFAULTS, **data_cfg}
+
+
+def generate_share(data_cfg: dict[str, Any], rank: int, world_size: int) -> int:
+    """Under DDP: make this rank's share of the blocks (every ``world_size``-th, from ``rank``) of the
+    configured cache, unless it is complete; return how many sets were made. The data do not depend on
+    the share, and rank 0 then merges the index and writes the manifest (``CausalSetDataset``)."""
+    cfg = _config_with_defaults(data_cfg)
+    params = _generation_params(*(cfg[key] for key in ("num_samples", "n_min", "n_max", "dimensions", "classes",
+                                                        "destroy_fraction", "edges", "target", "seed")))
+    _check_access(cfg["storage"], cfg["workers"])
+    directory = cache_directory(cfg["root"], params)
+    if data_shards.is_complete(directory):
+        return 0
+    blocks = range(rank, causal_sets.num_blocks(params["num_samples"]), world_size)
+    return generate_blocks(directory, params, blocks, generation_workers(cfg["workers"], params))
 
 
 def split_indices(num_items: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:

@@ -13,7 +13,8 @@ loaders.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 from torch.utils.data import DistributedSampler, Sampler, Subset
@@ -21,7 +22,7 @@ from torch_geometric.data import Dataset as PyGDataset
 from torch_geometric.loader import DataLoader
 
 from .config import pyobject_path
-from .data import CausalSetDataset
+from .data import CausalSetDataset, generate_share
 from .distributed import Runtime
 from .errors import ConfigError, UserError
 
@@ -66,15 +67,25 @@ def load_dataset(config: dict[str, Any], runtime: Runtime, dataset: Any = None):
     (generates or prepares a cache); the others wait, then build theirs (reading the cache)."""
     if dataset is not None:
         return dataset
-    data_cfg = config["data"]
-    with runtime.main_process_first(timeout_s=config["parallel"]["data_timeout_s"]):
+    data_cfg, timeout_s = config["data"], config["parallel"]["data_timeout_s"]
+    if data_cfg["type"] is None and runtime.distributed:
+        # Every rank makes its share of the generator's blocks, then rank 0 merges them (below).
+        with runtime.every_rank_then_all(timeout_s=timeout_s), naming_the_cache_folder(data_cfg):
+            generate_share(data_cfg, runtime.rank, runtime.world_size)
+    with runtime.main_process_first(timeout_s=timeout_s):
         if data_cfg["type"] is not None:
             return _build_user_dataset(data_cfg)
-        try:
+        with naming_the_cache_folder(data_cfg):
             return CausalSetDataset.from_config(data_cfg)
-        except OSError as err:
-            raise UserError(f"data.root: cannot read or write the data cache in '{data_cfg['root']}' "
-                            f"({err.strerror or err}); set data.root to a folder you can write to") from None
+
+
+@contextlib.contextmanager
+def naming_the_cache_folder(data_cfg: dict[str, Any]) -> Iterator[None]:
+    try:
+        yield
+    except OSError as err:
+        raise UserError(f"data.root: cannot read or write the data cache in '{data_cfg['root']}' "
+                        f"({err.strerror or err}); set data.root to a folder you can write to") from None
 
 
 def _build_user_dataset(data_cfg: dict[str, Any]):

@@ -268,6 +268,35 @@ class Runtime:
             dist.destroy_process_group(group)
 
     @contextlib.contextmanager
+    def every_rank_then_all(self, timeout_s: float) -> Iterator[None]:
+        """Every rank runs the block (its share of a job, e.g. generating data), then all wait for all.
+        When the block raises on any rank, every rank raises that rank's message: none goes on alone and
+        none waits for a failed one. The wait uses a gloo group of its own with ``timeout_s``, as
+        ``main_process_first`` does."""
+        if not self.distributed:
+            yield
+            return
+        group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            outcome = None
+            try:
+                yield
+            except BaseException as err:
+                outcome = _outcome(err)
+                raise
+            finally:
+                outcomes: list[Any] = [None] * self.world_size
+                dist.all_gather_object(outcomes, outcome, group=group)
+            failed = [(rank, o) for rank, o in enumerate(outcomes) if o is not None]
+            if failed:
+                rank, (is_user_error, message) = failed[0]
+                if is_user_error:
+                    raise UserError(message.split(": ", 1)[-1])
+                raise RuntimeError(f"rank {rank} failed, so every rank stops: {message}")
+        finally:
+            dist.destroy_process_group(group)
+
+    @contextlib.contextmanager
     def naming_stalled_ranks(self) -> Iterator[None]:
         """A collective that times out inside the block raises CollectiveTimeout naming the ranks
         that did not arrive, instead of gloo's bare "Timed out waiting ... for recv".
@@ -350,9 +379,13 @@ def names_stalled_ranks(method: Method) -> Method:
     return wrapper  # type: ignore[return-value]
 
 
+def _outcome(err: BaseException | None) -> tuple[bool, str] | None:
+    """What the other ranks are told of a block's end: None, or (is a UserError, the message)."""
+    return None if err is None else (isinstance(err, UserError), f"{type(err).__name__}: {err}")
+
+
 def _send_outcome(group, err: BaseException | None) -> None:
-    outcome = None if err is None else (isinstance(err, UserError), f"{type(err).__name__}: {err}")
-    dist.broadcast_object_list([outcome], src=0, group=group)
+    dist.broadcast_object_list([_outcome(err)], src=0, group=group)
 
 
 def _raise_if_main_failed(group) -> None:
