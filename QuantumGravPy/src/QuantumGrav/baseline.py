@@ -25,11 +25,6 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
-from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.metrics import accuracy_score, mean_absolute_error, mean_squared_error, r2_score, recall_score
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from .causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
@@ -60,6 +55,13 @@ def myrheim_meyer_estimates(graphs: Iterable) -> np.ndarray:
 
 def baseline_models(task: str) -> dict[str, tuple[Any, list[int], str]]:
     """The (unfitted estimator, invariant columns, description) of the simple and strong baseline."""
+    # scikit-learn is imported here, not at the top: it (with scipy) is a quarter of ``import QuantumGrav``,
+    # paid by every worker process, while only rank 0 fits the baselines, once per run.
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     if task not in TASKS:
         raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
     simple_columns = [INVARIANT_NAMES.index(name) for name in SIMPLE_INVARIANT_NAMES]
@@ -77,6 +79,8 @@ def baseline_models(task: str) -> dict[str, tuple[Any, list[int], str]]:
 
 
 def _metrics(task: str, truth: np.ndarray, predicted: np.ndarray, num_classes: int | None) -> dict[str, Any]:
+    from sklearn.metrics import accuracy_score, mean_absolute_error, mean_squared_error, r2_score, recall_score
+
     if task == "regression":
         return {"mse": float(mean_squared_error(truth, predicted)), "mae": float(mean_absolute_error(truth, predicted)),
                 "r2": float(r2_score(truth, predicted))}
