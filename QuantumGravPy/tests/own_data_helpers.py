@@ -1,5 +1,6 @@
 """Importable datasets and models for the 'your own data' tests (spawned workers import them by name)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +46,13 @@ class SetsWithLabelTwo(SetsWithoutY):
     def __init__(self, num_sets: int = 12):
         self.items = [Data(x=d.x, edge_index=d.edge_index, y=torch.tensor([i % 3])) for i, d in
                       enumerate(small_sets(num_sets))]
+
+
+class SetsSizedByTheEnvironment(SetsWithoutY):
+    """As many sets as the worker's QG_TEST_NUM_SETS says: shows which environment a worker got."""
+
+    def __init__(self):
+        self.items = small_sets(int(os.environ["QG_TEST_NUM_SETS"]))
 
 
 class ModelWithFiveOutputs(nn.Module):

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import QuantumGrav as QG
+from QuantumGrav.config import resolve_pyobject
 from QuantumGrav.launcher import _supervise
 from conftest import REPO, TINY
 
@@ -102,6 +103,21 @@ def test_torchrun_job_with_a_failing_rank_exits_with_the_rank_and_error(job):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode != 0
     assert "[RANK 1]" in done.stderr and "simulated failure in the loss on rank 1" in done.stderr
+
+
+def test_each_launch_hands_its_workers_the_environment_of_that_moment(tiny_config, monkeypatch):
+    """Workers are forked from a server that started with the first launch (distributed.worker_context);
+    a variable set between two launches (as a notebook does) must still reach the second one's workers."""
+    import own_data_helpers  # noqa: F401 - importable by the workers, as data.type needs
+
+    config = tiny_config({"data.type": resolve_pyobject("own_data_helpers.SetsSizedByTheEnvironment"),
+                          "task.type": "binary", "training.num_epochs": 1, "data.split": [0.5, 0.25, 0.25]})
+    num_test = []
+    for num_sets in (20, 40):
+        monkeypatch.setenv("QG_TEST_NUM_SETS", str(num_sets))
+        result = QG.launch(QG.apply_overrides(config, {"training.run_name": f"sets{num_sets}"}), nproc=2)
+        num_test.append(result["test"]["num_test"])
+    assert num_test == [5, 10]
 
 
 def test_an_interrupt_of_the_launching_process_stops_every_worker(job, tmp_path):

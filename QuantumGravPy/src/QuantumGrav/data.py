@@ -16,7 +16,6 @@ import copy
 import functools
 import hashlib
 import json
-import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -31,7 +30,7 @@ from . import causal_sets, data_shards
 from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
                           DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES,
                           CausalSetRecord, check_generation_args, draw_plan, generate_block, plan_order)
-from .distributed import get_world_size, usable_cpu_count
+from .distributed import get_world_size, usable_cpu_count, worker_context
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
 VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
@@ -191,17 +190,15 @@ def generate_block_files(directory: str, params: dict[str, Any], block: int, blo
 
 def generate_blocks(directory: Path, params: dict[str, Any], blocks: Sequence[int], workers: int) -> int:
     """Make the ``blocks`` not yet on disk, in a pool of ``workers`` processes; return how many sets were
-    made. The pool forks its workers from a fork server that imported this module once: safe inside
-    launched and torchrun workers and with threads running (unlike a fork of this process), without each
-    worker importing torch and the package again (as spawned ones would: seconds each)."""
+    made. The pool's workers come from ``distributed.worker_context``: forked from a fork server that imported
+    torch and the package once, so safe inside launched and torchrun workers and with threads running
+    (unlike a fork of this process), without each worker importing them again (as spawned ones would)."""
     block_size = causal_sets.GENERATION_BLOCK_SIZE
     pending = data_shards.missing_blocks(directory, list(blocks))
     directory.mkdir(parents=True, exist_ok=True)
     if workers <= 1 or len(pending) <= 1:
         return sum(generate_block_files(str(directory), params, block, block_size) for block in pending)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
-    with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
+    with ProcessPoolExecutor(min(workers, len(pending)), mp_context=worker_context()) as pool:
         counts = pool.map(generate_block_files, *zip(*[(str(directory), params, block, block_size)
                                                        for block in pending]))
         return sum(counts)

@@ -24,9 +24,9 @@ from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from .distributed import TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count
+from .distributed import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
+                          worker_context)
 from .wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
 
 SMOKE_WORLD_SIZE = 2
@@ -149,7 +149,7 @@ def check_wandb() -> Check:
 
 # --------------------------------------------------------------------------- DDP smoke test
 def _smoke_worker(rank: int, world_size: int, port: int, timeout_s: float, results) -> None:
-    """One rank of the smoke test (module level: the spawn start method imports it by name)."""
+    """One rank of the smoke test (module level: the worker process imports it by name)."""
     try:
         # A doctor started from inside a torchrun job would otherwise join *that* job.
         for name in (*TORCHRUN_VARIABLES, "LOCAL_RANK"):
@@ -188,7 +188,7 @@ def _collect(processes: list, results, deadline: float) -> dict[int, tuple[str, 
 def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
     port, expected = find_free_port(), SMOKE_WORLD_SIZE * (SMOKE_WORLD_SIZE + 1) / 2
     what = f"DDP smoke test ({SMOKE_WORLD_SIZE} spawned processes, gloo, all-reduce on localhost:{port})"
-    context = mp.get_context("spawn")  # fork is unsafe once torch has started threads
+    context = worker_context()  # the way launch starts its workers: fork is unsafe once torch has started threads
     results = context.Queue()
     started = time.monotonic()
     processes = [context.Process(target=_smoke_worker, args=(rank, SMOKE_WORLD_SIZE, port, timeout_s, results),

@@ -21,12 +21,11 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from .checkpoint import has_checkpoint
 from .config import find_unimportable, load_config
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
-                          launched_by_torchrun, usable_cpu_count)
+                          launched_by_torchrun, usable_cpu_count, worker_context)
 from .errors import Preempted, UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
@@ -102,8 +101,12 @@ def _backend(config: dict) -> str:
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
-            console_level: str | int | None) -> None:
-    """Entry point of a spawned process (module level, so spawn can import it)."""
+            console_level: str | int | None, environment: dict[str, str]) -> None:
+    """Entry point of a worker process (module level, so that the worker can import it by name)."""
+    # The launching process's environment now, not the fork server's from its start (worker_context):
+    # a notebook that sets CUDA_VISIBLE_DEVICES or WANDB_MODE before its second launch gets it applied.
+    os.environ.clear()
+    os.environ.update(environment)
     # The environment torchrun would give this worker: from here on both launchers share one code path
     # (and a MASTER_PORT inherited from the parent can never override the port picked for this job).
     os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size),
@@ -145,11 +148,10 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     _check_devices(config, nproc)
     config["parallel"]["world_size"] = nproc
     port = port or config["parallel"]["master_port"] or find_free_port()
-    context = mp.get_context("spawn")
+    context = worker_context()
     results, run_dirs = context.Queue(), context.SimpleQueue()
-    level = chosen_console_level()
-    processes = [context.Process(target=_worker, args=(rank, nproc, config, port, results, run_dirs, level),
-                                 name=f"rank{rank}") for rank in range(nproc)]
+    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ))
+    processes = [context.Process(target=_worker, args=(rank, *arguments), name=f"rank{rank}") for rank in range(nproc)]
     try:
         for process in processes:
             process.start()
