@@ -120,6 +120,23 @@ def _cli(*args, cwd):
                           timeout=120)
 
 
+@pytest.fixture
+def cli_in_process(monkeypatch, capsys):
+    """``cli_in_process(*args, cwd=...)``: ``python -m QuantumGrav ARGS`` as ``cli.main`` in this process (the exit
+    code it returns, what it printed), without the seconds a new interpreter needs to import torch. That
+    ``__main__`` turns the code into the exit status without a traceback is checked once, in a real process."""
+    from QuantumGrav.cli import main
+
+    def run(*args, cwd):
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
+
+
 def test_cli_bad_config_exits_2_without_traceback_and_writes_nothing(tmp_path):
     (tmp_path / "bad.yaml").write_text("training:\n  batch_size: 0\n  path: runs\n")
     result = _cli("train", "--config", "bad.yaml", cwd=tmp_path)
@@ -141,11 +158,11 @@ def test_cli_bad_config_exits_2_without_traceback_and_writes_nothing(tmp_path):
     (("train", "--nproc", "0"), "argument --nproc: expected an integer >= 1, got 0"),
     (("doctor", "--port", "70000"), "argument --port: expected a port between 1 and 65535, got 70000"),
 ])
-def test_cli_bad_command_lines_exit_2(tmp_path, args, message):
+def test_cli_bad_command_lines_exit_2(tmp_path, args, message, cli_in_process):
     (tmp_path / "ok.yaml").write_text("training:\n  num_epochs: 1\n")
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe training")
     (tmp_path / "broken.yaml").write_text("training:\n  hidden: [1, 2\n  num_epochs: 1\n")
-    result = _cli(*args, cwd=tmp_path)
+    result = cli_in_process(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -170,10 +187,10 @@ def test_configuration_reference_in_docs_is_up_to_date():
     ("data.root", "data.root: cannot read or write the data cache in '/proc/no-such-dir'"),
     ("training.path", "training.path: cannot create the run directory '/proc/no-such-dir/"),
 ])
-def test_cli_unwritable_folders_exit_2_and_leave_no_run(tmp_path, key, message):
+def test_cli_unwritable_folders_exit_2_and_leave_no_run(tmp_path, key, message, cli_in_process):
     (tmp_path / "tiny.yaml").write_text("training:\n  num_epochs: 1\n  path: runs\ndata:\n  root: data\n"
                                         "  num_samples: 30\n  n_min: 8\n  n_max: 12\n")
-    result = _cli("train", "--config", "tiny.yaml", "--set", f"{key}=/proc/no-such-dir", cwd=tmp_path)
+    result = cli_in_process("train", "--config", "tiny.yaml", "--set", f"{key}=/proc/no-such-dir", cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
