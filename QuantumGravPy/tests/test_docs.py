@@ -258,6 +258,15 @@ def test_the_standalone_example_names_itself_in_its_usage(capsys):
     assert capsys.readouterr().out.startswith("usage: train_ddp_standalone.py [-h] [--config CONFIG]")
 
 
+def test_an_unknown_option_of_the_standalone_example_names_the_example(capsys):
+    from QuantumGrav.cli import main
+
+    assert main(["train", "--epochs", "3"], train_prog="train_ddp_standalone.py") == 2
+    assert "error: train_ddp_standalone.py: unrecognized arguments: --epochs 3" in capsys.readouterr().err
+    assert main(["doctor", "--fast"]) == 2
+    assert "error: python -m QuantumGrav doctor: unrecognized arguments: --fast" in capsys.readouterr().err
+
+
 def test_the_smoke_switch_shrinks_the_data_and_the_epochs_of_config_files_only(monkeypatch, tmp_path):
     import QuantumGrav as QG
 

@@ -69,6 +69,8 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
     doctor.add_argument("--nproc", type=_int_at_least(1), default=2, help="processes you plan to run (default: 2)")
     doctor.add_argument("--num-workers", type=_int_at_least(0), default=0, help="DataLoader workers per process")
     doctor.add_argument("--port", type=_port, default=None, help="rendezvous port to check (default: a free one)")
+    for command in (train, generate, doctor):
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -119,7 +121,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
     try:
-        args = build_parser(train_prog).parse_args(argv)
+        args, unknown = build_parser(train_prog).parse_known_args(argv)
+        if unknown:  # argparse would name the top-level program; the command's parser names what the user ran
+            args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command == "doctor":
             from .doctor import run_doctor
 
