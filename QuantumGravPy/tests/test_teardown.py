@@ -3,8 +3,10 @@
 The hang this guards against (see distributed.cleanup_ddp): when DDP's Reducer held the last
 reference to the gloo group, the group's destructor ran with the GIL held and waited for gloo's
 worker threads, one of which needed the GIL to free a finished collective's tensors. It struck a
-run in five, so besides the deterministic check of the order, the users' scripts run repeatedly
-(benchmarks/stress_teardown.py runs the same check 40 times per case and prints the table).
+run in five, so besides the deterministic check of the order (which fails on the old code every time),
+the users' scripts run here a few times (twice the torchrun script at world size 3, where it hung, once
+the mp.spawn one) and benchmarks/stress_teardown.py runs the same check 40 times per case and prints
+the table.
 """
 
 import sys
@@ -46,7 +48,7 @@ def test_cleanup_frees_the_ddp_wrapper_while_the_group_still_exists(tiny_config,
     assert trainer.run_test(test_loader)["num_test"] > 0  # rank 0 can still test after cleanup_ddp()
 
 
-@pytest.mark.parametrize("script, world_size, runs", [("torchrun", 3, 4), ("mp_spawn", 2, 2)])
+@pytest.mark.parametrize("script, world_size, runs", [("torchrun", 3, 2), ("mp_spawn", 2, 1)])
 def test_the_users_scripts_exit_every_time(tmp_path, script, world_size, runs):
     project = stress_teardown.UserProject(tmp_path)
     outcomes = stress_teardown.stress(script, world_size, runs, project, hang_after_s=45.0, limit_s=240.0)
