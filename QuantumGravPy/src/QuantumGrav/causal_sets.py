@@ -25,10 +25,10 @@ ones still give themselves away by their height of 3, but a destroyed sprinkling
 invariants close to those of some sprinkling. Richer invariants (interval abundances, the
 Benincasa-Dowker actions) do see most destroyed sets. Measured with ``QuantumGrav.baseline``
 on CausalSetDataset defaults, split [0.7, 0.15, 0.15] with split_seed 42, 300 test sets of
-2000: logistic regression on the five simple invariants 0.833 (seed 1234; 0.846 +- 0.017 over
-11 seeds), gradient boosting on all ``INVARIANT_NAMES`` 0.970 (seed 1234; 0.951 +- 0.011 over
-11 seeds), the default model of ``configs/train.yaml`` 0.967 +- 0.008 over the same 11 seeds
-(``benchmarks/study_models.py``). Almost all remaining errors are destroyed sets taken for
+2000: logistic regression on the five simple invariants 0.843 (seed 1234), gradient boosting on
+all ``INVARIANT_NAMES`` 0.967 (seed 1234), the default model of ``configs/train.yaml`` 0.963 (seed
+1234, ``make train``). Over 11 seeds drawn with the generator's previous random streams (the same
+distributions): 0.846 +- 0.017, 0.951 +- 0.011 and 0.967 +- 0.008 (``benchmarks/study_models.py``). Almost all remaining errors are destroyed sets taken for
 sprinklings: with few flipped pairs they are sprinklings (see the flip-fraction sweep there).
 """
 
