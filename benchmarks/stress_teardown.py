@@ -6,9 +6,11 @@
 
 A teardown race strikes one run in a few, so one green run proves nothing: this runs the two
 scripts of the DDP guide (QuantumGravPy/tests/user_scripts/: the torchrun script and the
-``mp.spawn`` script, copied verbatim) against a tiny config and prints, per script and world
-size, how many runs finished, failed, or hung (still running ``--hang-after`` seconds after
-rank 0 logged "Process 0 cleanup completed"). Hung runs are killed, with every process of the job.
+``mp.spawn`` script, copied verbatim) and the library's own launcher (``launch``: ``python -m
+QuantumGrav train --nproc N``, workers forked from QG.launch's fork server) against a tiny config
+and prints, per script and world size, how many runs finished, failed, or hung (still running
+``--hang-after`` seconds after rank 0's last line: "Process 0 cleanup completed", or the run summary
+of ``launch``). Hung runs are killed, with every process of the job.
 
 The scripts read ``configs/train_ddp.yaml`` next to themselves and put ``src`` on sys.path, so
 each runs in a small project folder made here; the spawn script's two constants (``world_size =
@@ -40,7 +42,8 @@ sys.path.insert(0, str(SRC))
 # configs/train_ddp.yaml as the hang was first measured: 2 epochs on 300 causal sets, on the CPU.
 SHRINK = {"training.num_epochs": 2, "training.device": "cpu", "training.progress_bar": False,
           "data.num_samples": 300, "parallel.timeout_s": 60}
-DONE_LINE = "Process 0 cleanup completed"
+DONE_LINES = {"torchrun": "Process 0 cleanup completed", "mp_spawn": "Process 0 cleanup completed",
+              "launch": "=== QuantumGrav run summary ==="}
 
 
 @dataclass
@@ -76,6 +79,10 @@ class UserProject:
         if script == "torchrun":
             return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world_size}",
                     f"--master_port={port}", str(self.root / "train_ddp_torchrun.py")]
+        if script == "launch":  # the CLI of the library in src (as the scripts import it)
+            return [sys.executable, "-c", "import sys; sys.path.insert(0, 'src'); from QuantumGrav.cli import main; "
+                    "sys.exit(main())", "train", "--config", "configs/train_ddp.yaml", "--nproc", str(world_size),
+                    "--set", f"parallel.master_port={port}"]
         text = self.spawn_template
         for old, new in (("world_size = 3", f"world_size = {world_size}"),
                          ('master_port = "12355"', f'master_port = "{port}"')):
@@ -87,7 +94,7 @@ class UserProject:
         return [sys.executable, str(path)]
 
 
-def run_once(command: list[str], cwd: Path, hang_after_s: float, limit_s: float) -> Outcome:
+def run_once(command: list[str], cwd: Path, hang_after_s: float, limit_s: float, done_line: str) -> Outcome:
     """Run a job; it hangs if still alive ``hang_after_s`` after rank 0's last line (or past ``limit_s``)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     started = time.monotonic()
@@ -99,7 +106,7 @@ def run_once(command: list[str], cwd: Path, hang_after_s: float, limit_s: float)
     def read() -> None:
         for line in process.stdout:
             lines.append(line)
-            if DONE_LINE in line and not done_at:
+            if done_line in line and not done_at:
                 done_at.append(time.monotonic())
 
     reader = threading.Thread(target=read, daemon=True)
@@ -123,7 +130,8 @@ def stress(script: str, world_size: int, runs: int, project: UserProject, hang_a
     for index in range(runs):
         if time.monotonic() > stop_at:
             break
-        outcome = run_once(project.command(script, world_size), project.root, hang_after_s, limit_s)
+        outcome = run_once(project.command(script, world_size), project.root, hang_after_s, limit_s,
+                           DONE_LINES[script])
         outcomes.append(outcome)
         if on_run:
             on_run(index, outcome)
@@ -144,7 +152,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="runs per script and world size (default: 40)")
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--scripts", nargs="+", choices=["torchrun", "mp_spawn"], default=["torchrun", "mp_spawn"])
+    parser.add_argument("--scripts", nargs="+", choices=sorted(DONE_LINES),
+                        default=["torchrun", "mp_spawn", "launch"])
     parser.add_argument("--hang-after", type=float, default=60.0,
                         help="seconds after rank 0's last line at which a job still running counts as hung")
     parser.add_argument("--max-minutes", type=float, default=float("inf"),
