@@ -311,10 +311,8 @@ class Runtime:
                 dist.all_gather_object(outcomes, outcome, group=group)
             failed = [(rank, o) for rank, o in enumerate(outcomes) if o is not None]
             if failed:
-                rank, (is_user_error, message) = failed[0]
-                if is_user_error:
-                    raise UserError(message.split(": ", 1)[-1])
-                raise RuntimeError(f"rank {rank} failed, so every rank stops: {message}")
+                rank, outcome = failed[0]
+                _raise_outcome(outcome, f"rank {rank} failed, so every rank stops")
         finally:
             dist.destroy_process_group(group)
 
@@ -414,7 +412,13 @@ def _raise_if_main_failed(group) -> None:
     box: list[Any] = [None]
     dist.broadcast_object_list(box, src=0, group=group)  # waits for rank 0's block to end
     if box[0] is not None:
-        is_user_error, message = box[0]
-        if is_user_error:
-            raise UserError(message.split(": ", 1)[-1])
-        raise RuntimeError(f"rank 0 failed before the other ranks could start: {message}")
+        _raise_outcome(box[0], "rank 0 failed before the other ranks could start")
+
+
+def _raise_outcome(outcome: tuple[bool, str], context: str) -> None:
+    """Raise another rank's failure here: its UserError as the same one-line error, anything else as a
+    RuntimeError saying ``context``."""
+    is_user_error, message = outcome
+    if is_user_error:
+        raise UserError(message.split(": ", 1)[-1])
+    raise RuntimeError(f"{context}: {message}")
