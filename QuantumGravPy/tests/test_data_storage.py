@@ -13,6 +13,7 @@ import QuantumGrav as QG
 from QuantumGrav import causal_sets as cs
 from QuantumGrav import cli
 from QuantumGrav import data as qg_data
+from QuantumGrav import distributed as qg_distributed
 from QuantumGrav.data import CausalSetDataset, generate_share
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +106,7 @@ def test_bad_storage_and_workers_are_named(tmp_path):
 
 
 def test_auto_workers_start_a_pool_only_for_a_large_data_set(monkeypatch):
-    monkeypatch.setattr(qg_data, "usable_cpu_count", lambda: 8)
+    monkeypatch.setattr(qg_distributed, "usable_cpu_count", lambda: 8)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     small = {"num_samples": 2000, "n_min": 64, "n_max": 128}  # the default: about a second on one core
     large = {"num_samples": 100_000, "n_min": 1024, "n_max": 1024}

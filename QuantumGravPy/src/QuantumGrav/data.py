@@ -30,7 +30,7 @@ from . import causal_sets, data_shards
 from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
                           DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES,
                           CausalSetRecord, check_generation_args, draw_plan, generate_block, plan_order)
-from .distributed import get_world_size, usable_cpu_count, worker_context
+from .distributed import cores_per_process, worker_context
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
 VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
@@ -110,8 +110,7 @@ SECONDS_PER_SET_AT_128 = 1 / 1670
 
 def default_workers() -> int:
     """Generation processes for this process: its cores shared among the processes of this node."""
-    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
-    return max(1, usable_cpu_count() // max(1, local_processes))
+    return cores_per_process()
 
 
 def generation_workers(workers: int | None, params: dict[str, Any]) -> int:

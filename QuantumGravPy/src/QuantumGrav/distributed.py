@@ -64,6 +64,13 @@ def usable_cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def cores_per_process(local_processes: int | None = None) -> int:
+    """This process's share of the cores it may use: split among the job's processes on this node
+    (``local_processes``, else torchrun's LOCAL_WORLD_SIZE, else the world size); at least 1."""
+    local = local_processes or int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
+    return max(1, usable_cpu_count() // max(1, local))
+
+
 def find_free_port(host: str = "localhost") -> int:
     """A TCP port that is free right now (the OS picks it), for a single-node rendezvous."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from .checkpoint import has_checkpoint
 from .config import find_unimportable, load_config
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
-                          launched_by_torchrun, usable_cpu_count, worker_context)
+                          cores_per_process, launched_by_torchrun, worker_context)
 from .errors import Preempted, UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
@@ -112,7 +112,7 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, run_di
     os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size),
                       MASTER_ADDR=str(config["parallel"]["master_addr"]), MASTER_PORT=str(port))
     # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
-    torch.set_num_threads(max(1, usable_cpu_count() // world_size))
+    torch.set_num_threads(cores_per_process(world_size))
     setup_logging(rank, level=console_level)
     try:
         initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
