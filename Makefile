@@ -3,7 +3,7 @@
 #   make train ARGS="--set training.num_epochs=3"
 PY := .venv/bin/python
 # Test files run in parallel, each file whole in one worker (a notebook's cells in order, a module's fixtures
-# built once): the suite spends much of its time in processes that start, wait or sleep, not in two busy cores.
+# built once), longest first (tests/conftest.py: LONGEST_FIRST).
 TEST_WORKERS ?= 2
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
@@ -15,4 +15,4 @@ train: setup
 	$(PY) -m QuantumGrav train --config configs/train.yaml $(ARGS)
 
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile QuantumGravPy/tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder QuantumGravPy/tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider

@@ -12,16 +12,32 @@ os.environ.setdefault("WANDB_MODE", "offline")  # no test may ever reach the net
 os.environ.setdefault("WANDB_SILENT", "true")
 REPO = Path(__file__).resolve().parents[2]
 
+# No figures and no baselines: drawing them (and importing matplotlib and scikit-learn in every new process)
+# cost more CPU than the tiny training itself. The tests of figures and baselines switch them on
+# (ALL_RESULTS); the default (both on) is tested end to end by the notebooks and the documented commands.
 TINY = {
     "training": {"seed": 7, "device": "cpu", "num_epochs": 3, "batch_size": 8, "progress_bar": False,
-                 "optimizer_kwargs": {"lr": 5.0e-3}},
+                 "optimizer_kwargs": {"lr": 5.0e-3}, "figures": False},
     "model": {"hidden_channels": [16, 16], "head_hidden": [16], "dropout": 0.0, "norm": "batch"},
     "validation": {"batch_size": 16},
-    "testing": {"batch_size": 16},
+    "testing": {"batch_size": 16, "baselines": False},
     "early_stopping": {"patience": 10},
     "data": {"num_samples": 90, "n_min": 16, "n_max": 24, "split": [0.6, 0.2, 0.2], "seed": 3},
     "parallel": {"timeout_s": 30},
 }
+
+ALL_RESULTS = {"training.figures": True, "testing.baselines": True}
+
+# The files that take longest (pytest --durations on a 2-core machine), heaviest first. `make test` hands whole
+# files to its workers in collection order (--dist loadfile --no-loadscope-reorder); a long file handed out
+# last would keep one worker busy while the others idle. Files not named here follow, in their own order.
+LONGEST_FIRST = ("test_restarts.py", "test_docs.py", "test_launchers.py", "05_fault_tolerance.ipynb", "test_ddp.py",
+                 "test_notebooks.py", "test_your_own_data.py", "test_teardown.py", "test_fault_tolerance.py")
+
+
+def pytest_collection_modifyitems(items):
+    position = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: position.get(item.path.name, len(position)))  # stable: a file keeps its order
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from torch_geometric.nn import GraphConv
 import QuantumGrav as QG
 from QuantumGrav import causal_sets as cs
 from QuantumGrav.models import BidirectionalConv, build_model
+from conftest import ALL_RESULTS
 
 NUM_FEATURES = len(cs.NODE_FEATURES)
 
@@ -46,7 +47,8 @@ def test_hybrid_head_reads_the_invariants_and_the_plain_model_ignores_them():
 
 
 def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_config):
-    config = tiny_config({"model.directions": "both", "model.graph_features": True, "training.num_epochs": 2})
+    config = tiny_config({"model.directions": "both", "model.graph_features": True, "training.num_epochs": 2,
+                          **ALL_RESULTS})
     trainer = QG.Trainer(config)
     train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
     trainer.run_training(train_loader, val_loader)

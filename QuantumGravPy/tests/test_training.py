@@ -14,6 +14,7 @@ from torch_geometric.data import Batch
 import QuantumGrav as QG
 from QuantumGrav.config import resolve_pyobject
 from QuantumGrav.data_sources import make_train_sampler
+from conftest import ALL_RESULTS
 
 
 def _train(config):
@@ -43,7 +44,7 @@ def test_model_builds_from_config_for_each_layer_type(tiny_config, conv):
 
 
 def test_short_training_run_learns_and_writes_the_run_directory(tiny_config):
-    config = tiny_config({"training.num_epochs": 12, "data.num_samples": 240})
+    config = tiny_config({"training.num_epochs": 12, "data.num_samples": 240, **ALL_RESULTS})
     trainer, (train_history, val_history), test = _train(config)
     chance = 1.0 / trainer.dataset.num_classes
     assert train_history[-1]["loss"] < train_history[0]["loss"]
@@ -69,10 +70,25 @@ def test_short_training_run_learns_and_writes_the_run_directory(tiny_config):
     assert not (run_dir / "figures" / "destroyed_by_flip_fraction.png").exists()
 
 
+def test_without_figures_and_baselines_a_run_draws_nothing_and_reports_the_model_alone(tiny_config, caplog):
+    config = tiny_config({"training.figures": False, "testing.baselines": False, "training.num_epochs": 1,
+                          "data.destroy_fraction": [0.001, 0.1]})
+    with caplog.at_level("INFO", logger="QuantumGrav"):
+        trainer, _, test = _train(config)
+    assert not (trainer.run_dir / "figures").exists()
+    summary = json.loads((trainer.run_dir / "summary.json").read_text())
+    assert "baselines" not in summary and not any("baseline" in key for key in summary)
+    assert list(summary["destroyed_by_flip_fraction"]["recognised"]) == ["gnn"]  # the numbers, without the figure
+    (test_line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("test accuracy")]
+    assert "baseline" not in test_line
+    files = QG.training.summarise_run({"summary": trainer.summary, "test": test}).splitlines()[-1]
+    assert files.split(None, 1)[1] == "config.yaml, metrics.csv, summary.json, checkpoints/, logs/"
+
+
 def test_a_flip_fraction_range_adds_the_destroyed_sets_per_flip_fraction_to_figures_and_summary(tiny_config):
     """A binary manifold_like target (the multiclass one: test_ddp's world-size-2 test)."""
-    trainer, _, test = _train(tiny_config({"training.num_epochs": 1, "data.destroy_fraction": [0.001, 0.1],
-                                           "data.target": "manifold_like",
+    trainer, _, test = _train(tiny_config({**ALL_RESULTS, "training.num_epochs": 1,
+                                           "data.destroy_fraction": [0.001, 0.1], "data.target": "manifold_like",
                                            "data.classes": ["minkowski_2d", "minkowski_3d", "destroyed"]}))
     assert (trainer.run_dir / "figures" / "destroyed_by_flip_fraction.png").is_file()
     curves = json.loads((trainer.run_dir / "summary.json").read_text())["destroyed_by_flip_fraction"]

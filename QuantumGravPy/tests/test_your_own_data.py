@@ -83,8 +83,8 @@ def test_early_stopping_mode_follows_the_metric_and_the_metric_must_belong_to_th
 
 # --------------------------------------------------------------------------- your own dataset, one process
 def test_trainer_takes_a_list_of_data_for_a_binary_task(tiny_config):
-    trainer = QG.Trainer(tiny_config({"task.type": "binary", "early_stopping.metric": "val_f1"}),
-                         dataset=small_sets())
+    trainer = QG.Trainer(tiny_config({"task.type": "binary", "early_stopping.metric": "val_f1",
+                                      "training.figures": True}), dataset=small_sets())
     train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
     trainer.run_training(train_loader, val_loader)
     test = trainer.run_test(test_loader)
@@ -149,7 +149,7 @@ def test_the_docs_show_the_example_model_as_it_is_tested():
 
 # --------------------------------------------------------------------------- regression on the generator
 def test_regression_on_the_myrheim_meyer_dimension_beats_the_training_mean(tiny_config):
-    result = QG.launch(tiny_config(REGRESSION), nproc=1)
+    result = QG.launch(tiny_config({**REGRESSION, "training.figures": True}), nproc=1)
     test, run_dir = result["test"], Path(result["run_dir"])
     assert {"test_mae", "test_rmse", "test_r2", "train_mean_rmse"} <= set(test)
     assert test["test_rmse"] < 0.5 * test["train_mean_rmse"], test

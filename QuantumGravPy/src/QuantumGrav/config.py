@@ -389,6 +389,8 @@ def schema() -> dict[str, Any]:
             integer(1), 50, doc="log loss, throughput and memory every N batches (and at each epoch end)"
         ),
         "progress_bar": Field(choice("auto", True, False), "auto", doc="auto: on rank 0 in a terminal, never under CI"),
+        "figures": Field(boolean, True, doc="rank 0 draws figures/ (training curves, test plots) with matplotlib; "
+                                            "false: none (sweeps, runs nobody looks at)"),
         "resume": Field(string, None, nullable=True, doc="run directory to continue"),
     }
     model = {
@@ -426,7 +428,12 @@ def schema() -> dict[str, Any]:
                 doc=("sharded: every rank evaluates a shard, sums reduced; rank0: rank 0 evaluates all; same numbers"),
             ),
         },
-        "testing": _loader_fields(64, 0),
+        "testing": {
+            **_loader_fields(64, 0),
+            "baselines": Field(boolean, True, doc="fit the order-invariant baselines (scikit-learn) on the training "
+                                                  "split and report them next to the test result, when the data carry "
+                                                  "invariants; false: the model's result alone"),
+        },
         "task": {
             "type": Field(choice("auto", *TASK_TYPES), "auto",
                           doc="multiclass | binary | regression; auto: the dataset's task attribute (the generator's "

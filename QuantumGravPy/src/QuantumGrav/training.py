@@ -572,7 +572,7 @@ class Trainer:
                                  "derived": self.derived})
             self._write_summary()
             rows = self.metrics_csv.rows()
-            if rows:
+            if rows and self.tcfg["figures"]:
                 figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png",
                                               metric=f"val_{self.task.metric_names[1]}")
                 if self.experiment:
@@ -599,17 +599,20 @@ class Trainer:
         result = {f"test_{m}": test[m] for m in self.task.metric_names}
         result["num_test"] = test["count"]
         classification = isinstance(self.task, tasks.ClassificationTask)
+        draw = self.tcfg["figures"]
+        figures = {}
         if classification:
             result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
-            figure = plot_confusion_matrix(test["confusion"], self.task.class_names,
-                                           self.run_dir / FIGURE_DIR / "confusion_matrix.png")
+            if draw:
+                figures["confusion_matrix"] = plot_confusion_matrix(
+                    test["confusion"], self.task.class_names, self.run_dir / FIGURE_DIR / "confusion_matrix.png")
         else:
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
-            figure = plot_predictions([(p, t) for p, t, _ in predictions],
-                                      self.run_dir / FIGURE_DIR / "predictions.png")
-        figures = {figure.stem: figure}
+            if draw:
+                figures["predictions"] = plot_predictions([(p, t) for p, t, _ in predictions],
+                                                          self.run_dir / FIGURE_DIR / "predictions.png")
         baselines, baseline_predictions = {}, {}
-        if self._has_invariants():  # the generator's per-set invariants: both baselines, for this task
+        if self.config["testing"]["baselines"] and self._has_invariants():  # both baselines, for this task
             kind, truth, baseline_predictions = predict_baselines(
                 self.dataset, self.split["train"], self.split["test"],
                 task="classification" if classification else "regression")
@@ -619,12 +622,14 @@ class Trainer:
         curves = self._destroyed_curves(predictions, baseline_predictions) if classification else None
         if curves:
             result["destroyed_by_flip_fraction"] = curves
-            figures["destroyed_by_flip_fraction"] = plot_destroyed_by_flip_fraction(
-                curves, MODEL_LABELS, self.run_dir / FIGURE_DIR / "destroyed_by_flip_fraction.png")
+            if draw:
+                figures["destroyed_by_flip_fraction"] = plot_destroyed_by_flip_fraction(
+                    curves, MODEL_LABELS, self.run_dir / FIGURE_DIR / "destroyed_by_flip_fraction.png")
         self.summary.update(result)
         self._write_summary()
         if self.experiment:
-            self.experiment.log_images(figures)
+            if figures:
+                self.experiment.log_images(figures)
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
         scores = ", ".join(f"{m} {test[m]:.3f}" for m in self.task.metric_names[1:])
         logger.info("; ".join([f"test {scores}", *describe_baselines(baselines)]))
@@ -705,6 +710,9 @@ class Trainer:
             logger.warning(f"config advice: {advice}")
 
 
+RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")
+
+
 def summarise_run(result: dict[str, Any]) -> str:
     """The one-screen summary the CLI prints."""
     summary = result.get("summary", {})
@@ -725,7 +733,9 @@ def summarise_run(result: dict[str, Any]) -> str:
             lines.append(describe_curves(test["destroyed_by_flip_fraction"]))
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
-    lines.append("files           config.yaml, metrics.csv, summary.json, checkpoints/, figures/, logs/")
+    run_dir = Path(str(summary.get("run_dir")))
+    files = [name for name in RUN_FILES if (run_dir / name).exists()]  # figures/ only when training.figures
+    lines.append(f"files           {', '.join(files)}")
     return "\n".join(lines)
 
 
