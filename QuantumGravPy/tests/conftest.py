@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import QuantumGrav as QG
+# One thread per process, set before torch is imported: `make test` runs two workers on two cores and every
+# process a test starts inherits this, so torch's default (a thread per core in each of them) only adds
+# contention. The notebooks' stored outputs are the same with one thread.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import QuantumGrav as QG  # noqa: E402
 
 os.environ.setdefault("WANDB_MODE", "offline")  # no test may ever reach the network
 os.environ.setdefault("WANDB_SILENT", "true")
