@@ -7,7 +7,7 @@ import pytest
 
 import QuantumGrav as QG
 from QuantumGrav.wandb_logger import read_offline_runs
-from conftest import REPO
+from conftest import ALL_RESULTS, REPO
 
 WANDB = QG.load_config(REPO / "configs" / "logger" / "wandb_ddp.yaml")["logger"]
 
@@ -28,13 +28,15 @@ def _assert_history_equals_csv(run, run_dir):
 
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_one_offline_run_per_job_with_the_metrics_of_the_csv(tiny_config, nproc):
-    config = tiny_config({"logger": WANDB, "training.num_epochs": 2})
+    config = tiny_config({"logger": WANDB, "training.num_epochs": 2, **ALL_RESULTS})
     result = QG.launch(config, nproc=nproc)
     run_dir = Path(result["run_dir"])
     runs = read_offline_runs(run_dir)
     assert len(runs) == 1, "exactly one W&B run per job, whatever the number of processes"
     run = runs[0]
     _assert_history_equals_csv(run, run_dir)
+    images = {key for row in run["history"] if "train_loss" not in row for key in row}
+    assert images == {"training_curves", "confusion_matrix"}, run["history"]  # the run's figures/, once each
     assert run["config"]["parallel"]["world_size"] == nproc
     assert run["config"]["derived"]["effective_batch_size"] == 8 * nproc
     assert run["summary"]["model/total_params"] == result["summary"]["parameters"]["total_params"]
