@@ -19,7 +19,12 @@ destroyed, per flip-fraction bin. A benchmark, not a test.
 ``--seeds 1234 1 2 --workers 15 --threads 1 --sweep --sweep-sets 1500`` (all candidates; that
 run's sweep used the hybrid) and ``--seeds 3 4 5 6 7 8 9 10 --candidates both_ways hybrid --sweep
 --sweep-seeds 1234 1 2 --workers 15 --threads 1 --sweep-sets 1500`` (its sweep: both_ways).
-Seconds per epoch in the table are from that machine, one thread per job.
+Seconds per epoch in the table are from that machine, one thread per job. Those sets were drawn with
+the generator's previous random streams. On today's generator (blocks of 128 sets, each with its own
+stream), a 2-core machine, torch 2.13:
+``--seeds 1234 1 2 --candidates hybrid --epochs 40 --workers 2 --threads 1`` ->
+``results_study_generator_v4_40_epochs.json``, and the same with ``--epochs 15`` ->
+``results_study_generator_v4_15_epochs.json``.
 """
 
 import argparse
