@@ -588,8 +588,8 @@ class Trainer:
     # ------------------------------------------------------------------ test
     def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
         """Evaluate the best model on the whole test split, on rank 0 only (no collectives, so it
-        may be called on rank 0 alone). Returns ``test_<metric>`` for each of the task's metrics and
-        the baseline's; None on other ranks."""
+        may be called on rank 0 alone). Returns ``test_<metric>`` for each of the task's metrics and,
+        with ``testing.baselines``, the baselines'; None on other ranks."""
         if not self.runtime.is_main:
             return None
         if self._best_state is not None:
