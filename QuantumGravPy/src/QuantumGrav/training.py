@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -571,12 +571,12 @@ class Trainer:
                                  "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
                                  "derived": self.derived})
             self._write_summary()
-            rows = self.metrics_csv.rows()
-            if rows and self.tcfg["figures"]:
-                figure = plot_training_curves(rows, self.run_dir / FIGURE_DIR / "training_curves.png",
-                                              metric=f"val_{self.task.metric_names[1]}")
-                if self.experiment:
-                    self.experiment.log_images({"training_curves": figure})
+            rows, figures = self.metrics_csv.rows(), {}
+            if rows:
+                self._draw(figures, "training_curves", plot_training_curves, rows,
+                           metric=f"val_{self.task.metric_names[1]}")
+            if self.experiment and figures:
+                self.experiment.log_images(figures)
         # Every rank says where it stopped (in its own log file): they must all agree.
         logger.info(f"training finished at epoch {self.epoch}: {stop_reason}")
 
@@ -599,18 +599,13 @@ class Trainer:
         result = {f"test_{m}": test[m] for m in self.task.metric_names}
         result["num_test"] = test["count"]
         classification = isinstance(self.task, tasks.ClassificationTask)
-        draw = self.tcfg["figures"]
         figures = {}
         if classification:
             result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
-            if draw:
-                figures["confusion_matrix"] = plot_confusion_matrix(
-                    test["confusion"], self.task.class_names, self.run_dir / FIGURE_DIR / "confusion_matrix.png")
+            self._draw(figures, "confusion_matrix", plot_confusion_matrix, test["confusion"], self.task.class_names)
         else:
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
-            if draw:
-                figures["predictions"] = plot_predictions([(p, t) for p, t, _ in predictions],
-                                                          self.run_dir / FIGURE_DIR / "predictions.png")
+            self._draw(figures, "predictions", plot_predictions, [(p, t) for p, t, _ in predictions])
         baselines, baseline_predictions = {}, {}
         if self.config["testing"]["baselines"] and self._has_invariants():  # both baselines, for this task
             kind, truth, baseline_predictions = predict_baselines(
@@ -622,13 +617,11 @@ class Trainer:
         curves = self._destroyed_curves(predictions, baseline_predictions) if classification else None
         if curves:
             result["destroyed_by_flip_fraction"] = curves
-            if draw:
-                figures["destroyed_by_flip_fraction"] = plot_destroyed_by_flip_fraction(
-                    curves, MODEL_LABELS, self.run_dir / FIGURE_DIR / "destroyed_by_flip_fraction.png")
+            self._draw(figures, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction, curves, MODEL_LABELS)
         self.summary.update(result)
         self._write_summary()
         if self.experiment:
-            if figures:
+            if figures:  # none with training.figures false: no empty image row
                 self.experiment.log_images(figures)
             self.experiment.log_summary({k: v for k, v in self.summary.items() if not isinstance(v, (list, dict))})
         scores = ", ".join(f"{m} {test[m]:.3f}" for m in self.task.metric_names[1:])
@@ -651,6 +644,13 @@ class Trainer:
         generated = getattr(self.dataset, "generation_params", None) or {}
         span = generated.get("destroy_fraction") if isinstance(generated.get("destroy_fraction"), list) else ()
         return destroyed_curves(results, span)
+
+    def _draw(self, figures: dict[str, Path], name: str, plot: Callable[..., Path], *data: Any,
+              **options: Any) -> None:
+        """Rank 0: ``plot(*data, figures/<name>.png, **options)`` into the run directory and ``figures[name]``
+        (for the experiment logger), unless ``training.figures`` is false."""
+        if self.tcfg["figures"]:
+            figures[name] = plot(*data, self.run_dir / FIGURE_DIR / f"{name}.png", **options)
 
     def _has_invariants(self) -> bool:
         """The order-invariant baseline needs the generator's per-set ``invariants``."""
