@@ -118,3 +118,33 @@ def generate_with_a_failing_rank(rank: int, world_size: int, port: int, results)
         results.put((rank, f"{type(err).__name__}: {err}"))
     finally:
         QG.cleanup_ddp()
+
+
+class StopOnRank1(QG.Callback):
+    """Votes to stop at the end of epoch ``at_epoch`` on rank 1 only: every rank must stop there."""
+
+    def __init__(self, at_epoch: int = 1):
+        self.at_epoch = at_epoch
+
+    def on_epoch_end(self, trainer, record):
+        if trainer.runtime.rank == 1 and record["epoch"] == self.at_epoch:
+            return QG.Stop(f"rank 1 asked to stop at epoch {self.at_epoch}")
+        return None
+
+
+class ValError(QG.Callback):
+    """Adds one metric per epoch (1 - val_accuracy) and counts the epochs it saw (kept across a resume)."""
+
+    def __init__(self):
+        self.epochs_seen = 0
+
+    def on_epoch_end(self, trainer, record):
+        self.epochs_seen += 1
+        record["val_error"] = 1.0 - record["val_accuracy"]
+        record["epochs_seen"] = self.epochs_seen
+
+    def state_dict(self):
+        return {"epochs_seen": self.epochs_seen}
+
+    def load_state_dict(self, state):
+        self.epochs_seen = state["epochs_seen"]

@@ -3,6 +3,7 @@
 ``import QuantumGrav as QG`` gives the whole user-facing API.
 """
 
+from .callbacks import Callback, Decision, Stop
 from .config import apply_overrides, dump_config, get_loader, load_config, validate_config
 from .data import CausalSetDataset, split_indices
 from .distributed import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
@@ -16,6 +17,7 @@ from .training import Trainer
 __version__ = "0.1.0"
 
 __all__ = [
+    "Callback", "Decision", "Stop",
     "apply_overrides", "dump_config", "get_loader", "load_config", "validate_config",
     "CausalSetDataset", "split_indices",
     "cleanup_ddp", "find_free_port", "get_rank", "get_world_size", "initialize_ddp", "is_main_process",

@@ -215,6 +215,20 @@ def pyobject(value: Any) -> Any:
     return value
 
 
+def callback_entry(value: Any) -> dict[str, Any]:
+    """One item of ``callbacks:``: ``{type: !pyobject module.Class, kwargs: {...}}``, a QuantumGrav.Callback."""
+    from .callbacks import Callback
+
+    shape = "expected {type: !pyobject module.CallbackClass, kwargs: {...}}"
+    if not isinstance(value, dict) or "type" not in value or set(value) - {"type", "kwargs"}:
+        raise _Invalid(shape)
+    cls = pyobject(value["type"])
+    if not (isinstance(cls, type) and issubclass(cls, Callback)):
+        raise _Invalid(f"{shape} whose type is a subclass of QuantumGrav.Callback, got {_describe(cls)}",
+                       names_value=True)
+    return {"type": cls, "kwargs": mapping(value.get("kwargs") or {})}
+
+
 def list_of(item: Callable[[Any], Any], *, min_len: int = 0, length: int | None = None):
     def check(value: Any) -> list:
         what = f"a list of {length}" if length else "a list"
@@ -459,6 +473,9 @@ def schema() -> dict[str, Any]:
                 "binary_cross_entropy_with_logits, mse_loss)",
         ),
         "data": _data_schema(),
+        "callbacks": Field(list_of(callback_entry), [],
+                           doc="your callbacks (QuantumGrav.Callback subclasses), each {type: !pyobject module.Class, "
+                               "kwargs: {...}}, run after the built-in ones that decide and before those that write"),
         "parallel": {
             "world_size": Field(integer(1), 1, doc="processes for QG.launch / --nproc (torchrun sets its own)"),
             "master_addr": Field(string, "localhost", doc="address of node 0"),

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from .callbacks import Decision
 from .errors import UserError
 
 
@@ -260,6 +261,15 @@ class Runtime:
         if not self.distributed:
             return flag
         return bool(self.sum_across_ranks(torch.tensor([float(flag)])).item() > 0)
+
+    def decide(self, votes: list[tuple[str, Any]]) -> Decision:
+        """The one decision of every rank from each rank's callback votes ((callback name, Stop) pairs):
+        one all-gather, so a vote cast on any rank stops every rank at the same point."""
+        if not self.distributed:
+            return Decision.from_votes((0, name, stop) for name, stop in votes)
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, votes)
+        return Decision.from_votes((rank, name, stop) for rank, local in enumerate(gathered) for name, stop in local)
 
     def broadcast_from_main(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (the others' argument is ignored)."""

@@ -17,11 +17,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
+from .callbacks import Callback
 from .checkpoint import has_checkpoint
 from .config import find_unimportable, load_config
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
@@ -42,16 +43,19 @@ class TrainingFailed(RuntimeError):
         self.rank, self.worker_traceback = rank, worker_traceback
 
 
-def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = None) -> dict[str, Any]:
+def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = None,
+            callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Train and test in this process (a single process, or one rank of a DDP job).
 
-    ``on_start(trainer)`` is called once the trainer (and its run directory) exists.
+    ``on_start(trainer)`` is called once the trainer (and its run directory) exists; ``callbacks`` are
+    added to the trainer's (``QuantumGrav.Callback``).
     """
     from .train_ddp import TrainerDDP
     from .training import Trainer
 
     config = load_config(config)
-    trainer = TrainerDDP(rank=dist.get_rank(), config=config) if dist.is_initialized() else Trainer(config)
+    trainer = (TrainerDDP(rank=dist.get_rank(), config=config, callbacks=callbacks) if dist.is_initialized()
+               else Trainer(config, callbacks=callbacks))
     if on_start:
         on_start(trainer)
     try:
@@ -77,9 +81,10 @@ def remove_unfinished_run(run_dir: str | Path | None) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def check_spawnable(config: dict) -> None:
-    """Spawned processes import every class and function of the config by name: fail now, not there."""
-    unimportable = find_unimportable(config)
+def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
+    """Spawned processes import every class and function of the config (and the classes of the callbacks
+    handed to ``launch``) by name: fail now, not there."""
+    unimportable = find_unimportable(config) + find_unimportable({"callbacks": [type(c) for c in callbacks]})
     if unimportable:
         listing = ", ".join(f"{key} = {path}" for key, path in unimportable)
         name = unimportable[0][1].rsplit(".", 1)[-1]
@@ -101,7 +106,7 @@ def _backend(config: dict) -> str:
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
-            console_level: str | int | None, environment: dict[str, str]) -> None:
+            console_level: str | int | None, environment: dict[str, str], callbacks: Sequence[Callback]) -> None:
     """Entry point of a worker process (module level, so that the worker can import it by name)."""
     # The launching process's environment now, not the fork server's from its start (worker_context):
     # a notebook that sets CUDA_VISIBLE_DEVICES or WANDB_MODE before its second launch gets it applied.
@@ -120,7 +125,7 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, run_di
         # job fails on bad input after rank 0 was already stopped. A SimpleQueue writes at once:
         # a Queue's feeder thread might not have sent it yet when the parent stops rank 0.
         report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
-        result = run_job(config, on_start=report_run_dir)
+        result = run_job(config, on_start=report_run_dir, callbacks=callbacks)
         results.put(("ok", rank, result if rank == 0 else None))
     except Preempted as err:  # every rank stopped at the same step, after rank 0's checkpoint
         results.put(("preempted", rank, str(err)))
@@ -133,24 +138,27 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, run_di
         cleanup_ddp()
 
 
-def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | None = None) -> dict[str, Any]:
+def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | None = None,
+           callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Run the job on ``nproc`` processes of this machine and return rank 0's result.
 
     Works from a terminal, a script and a Jupyter kernel. ``nproc=1`` runs in this process.
+    ``callbacks``: added to every rank's trainer; with ``nproc > 1`` each rank gets a pickled copy, so
+    their classes must be importable by name (defined in a module, not in the notebook).
     """
     config = load_config(config)
     nproc = config["parallel"]["world_size"] if nproc is None else nproc
     if nproc < 1:
         raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
     if nproc == 1:
-        return run_job(config)
-    check_spawnable(config)
+        return run_job(config, callbacks=callbacks)
+    check_spawnable(config, callbacks)
     _check_devices(config, nproc)
     config["parallel"]["world_size"] = nproc
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = worker_context()
     results, run_dirs = context.Queue(), context.SimpleQueue()
-    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ))
+    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks))
     processes = [context.Process(target=_worker, args=(rank, *arguments), name=f"rank{rank}") for rank in range(nproc)]
     try:
         for process in processes:

@@ -17,12 +17,13 @@ the DistributedDataParallel wrapper; the loop itself is shared.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from .callbacks import Callback
 from .config import load_config
 from .distributed import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown
 from .errors import ConfigError, UserError
@@ -37,7 +38,7 @@ __all__ = ["TrainerDDP", "initialize_ddp", "cleanup_ddp"]
 class TrainerDDP(Trainer):
     """Distributed trainer: rank 0 validates, decides and writes; the decision is broadcast."""
 
-    def __init__(self, rank: int, config: dict | str | Path, dataset: Any = None):
+    def __init__(self, rank: int, config: dict | str | Path, dataset: Any = None, callbacks: Sequence[Callback] = ()):
         if not dist.is_initialized():
             raise UserError("TrainerDDP needs a process group: call initialize_ddp(rank, world_size, "
                             "master_port=...) first, start the script with torchrun, or use QG.launch(config, nproc)")
@@ -56,7 +57,7 @@ class TrainerDDP(Trainer):
             raise UserError("the process group uses NCCL but training.device is CPU; use backend gloo "
                             "(parallel.backend: gloo) or device: cuda")
         runtime = Runtime(rank=rank, world_size=world_size, local_rank=local_rank, device=device, backend=backend)
-        super().__init__(config, runtime=runtime, dataset=dataset)
+        super().__init__(config, runtime=runtime, dataset=dataset, callbacks=callbacks)
         release_before_teardown(self)  # cleanup_ddp() frees our DDP wrapper before the process group
 
     def release_ddp(self) -> None:

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
 from .baseline import describe_baselines, flatten_baselines, predict_baselines, score_baselines
+from .callbacks import Callback, CallbackList, Decision, Stop, configured_callbacks
 from .checkpoint import RunLock, load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
 from .config import dump_config, load_config, load_yaml_text, pyobject_path
 from . import data_sources, tasks
@@ -69,7 +70,8 @@ class Trainer:
     (see ``data_sources``).
     """
 
-    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None):
+    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None,
+                 callbacks: Sequence[Callback] = ()):
         self.config = load_config(config)
         self.tcfg = self.config["training"]
         self.runtime = runtime or Runtime(device=resolve_device(self.tcfg["device"]))
@@ -106,6 +108,7 @@ class Trainer:
                                          self.config["early_stopping"]["mode"])
         self.scaler = torch.amp.GradScaler("cuda") if self.tcfg["amp"] == "fp16" else None
         self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
+        self.callbacks = CallbackList([*configured_callbacks(self.config), *callbacks], self.runtime.is_main)
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
         # above leaves nothing on disk.
         self.run_dir = self._open_run_dir()
@@ -227,18 +230,19 @@ class Trainer:
     def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
         """Train until ``num_epochs`` or early stopping; returns (train_history, val_history) on every rank."""
         self._log_start_block(train_loader)
-        stop_reason = f"completed {self.tcfg['num_epochs']} epochs"
+        self.callbacks.call("on_fit_start", self)
+        decision = Decision(reason=f"completed {self.tcfg['num_epochs']} epochs")
         with sigterm_requests_a_stop() as self._stop_request:  # checkpoint first, then stop (preemption)
             for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
                 self.epoch = epoch
                 started = time.perf_counter()
                 train_stats = self._train_one_epoch(train_loader, epoch)
                 val_stats = self.evaluate(val_loader)
-                stop, reason = self._finish_epoch(epoch, train_stats, val_stats, time.perf_counter() - started)
-                if stop:  # the same decision on every rank: it was broadcast from rank 0
-                    stop_reason = reason
+                stop = self._finish_epoch(epoch, train_stats, val_stats, time.perf_counter() - started)
+                if stop.stop:  # the same decision on every rank: the votes of every rank were gathered
+                    decision = stop
                     break
-        self._finish_training(stop_reason)
+        self._finish_training(decision)
         train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
         val_history = [{"epoch": r["epoch"], **{m: r[f"val_{m}"] for m in self.task.metric_names}}
                        for r in self.history]
@@ -435,7 +439,7 @@ class Trainer:
                 torch.distributed.broadcast(buffer, src=0)
 
     # ------------------------------------------------------------------ end of epoch (rank 0 decides)
-    def _finish_epoch(self, epoch: int, train: dict, val: dict | None, seconds: float) -> tuple[bool, str]:
+    def _finish_epoch(self, epoch: int, train: dict, val: dict | None, seconds: float) -> Decision:
         memory = self.memory.check()  # every rank: each warns once past training.memory_limit_mb
         self.memory.start_new_peak()
         decision = None
@@ -446,13 +450,20 @@ class Trainer:
                       **memory}
             improved = self.early_stopping.update(record[self.early_stopping.metric], epoch)
             decision = (record, improved, self.early_stopping.should_stop, self.early_stopping.reason())
-        # Rank 0 decides; one broadcast per epoch carries its record and decision to every rank.
+        # One broadcast per epoch carries rank 0's record and early-stopping decision to every rank.
         record, improved, stop, reason = self.runtime.broadcast_from_main(decision)
+        votes = [("EarlyStopping", Stop(reason))] if stop else []
+        votes += self.callbacks.votes("on_epoch_end", self, record)  # may add keys to the record
         self.history.append(record)
         self._step_epoch_scheduler(record)  # every rank, before the checkpoint: a resume continues the schedule
         if self.runtime.is_main:
             self._write_epoch(record, improved)
-        return stop, reason
+        # One all-gather of every rank's votes: all stop at this epoch, or none does.
+        decided = self.runtime.decide(votes)
+        if decided.resumable:
+            raise Preempted(f"{decided.reason} ({', '.join(decided.voters)}): epoch {epoch} is checkpointed in "
+                            f"{self.run_dir}; the same command started again continues from there")
+        return decided
 
     def _step_epoch_scheduler(self, record: dict[str, Any]) -> None:
         if isinstance(self.scheduler, ReduceLROnPlateau):
@@ -486,6 +497,7 @@ class Trainer:
             "world_size": self.runtime.world_size,
             "derived": self.derived,
             "wandb_run_id": (self.experiment.run_id if self.experiment else None) or "",
+            "callbacks": self.callbacks.state_dict(),
         }
 
     def _save_checkpoints(self, epoch: int, improved: bool, in_epoch: dict[str, Any] | None = None) -> None:
@@ -513,6 +525,7 @@ class Trainer:
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
+        self.callbacks.load_state_dict(state.get("callbacks") or {})
         self.epoch, self.start_epoch = state["epoch"], state["epoch"] + 1
         in_epoch = state.get("in_epoch")
         if in_epoch and old_world != self.runtime.world_size:
@@ -563,11 +576,13 @@ class Trainer:
             logger.info(f"training.num_epochs: the resumed run was planned for {planned_epochs} epochs, now "
                         f"{self.tcfg['num_epochs']}; {done}")
 
-    def _finish_training(self, stop_reason: str) -> None:
-        es = self.early_stopping
+    def _finish_training(self, decision: Decision) -> None:
+        es, stop_reason = self.early_stopping, decision.reason
+        self.callbacks.call("on_fit_end", self, decision)
         if self.runtime.is_main:
             forget_run(self.tcfg, self.job_token)  # finished: a later job with the same token starts afresh
-            self.summary.update({"stop_reason": stop_reason, "stopped_at_epoch": self.epoch,
+            self.summary.update({"stop_reason": stop_reason, "stopped_by": decision.stopped_by or None,
+                                 "stopped_at_epoch": self.epoch,
                                  "best_epoch": es.best_epoch, f"best_{es.metric}": es.best_value,
                                  "derived": self.derived})
             self._write_summary()
@@ -618,6 +633,7 @@ class Trainer:
         if curves:
             result["destroyed_by_flip_fraction"] = curves
             self._draw(figures, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction, curves, MODEL_LABELS)
+        self.callbacks.call("on_test_end", self, result)
         self.summary.update(result)
         self._write_summary()
         if self.experiment:
@@ -662,6 +678,8 @@ class Trainer:
 
     def close(self) -> None:
         """Finish the experiment logger (W&B run) and close this rank's log file. Safe to call twice."""
+        callbacks, self.callbacks = self.callbacks, CallbackList([], self.runtime.is_main)
+        callbacks.call("teardown", self)
         if self.experiment:
             self.experiment.finish()
             self.experiment = None

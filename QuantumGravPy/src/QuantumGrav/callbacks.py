@@ -1,0 +1,158 @@
+"""Callbacks: what a run does besides the loop, at a few points of it (Lightning's idea, kept small).
+
+A callback subclasses ``Callback`` and overrides the hooks it needs::
+
+    class ExtraMetric(QG.Callback):
+        def on_epoch_end(self, trainer, record):
+            record["val_error"] = 1.0 - record["val_accuracy"]   # lands in metrics.csv, W&B, the history
+
+    QG.Trainer(config, callbacks=[ExtraMetric()])       # or QG.launch(config, nproc, callbacks=[...])
+    # or in YAML:  callbacks: [{type: !pyobject my_module.ExtraMetric, kwargs: {}}]
+
+Every hook runs on every rank (``main_process_only = True``: on rank 0 alone) with the same arguments:
+the epoch's ``record`` is rank 0's, broadcast before the hooks run. A callback never calls a collective
+itself (one rank calling one the others skip is a hang). To stop the run it *votes*: ``on_epoch_end``
+returns ``Stop("why")``, and the loop gathers every callback's vote on every rank in one collective, so
+every rank stops at the same epoch, whichever rank voted. ``Stop(..., resumable=True)`` interrupts the
+run instead of ending it (the preemption callback's vote): every rank checkpoints and stops with
+``Preempted``; the same command continues the run. ``on_step_end`` may vote too, for interruptions
+only: step votes are reduced without a blocking collective, one optimizer step later.
+
+State a resumed run needs (``state_dict``/``load_state_dict``, plain numbers, strings, lists and dicts)
+is stored in the checkpoint under the callback's ``state_key``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:  # the hooks receive the trainer; importing it here would be circular
+    from .training import Trainer
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A callback's vote to stop. ``resumable``: an interruption (checkpoint, ``Preempted``, the run
+    continues when started again), not the end of the run."""
+
+    reason: str
+    resumable: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the votes of every rank decided: stop or not, why, and who asked (``"rank R: Callback"``)."""
+
+    stop: bool = False
+    reason: str = ""
+    resumable: bool = False
+    voters: tuple[str, ...] = ()
+
+    @classmethod
+    def from_votes(cls, votes: Iterable[tuple[int, str, Stop]]) -> "Decision":
+        """``votes``: (rank, callback name, Stop) from every rank, in rank order. The first resumable
+        vote wins (an interruption must keep the run resumable), else the first vote."""
+        votes = list(votes)
+        if not votes:
+            return cls()
+        chosen = next((v for v in votes if v[2].resumable), votes[0])
+        return cls(True, chosen[2].reason, chosen[2].resumable, tuple(f"rank {r}: {name}" for r, name, _ in votes))
+
+    @property
+    def stopped_by(self) -> str:
+        """The callback class whose vote gave the reason (the first voter of the winning kind)."""
+        return self.voters[0].split(": ", 1)[1] if self.voters else ""
+
+
+class Callback:
+    """Override the hooks you need; each default does nothing. See the module docstring."""
+
+    main_process_only: bool = False  # True: the hooks run on rank 0 only (writers: files, W&B, the console)
+
+    @property
+    def state_key(self) -> str:
+        """Where ``state_dict()`` is kept in the checkpoint; unique per callback of a run."""
+        return type(self).__qualname__
+
+    def on_fit_start(self, trainer: "Trainer") -> None:
+        """``run_training`` begins (after a resume restored the state)."""
+
+    def on_step_end(self, trainer: "Trainer", epoch: int, completed_batches: int) -> Stop | None:
+        """After every optimizer step. Keep it cheap: no ``.item()`` on GPU tensors, no collectives."""
+
+    def on_epoch_end(self, trainer: "Trainer", record: dict[str, Any]) -> Stop | None:
+        """After validation, with the epoch's record (rank 0's, on every rank). Keys added to ``record``
+        go into metrics.csv, W&B and the history when added by a callback before the writers run
+        (user callbacks do: they come after early stopping and before the writers)."""
+
+    def on_fit_end(self, trainer: "Trainer", decision: Decision) -> None:
+        """``run_training`` ends normally (not on an interruption or an error)."""
+
+    def on_test_end(self, trainer: "Trainer", result: dict[str, Any]) -> None:
+        """After ``run_test`` (rank 0 only, as ``run_test`` is); ``result`` may be extended."""
+
+    def teardown(self, trainer: "Trainer") -> None:
+        """The trainer is closed (after success, an interruption or an error): release resources."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned, on every rank, when a run resumes."""
+
+
+def _as_stop(vote: Any, callback: Callback, hook: str) -> Stop | None:
+    if vote is None or isinstance(vote, Stop):
+        return vote
+    if isinstance(vote, str):  # a plain reason is a vote to stop
+        return Stop(vote)
+    raise TypeError(f"{type(callback).__qualname__}.{hook} returned {type(vote).__name__}; a hook returns "
+                    "None or QuantumGrav.Stop('why')")
+
+
+class CallbackList:
+    """The run's callbacks in order; calls a hook on those that run on this rank, collects their votes."""
+
+    def __init__(self, callbacks: Sequence[Callback], is_main: bool):
+        keys = [c.state_key for c in callbacks]
+        duplicated = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicated:
+            raise ValueError(f"two callbacks share the state key {', '.join(duplicated)}; give each its own "
+                             "state_key (a property of the callback)")
+        self.callbacks = [c for c in callbacks if is_main or not c.main_process_only]
+        self.all = list(callbacks)  # for the checkpoint: rank 0 saves every callback's state
+
+    def call(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(*args)
+
+    def votes(self, hook: str, *args: Any) -> list[tuple[str, Stop]]:
+        """(callback name, vote) of each callback that voted to stop at this hook, on this rank."""
+        found = []
+        for callback in self.callbacks:
+            vote = _as_stop(getattr(callback, hook)(*args), callback, hook)
+            if vote is not None:
+                found.append((type(callback).__qualname__, vote))
+        return found
+
+    def state_dict(self) -> dict[str, Any]:
+        return {c.state_key: c.state_dict() for c in self.all}
+
+    def load_state_dict(self, states: dict[str, Any]) -> None:
+        for callback in self.all:
+            if callback.state_key in states:
+                callback.load_state_dict(states[callback.state_key])
+
+
+def configured_callbacks(config: dict[str, Any]) -> list[Callback]:
+    """The callbacks of the config's ``callbacks:`` list, each built as ``type(**kwargs)``."""
+    from .errors import ConfigError
+
+    built = []
+    for i, entry in enumerate(config.get("callbacks") or []):
+        try:
+            built.append(entry["type"](**entry["kwargs"]))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"callbacks.{i}.kwargs: {entry['type'].__qualname__}(**kwargs) failed: {err}") from None
+    return built
