@@ -70,18 +70,18 @@ def test_short_training_run_learns_and_writes_the_run_directory(tiny_config):
     assert not (run_dir / "figures" / "destroyed_by_flip_fraction.png").exists()
 
 
-def test_without_figures_and_baselines_a_run_draws_nothing_and_reports_the_model_alone(tiny_config, caplog):
+def test_without_figures_and_baselines_a_run_draws_nothing_and_reports_the_model_alone(tiny_config, collect_log):
     config = tiny_config({"training.figures": False, "testing.baselines": False, "training.num_epochs": 1,
                           "data.destroy_fraction": [0.001, 0.1]})
-    with caplog.at_level("INFO", logger="QuantumGrav"):
-        trainer, _, test = _train(config)
+    messages = collect_log("QuantumGrav.training", "INFO")
+    trainer, _, test = _train(config)
     assert not (trainer.run_dir / "figures").exists()
     summary = json.loads((trainer.run_dir / "summary.json").read_text())
     assert "baselines" not in summary and not any("baseline" in key for key in summary)
     assert list(summary["destroyed_by_flip_fraction"]["recognised"]) == ["gnn"]  # the numbers, without the figure
-    (test_line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("test accuracy")]
+    (test_line,) = [m for m in messages if m.startswith("test accuracy")]
     assert "baseline" not in test_line
-    files = QG.training.summarise_run({"summary": trainer.summary, "test": test}).splitlines()[-1]
+    files = QG.run_records.summarise_run({"summary": trainer.summary, "test": test}).splitlines()[-1]
     assert files.split(None, 1)[1] == "config.yaml, metrics.csv, summary.json, checkpoints/, logs/"
 
 
@@ -105,7 +105,7 @@ def test_a_flip_fraction_range_adds_the_destroyed_sets_per_flip_fraction_to_figu
         assert sum(curves["recognised"][f"{name}_baseline"]) == round(recall * len(destroyed))
     for name, counts in curves["recognised"].items():
         assert curves["share"][name] == [c / n if n else None for c, n in zip(counts, curves["destroyed_sets"])]
-    summary = QG.training.summarise_run({"summary": trainer.summary, "test": test})
+    summary = QG.run_records.summarise_run({"summary": trainer.summary, "test": test})
     assert "destroyed test sets recognised per flip-fraction bin (0.001..0.1, 5 log-spaced bins" in summary
 
 
@@ -124,7 +124,8 @@ def test_destroyed_sets_are_binned_by_log_spaced_flip_fraction_edges_included():
 def test_checkpoints_load_with_weights_only_into_a_fresh_model(tiny_config):
     trainer, _, _ = _train(tiny_config({"training.num_epochs": 2}))
     state = torch.load(trainer.run_dir / "checkpoints/last.pt", weights_only=True)
-    assert state["epoch"] == 1 and {"model", "optimizer", "scheduler", "early_stopping", "config_yaml"} <= set(state)
+    assert state["epoch"] == 1 and {"model", "optimizer", "scheduler", "callbacks", "config_yaml"} <= set(state)
+    assert state["callbacks"]["early_stopping"]["best_epoch"] in (0, 1)  # every callback's state, by its key
     config = QG.load_config(QG.config.load_yaml_text(state["config_yaml"]))
     model = QG.build_model(config["model"], trainer.dataset.num_node_features, trainer.dataset.num_classes)
     model.load_state_dict(state["model"])
@@ -250,7 +251,7 @@ def test_extending_a_finished_cosine_run_continues_on_the_cosine_of_the_new_leng
     schedule = {"training.scheduler_type": cosine, "training.warmup_epochs": 1}  # warmup, then the cosine
     straight, _, _ = _train(tiny_config({**schedule, "training.num_epochs": 5, "training.run_name": "straight"}))
     first, _, _ = _train(tiny_config({**schedule, "training.num_epochs": 3, "training.run_name": "extended"}))
-    messages = collect_log("QuantumGrav.training", "INFO")
+    messages = collect_log("QuantumGrav", "INFO")
     resumed, _, _ = _train(QG.apply_overrides(first.config, {"training.num_epochs": 5,
                                                              "training.resume": str(first.run_dir)}))
 

@@ -80,7 +80,7 @@ def test_gradient_clipping_bounds_the_update(tiny_config):
     before = torch.cat([p.detach().flatten().clone() for p in trainer.core_model.parameters()])
     batch = next(iter(trainer.prepare_dataloaders()[0]))
     trainer._forward_backward(batch, group_size=1, sync=True)
-    trainer._optimizer_step()
+    trainer.optimization.step()
     after = torch.cat([p.detach().flatten() for p in trainer.core_model.parameters()])
     assert 0 < torch.linalg.vector_norm(after - before) <= 1e-3 * (1 + 1e-4)
 
@@ -121,7 +121,8 @@ def test_progress_bar_only_on_rank_0_and_not_under_ci_unless_asked(tiny_config, 
     monkeypatch.setenv("CI", ci)
     monkeypatch.setattr(type(trainer.runtime), "is_main", property(lambda self: rank_is_main))
     loader = trainer.prepare_dataloaders()[0]
-    assert isinstance(trainer._progress(loader, epoch=0, total=len(loader)), tqdm) is shown
+    with trainer.progress.bar(loader, epoch=0, total=len(loader)) as batches:
+        assert isinstance(batches, tqdm) is shown
 
 
 def test_reduce_lr_on_plateau_gets_the_validation_metric(tiny_config):

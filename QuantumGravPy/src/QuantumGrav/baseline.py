@@ -12,8 +12,8 @@ compute a few whole-set invariants and hand them to an off-the-shelf classifier.
 
 The classifiers are scikit-learn's (the field's well-kept implementations: solvers with
 convergence checks, deterministic with a fixed ``random_state``). Both are fitted on the
-train split and scored on the test split; the trainer calls ``evaluate_baselines`` on rank 0
-after training. On the default 1400 training sets both fit in 1.2 s (on one core). The
+train split and scored on the test split; the ``Baselines`` callback does so on rank 0 after
+the test. On the default 1400 training sets both fit in 1.2 s (on one core). The
 invariants themselves are computed once, at generation: 0.8 ms per set at N = 128 and 156 ms per
 set at N = 1024 (``benchmarks/bench_generation.py --num 640 --n 128`` and ``--num 20 --n 1024``,
 on a shared 2-core machine).
@@ -27,7 +27,9 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from .callbacks import Callback
 from .causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
+from .tasks import ClassificationTask
 
 TASKS = ("classification", "regression")
 
@@ -157,3 +159,21 @@ def describe_baselines(baselines: dict[str, dict[str, Any]]) -> list[str]:
         scores = "  ".join(f"{key} {result[key]:.3f}" for key in ("accuracy", "mse", "mae", "r2") if key in result)
         lines.append(f"{name} baseline  {scores}  ({result['method']})")
     return lines
+
+
+class Baselines(Callback):
+    """After the test (rank 0, with ``testing.baselines``): both baselines fitted on the training split and
+    scored on the test split, next to the model's result. Their predictions on the test split are kept in
+    ``trainer.baseline_predictions`` (the destroyed-set curves compare them with the model's)."""
+
+    main_process_only = True
+
+    def on_test_end(self, trainer: Any, result: dict[str, Any]) -> None:
+        if getattr(trainer.dataset[0], "invariants", None) is None:  # the generator's per-set invariants
+            return
+        classification = isinstance(trainer.task, ClassificationTask)
+        kind, truth, predictions = predict_baselines(trainer.dataset, trainer.split["train"], trainer.split["test"],
+                                                     task="classification" if classification else "regression")
+        baselines = score_baselines(kind, truth, predictions, trainer.task.num_classes if classification else None)
+        result.update(**flatten_baselines(baselines), baselines=baselines)
+        trainer.baseline_predictions = predictions

@@ -562,7 +562,40 @@ def _fill_dependent_defaults(cfg: dict) -> None:
         es["mode"] = metric_mode(es["metric"])
 
 
-def validate_config(config: Any) -> dict:
+class ResolvedConfig(dict):
+    """A config that ``validate_config`` accepted, every default filled in: a plain dict to read and index,
+    which also remembers what it held when it was validated. The library validates a config once, where it
+    enters (the CLI, ``QG.launch``, a trainer given a path or a raw dict); components that receive a
+    ResolvedConfig trust it. One edited since (a notebook's ``config["training"]["num_epochs"] = 2``) is no
+    longer trusted and is validated again where it enters next (``resolve_config``)."""
+
+    def __init__(self, values: dict):
+        super().__init__(values)
+        self.validated_text = dump_config(self)
+
+    def unchanged(self) -> bool:
+        return dump_config(self) == self.validated_text
+
+
+def with_world_size(config: ResolvedConfig, world_size: int) -> ResolvedConfig:
+    """``config`` for a job of ``world_size`` processes (what a launcher knows better than the file): a
+    copy that stays validated (an integer >= 1 is a valid ``parallel.world_size``)."""
+    if config["parallel"]["world_size"] == world_size:
+        return config
+    changed = copy.deepcopy(dict(config))
+    changed["parallel"] = {**changed["parallel"], "world_size": world_size}
+    return ResolvedConfig(changed)
+
+
+def resolve_config(config: Any) -> ResolvedConfig:
+    """``config`` itself when it is a ResolvedConfig that nobody edited since, else ``load_config(config)``:
+    what every entry point calls, so that a config is validated once per process."""
+    if isinstance(config, ResolvedConfig) and config.unchanged():
+        return config
+    return load_config(config)
+
+
+def validate_config(config: Any) -> ResolvedConfig:
     """Check ``config`` against the schema; return it resolved (defaults filled) or raise ConfigError."""
     errors: list[str] = []
     if not isinstance(config, dict):
@@ -577,7 +610,7 @@ def validate_config(config: Any) -> dict:
         listing = "\n".join(f"  - {e}" for e in errors)
         raise ConfigError(f"invalid config ({len(errors)} problem{'s' * (len(errors) > 1)}):\n{listing}")
     _fill_dependent_defaults(resolved)
-    return resolved
+    return ResolvedConfig(resolved)
 
 
 # --------------------------------------------------------------------------- overrides
@@ -668,7 +701,7 @@ def _read_source(source: str | Path | Mapping[str, Any] | None) -> dict:
 def load_config(
     source: str | Path | Mapping[str, Any] | list | tuple | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
-) -> dict:
+) -> ResolvedConfig:
     """Read, override and validate a config and return it with every default filled in.
 
     ``source``: a YAML path, a dict, None (all defaults), or a list of these merged in order,

@@ -14,6 +14,7 @@ loaders.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -21,8 +22,9 @@ from torch.utils.data import DistributedSampler, Sampler, Subset
 from torch_geometric.data import Dataset as PyGDataset
 from torch_geometric.loader import DataLoader
 
+from . import tasks
 from .config import pyobject_path
-from .data import CausalSetDataset, generate_share
+from .data import CausalSetDataset, generate_share, split_indices
 from .distributed import Runtime
 from .errors import ConfigError, UserError
 
@@ -54,6 +56,29 @@ def make_train_sampler(dataset, rank: int, world_size: int, shuffle: bool, seed:
 
 
 # --------------------------------------------------------------------------- sources
+@dataclass
+class RunData:
+    """A run's data: the dataset, what is learned from it (``tasks``), its split, and its first item."""
+
+    dataset: Any
+    task: tasks.Task
+    split: dict[str, list[int]]
+    first: Any
+
+
+def load_run_data(config: dict[str, Any], runtime: Runtime, dataset: Any = None) -> RunData:
+    """The dataset (``load_dataset``), checked on a few items, the task its targets define, and the split
+    (the same on every rank). Any problem is one ConfigError naming the source."""
+    loaded = load_dataset(config, runtime, dataset)
+    source = source_name(config, dataset)
+    samples = check_samples(loaded, source)
+    task = tasks.resolve_task(config["task"], loaded, samples, source)
+    tasks.check_metric(config["early_stopping"]["metric"], task)
+    data_cfg = config["data"]
+    split = dict(zip(("train", "val", "test"), split_indices(len(loaded), data_cfg["split"], data_cfg["split_seed"])))
+    return RunData(loaded, task, split, samples[0])
+
+
 def source_name(config: dict[str, Any], dataset: Any = None) -> str:
     """How error messages name the data source."""
     if dataset is not None:

@@ -106,6 +106,17 @@ def configured_device_type(device_setting: str) -> str:
     return "cuda" if uses_cuda else "cpu"
 
 
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """The config's ``training.device`` for this process: 'auto' -> CUDA when present; each process drives
+    GPU ``local_rank`` of its node (never the global rank)."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("training.device: 'cuda' was asked for but no CUDA GPU is visible; "
+                        "use device: cpu (or auto), or check CUDA_VISIBLE_DEVICES")
+    if configured_device_type(name) == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
 def default_backend(device_type: str | None = None) -> str:
     """NCCL for CUDA tensors, gloo for CPU: the one rule for choosing the backend."""
     uses_cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
@@ -256,12 +267,6 @@ class Runtime:
         dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
         return buffer.to(values.device)
 
-    def any_rank(self, flag: bool) -> bool:
-        """True on every rank when ``flag`` is true on at least one (one tiny all-reduce)."""
-        if not self.distributed:
-            return flag
-        return bool(self.sum_across_ranks(torch.tensor([float(flag)])).item() > 0)
-
     def decide(self, votes: list[tuple[str, Any]]) -> Decision:
         """The one decision of every rank from each rank's callback votes ((callback name, Stop) pairs):
         one all-gather, so a vote cast on any rank stops every rank at the same point."""
@@ -270,6 +275,21 @@ class Runtime:
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, votes)
         return Decision.from_votes((rank, name, stop) for rank, local in enumerate(gathered) for name, stop in local)
+
+    @contextlib.contextmanager
+    def step_votes(self, timeout_s: float) -> Iterator["StepVotes"]:
+        """Votes to interrupt, exchanged at every optimizer step without making the step wait (StepVotes)."""
+        group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)) if self.distributed \
+            else None
+        votes = StepVotes(group)
+        try:
+            yield votes
+            votes.settle()  # all ranks started it: it completes
+        finally:
+            # After an error, the exchange under way may wait for a rank that failed before starting it:
+            # not waited for (it would hide the error behind a timeout), dropped with the group.
+            if group is not None:
+                dist.destroy_process_group(group)
 
     def broadcast_from_main(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (the others' argument is ignored)."""
@@ -354,6 +374,42 @@ class Runtime:
                 raise
             missing, timeout_s = checked_in
             raise CollectiveTimeout(_timeout_message(missing, timeout_s)) from err
+
+
+class StepVotes:
+    """Whether any rank wants to interrupt the run (a SIGTERM, a callback's step vote), known to every rank
+    at the same optimizer step, without a blocking collective per step.
+
+    A blocking all-reduce of a flag at every step (the old check) syncs the host with the GPU (the flag's
+    copy and ``.item()``) and waits for the slowest rank, every step. Here each step starts an asynchronous
+    all-reduce of its flag on a gloo group of CPU tensors, and reads the one started a step earlier: it
+    finished long ago, so nothing waits, and no CUDA stream is touched. Every rank runs the same number of
+    optimizer steps per epoch (DistributedSampler pads), so every rank reads the same result at the same
+    step: all stop there together, one step after the vote.
+    """
+
+    def __init__(self, group: Any):
+        self.group = group
+        self._pending: tuple[Any, torch.Tensor] | None = None
+
+    def exchange(self, local: bool) -> bool:
+        """Start the exchange of this step's vote; return the result of the previous step's (one process:
+        this step's own vote, at once)."""
+        if self.group is None:
+            return local
+        previous = self.settle()
+        flag = torch.tensor([float(local)])
+        self._pending = (dist.all_reduce(flag, group=self.group, async_op=True), flag)
+        return previous
+
+    def settle(self) -> bool:
+        """Wait for the exchange under way (the last step of an epoch) and return its result."""
+        if self._pending is None:
+            return False
+        work, flag = self._pending
+        self._pending = None
+        work.wait()
+        return bool(flag.item() > 0)
 
 
 STALL_CHECK_IN_S = 10.0

@@ -1,20 +1,25 @@
-"""Early stopping whose whole state fits in a checkpoint, so a resumed run continues it."""
+"""Early stopping: a callback whose vote ends the run, and whose whole state fits in a checkpoint, so a
+resumed run continues it."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from .callbacks import Callback, Stop
 from .logging_utils import get_logger, rank_zero_warn
 
 logger = get_logger("early_stopping")
 
 
 @dataclass
-class EarlyStopping:
+class EarlyStopping(Callback):
     """Stop when ``metric`` has not improved by ``min_delta`` for ``patience`` epochs.
 
-    Only rank 0 updates it; its decision is broadcast by the trainer.
+    Every rank updates it with the same record (rank 0's, broadcast), so every rank holds the same state
+    and casts the same vote. ``improved`` says whether the last epoch was the best so far (the
+    checkpointing writes best.pt then). It tracks the best epoch even when ``enabled`` is false.
     """
 
     metric: str = "val_loss"
@@ -25,8 +30,15 @@ class EarlyStopping:
     best_value: float = math.nan
     best_epoch: int = -1
     epochs_without_improvement: int = 0
+    improved: bool = field(default=False, compare=False)
 
-    def improved(self, value: float) -> bool:
+    state_key = "early_stopping"
+
+    def on_epoch_end(self, trainer: Any, record: dict[str, Any]) -> Stop | None:
+        self.improved = self.update(record[self.metric], record["epoch"])
+        return Stop(self.reason()) if self.should_stop else None
+
+    def is_improvement(self, value: float) -> bool:
         if math.isnan(value):  # a diverged epoch (NaN loss) is never the best one
             return False
         if self.best_epoch < 0:
@@ -37,7 +49,7 @@ class EarlyStopping:
 
     def update(self, value: float, epoch: int) -> bool:
         """Record this epoch's value; True when it is the best so far."""
-        if self.improved(value):
+        if self.is_improvement(value):
             self.best_value, self.best_epoch, self.epochs_without_improvement = value, epoch, 0
             return True
         self.epochs_without_improvement += 1
@@ -52,7 +64,9 @@ class EarlyStopping:
                 f"{self.patience} epoch(s); best {self.metric}={self.best_value:.4f} at epoch {self.best_epoch}")
 
     def state_dict(self) -> dict:
-        return asdict(self)
+        state = asdict(self)
+        state.pop("improved")
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the progress only: patience, min_delta, ... come from the config of the resumed run.

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from .callbacks import Callback
 from .checkpoint import has_checkpoint
-from .config import find_unimportable, load_config
+from .config import find_unimportable, resolve_config, with_world_size
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           cores_per_process, launched_by_torchrun, worker_context)
 from .errors import Preempted, UserError
@@ -53,7 +53,6 @@ def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = 
     from .train_ddp import TrainerDDP
     from .training import Trainer
 
-    config = load_config(config)
     trainer = (TrainerDDP(rank=dist.get_rank(), config=config, callbacks=callbacks) if dist.is_initialized()
                else Trainer(config, callbacks=callbacks))
     if on_start:
@@ -146,7 +145,7 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     ``callbacks``: added to every rank's trainer; with ``nproc > 1`` each rank gets a pickled copy, so
     their classes must be importable by name (defined in a module, not in the notebook).
     """
-    config = load_config(config)
+    config = resolve_config(config)  # validated once here; the workers receive it validated
     nproc = config["parallel"]["world_size"] if nproc is None else nproc
     if nproc < 1:
         raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
@@ -154,7 +153,7 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
         return run_job(config, callbacks=callbacks)
     check_spawnable(config, callbacks)
     _check_devices(config, nproc)
-    config["parallel"]["world_size"] = nproc
+    config = with_world_size(config, nproc)
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = worker_context()
     results, run_dirs = context.Queue(), context.SimpleQueue()
@@ -252,7 +251,7 @@ def _stop(processes: list, grace_s: float = 5.0) -> None:
 
 def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) -> dict[str, Any] | None:
     """What scripts and the CLI call: one torchrun worker if torchrun started us, else ``launch``."""
-    config = load_config(config)
+    config = resolve_config(config)
     if not launched_by_torchrun():
         return launch(config, nproc)
     # torchrun started one copy of us per process and exported RANK, WORLD_SIZE, ...

@@ -13,6 +13,8 @@ from torch import nn
 from torch_geometric import nn as pyg_nn
 
 from .causal_sets import INVARIANT_NAMES
+from .config import pyobject_path
+from .errors import ConfigError
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
 # Convolutions whose constructor takes an MLP instead of (in, out) channel counts. (GINEConv
@@ -140,6 +142,35 @@ def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) 
     graph_features = len(INVARIANT_NAMES) if model_cfg.get("graph_features") else 0
     return GNNClassifier(in_channels, out_channels, graph_features=graph_features,
                          **{k: model_cfg[k] for k in keys if k in model_cfg})
+
+
+@torch.no_grad()
+def check_model_forward(model: nn.Module, item: Any, task: Any, model_cfg: dict[str, Any], device: torch.device) -> None:
+    """One forward pass on a real graph now, so a model that cannot run on these graphs (a layer that needs
+    edge features, a graph attribute the data lacks) or returns the wrong shape for the task is a config
+    error, naming the key to change, before any run exists, not a crash in epoch 0."""
+    from torch_geometric.data import Batch
+
+    custom = model_cfg["type"]
+    key = "model.type" if custom is not None else "model"
+    name = f"{key} ({pyobject_path(custom)})" if custom is not None else key
+    graph = Batch.from_data_list([item]).to(device)
+    model.eval()
+    try:
+        outputs = model(graph)
+    except Exception as err:  # noqa: BLE001 - any failure here is a model that does not fit the data
+        fix = (f"the batch holds only {', '.join(sorted(graph.keys()))}" if custom is not None else
+               "the model must run on graphs with node features x and edge_index only (no edge features)")
+        raise ConfigError(f"{name}: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
+                          f"{fix}") from None
+    finally:
+        model.train()
+    expected = [1, task.output_width]
+    if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
+        got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+        raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {task.type}"
+                          f" task) for one causal set, got {got}; the model is built with out_channels="
+                          f"{task.output_width}")
 
 
 def count_parameters(model: nn.Module) -> dict[str, float]:

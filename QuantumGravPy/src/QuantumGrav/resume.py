@@ -15,17 +15,13 @@ Anything else (a plain new job) starts a new run directory, as always.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import signal
-import threading
 from pathlib import Path
-from typing import Iterator
 
 from .checkpoint import has_checkpoint
-from .distributed import torchrun_store
-from .run_artifacts import atomic_write_text
+from .distributed import Runtime, torchrun_store
+from .run_artifacts import atomic_write_text, create_run_dir
 
 JOBS_DIR = ".jobs"
 
@@ -70,30 +66,21 @@ def forget_run(training: dict, token: str | None) -> None:
         (Path(training["path"]).expanduser().resolve() / JOBS_DIR / token).unlink(missing_ok=True)
 
 
-class StopRequest:
-    """Set when the process is asked to stop; the training loop reads it at every optimizer step."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
+def find_run_to_continue(training: dict, runtime: Runtime, token: str | None) -> Path | None:
+    """Rank 0 decides which run this job continues (see the module docstring); one broadcast gives every
+    rank the same answer."""
+    found = run_to_continue(training, token) if runtime.is_main else None
+    found = runtime.broadcast_from_main(str(found) if found else None)
+    return Path(found) if found else None
 
 
-@contextlib.contextmanager
-def sigterm_requests_a_stop() -> Iterator[StopRequest]:
-    """While the block runs, SIGTERM (SLURM's notice before preemption or the time limit, ``scancel``,
-    torchrun passing on its own) sets a StopRequest instead of killing the process, so the loop can
-    checkpoint first. Signal handlers belong to the main thread: elsewhere SIGTERM keeps its default."""
-    request = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield request
-        return
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: request.set())
-    try:
-        yield request
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def open_run_dir(training: dict, runtime: Runtime, token: str | None, continued: Path | None) -> Path:
+    """The run directory: the one continued, or a new one that rank 0 creates (and remembers for a restart
+    of this job); every rank gets its path."""
+    if continued:
+        return continued
+    path = None
+    if runtime.is_main:
+        path = create_run_dir(training["path"], training["run_name"])
+        remember_run(training, token, path)
+    return Path(runtime.broadcast_from_main(str(path) if path else None))

@@ -24,11 +24,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .callbacks import Callback
-from .config import load_config
-from .distributed import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown
+from .config import resolve_config, with_world_size
+from .distributed import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown, resolve_device
 from .errors import ConfigError, UserError
 from .logging_utils import get_logger, rank_zero_warn
-from .training import Trainer, resolve_device
+from .training import Trainer
 
 logger = get_logger("train_ddp")
 
@@ -44,12 +44,12 @@ class TrainerDDP(Trainer):
                             "master_port=...) first, start the script with torchrun, or use QG.launch(config, nproc)")
         if rank != dist.get_rank():
             raise UserError(f"TrainerDDP(rank={rank}) but this process has rank {dist.get_rank()} in the process group")
-        config = load_config(config)
+        config = resolve_config(config)
         world_size = dist.get_world_size()
         if config["parallel"]["world_size"] not in (1, world_size):
             rank_zero_warn(logger, f"parallel.world_size is {config['parallel']['world_size']} but the job has "
                                    f"{world_size} processes; using {world_size}")
-        config["parallel"]["world_size"] = world_size
+        config = with_world_size(config, world_size)
         local_rank = get_local_rank()
         device = resolve_device(config["training"]["device"], local_rank)
         backend = dist.get_backend()
