@@ -68,11 +68,12 @@ def wait_for_slow_main_process(rank: int, world_size: int, port: int, results, r
 
 
 def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0) -> list[tuple]:
-    """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` spawned processes and
-    return what each put on ``results`` (one tuple per rank, in the order they arrived)."""
-    import torch.multiprocessing as mp
+    """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` fresh processes (the library's
+    worker context: forked from a server that imported torch once) and return what each put on ``results``
+    (one tuple per rank, in the order they arrived)."""
+    from QuantumGrav.distributed import worker_context
 
-    context = mp.get_context("spawn")
+    context = worker_context()
     results, port = context.Queue(), QG.find_free_port()
     processes = [context.Process(target=target, args=(rank, world_size, port, results, *args))
                  for rank in range(world_size)]
@@ -148,3 +149,87 @@ class ValError(QG.Callback):
 
     def load_state_dict(self, state):
         self.epochs_seen = state["epochs_seen"]
+
+
+class CountValidations(QG.Callback):
+    """Counts, in each process it reaches, how often a config is validated from the moment the process
+    unpickles it (before its trainer exists) to the start of training; writes the count to
+    ``folder/validations_rank_<rank>.txt``. In the launching process, pass it unpickled: it counts nothing there."""
+
+    def __init__(self, folder: str):
+        self.folder, self.count = folder, {"n": 0}
+
+    def __setstate__(self, state):  # a worker receives its copy pickled, before run_job builds the trainer
+        self.__dict__.update(state)
+        import QuantumGrav.config as config
+
+        validate, count = config.validate_config, self.count
+
+        def counting(*args, **kwargs):
+            count["n"] += 1
+            return validate(*args, **kwargs)
+
+        config.validate_config = counting
+
+    def on_fit_start(self, trainer):
+        from pathlib import Path
+
+        Path(self.folder, f"validations_rank_{trainer.runtime.rank}.txt").write_text(str(self.count["n"]))
+
+
+def count_blocking_collectives(rank: int, world_size: int, port: int, results, config: dict) -> None:
+    """Train one epoch under DDP while counting the blocking collectives this rank calls from Python
+    (all_reduce, broadcast, all_gather_object and broadcast_object_list without async_op), per training batch."""
+    import torch.distributed as dist
+
+    QG.initialize_ddp(rank, world_size, master_port=port, backend="gloo", timeout_s=30)
+    counts = {"blocking": 0, "batches": 0}
+    try:
+        trainer = QG.TrainerDDP(rank=rank, config=config)
+        train_loader, val_loader, _ = trainer.prepare_dataloaders()
+        for name in ("all_reduce", "broadcast", "all_gather_object", "broadcast_object_list"):
+            original = getattr(dist, name)
+
+            def counting(*args, _original=original, **kwargs):
+                counts["blocking"] += not kwargs.get("async_op", False)
+                return _original(*args, **kwargs)
+
+            setattr(dist, name, counting)
+        counts["batches"] = len(train_loader)
+        trainer.run_training(train_loader, val_loader)
+        trainer.close()
+        results.put((rank, counts))
+    finally:
+        QG.cleanup_ddp()
+
+
+class InterruptAtEpoch(QG.Callback):
+    """Votes to interrupt (resumable) at the end of ``epoch`` on rank 0, the first time only (kept in its
+    state, so the resumed run trains on)."""
+
+    def __init__(self, epoch: int):
+        self.epoch, self.done = epoch, False
+
+    def on_epoch_end(self, trainer, record):
+        if not self.done and trainer.runtime.rank == 0 and record["epoch"] == self.epoch:
+            self.done = True
+            return QG.Stop("a maintenance window", resumable=True)
+        return None
+
+    def state_dict(self):
+        return {"done": self.done}
+
+    def load_state_dict(self, state):
+        self.done = state["done"]
+
+
+class InterruptAtStep(QG.Callback):
+    """Votes on rank 1 alone, after optimizer step ``step`` of epoch 0, to interrupt the run."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, trainer, epoch, completed_batches):
+        if trainer.runtime.rank == 1 and epoch == 0 and completed_batches == self.step:
+            return QG.Stop("rank 1 needs the node", resumable=True)
+        return None

@@ -4,9 +4,10 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
 import QuantumGrav as QG
-from ddp_helpers import StopOnRank1, ValError
+from ddp_helpers import InterruptAtEpoch, InterruptAtStep, StopOnRank1, ValError, count_blocking_collectives, spawn_ranks
 
 
 def test_a_callback_adds_a_metric_to_every_epoch_row(tiny_config):
@@ -47,3 +48,36 @@ def test_a_vote_on_rank_1_alone_stops_every_rank_at_the_same_epoch(tiny_config):
     for rank in (0, 1):  # every rank says where it stopped in its own log
         log = (Path(result["run_dir"]) / "logs" / f"rank_{rank}.log").read_text()
         assert "training finished at epoch 1: rank 1 asked to stop at epoch 1" in log
+
+
+def test_a_resumable_vote_checkpoints_and_the_same_run_continues_with_the_callbacks_state(tiny_config):
+    config = tiny_config({"training.num_epochs": 3, "training.run_name": "window", "early_stopping.enabled": False})
+    with pytest.raises(QG.errors.Preempted, match="a maintenance window after checkpointing epoch 0"):
+        QG.launch(config, nproc=2, callbacks=[InterruptAtEpoch(0), ValError()])
+    result = QG.launch(config, nproc=2, callbacks=[InterruptAtEpoch(0), ValError()])  # same run_name: continues
+    assert [r["epoch"] for r in result["history"]] == [0, 1, 2]
+    assert [r["epochs_seen"] for r in result["history"]] == [1, 2, 3], "ValError's count survived the resume"
+
+
+def test_no_blocking_collective_per_training_step(tiny_config):
+    """The SIGTERM check used to all-reduce a flag and read it at every optimizer step: a host sync per step
+    on GPUs. Now the blocking collectives of an epoch do not depend on its number of batches."""
+    counts = {}
+    for samples in (60, 120):  # 3 and 5 batches per rank and epoch
+        config = tiny_config({"training.num_epochs": 1, "data.num_samples": samples})
+        per_rank = dict(spawn_ranks(count_blocking_collectives, 2, config))
+        assert per_rank[0] == per_rank[1]
+        counts[per_rank[0]["batches"]] = per_rank[0]["blocking"]
+    (few, few_count), (many, many_count) = sorted(counts.items())
+    assert many > few and many_count == few_count, counts
+
+
+def test_a_step_vote_on_rank_1_interrupts_every_rank_one_step_later_and_the_run_resumes_there(tiny_config):
+    config = tiny_config({"training.num_epochs": 2, "training.run_name": "interrupted"})
+    with pytest.raises(QG.errors.Preempted, match=r"rank 1 needs the node after checkpointing epoch 0 \(batch 3\)"):
+        QG.launch(config, nproc=2, callbacks=[InterruptAtStep(2)])
+    run_dir = Path(config["training"]["path"]) / "interrupted"
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert state["in_epoch"]["epoch"] == 0 and state["in_epoch"]["completed_batches"] == 3
+    result = QG.launch(config, nproc=2, callbacks=[InterruptAtStep(2)])
+    assert [r["epoch"] for r in result["history"]] == [0, 1]

@@ -201,3 +201,28 @@ def test_a_module_whose_own_import_is_missing_names_that_import(tmp_path, monkey
     config = yaml.load("criterion: !pyobject qg_ext_module.loss", QG.get_loader())
     with pytest.raises(QG.ConfigError, match=r"'qg_ext_module.loss' does not import: No module named 'qg_ext'$"):
         QG.load_config(config)
+
+
+def test_a_config_is_validated_once_per_process_on_the_cli_and_launch_paths(tmp_path, tiny_config, monkeypatch,
+                                                                            cli_in_process):
+    """Where a config enters (the CLI, QG.launch) it is validated; the trainer and the workers, which receive
+    it validated, do not validate it again (each worker counts from the moment it receives it)."""
+    import QuantumGrav.config as config_module
+    from ddp_helpers import CountValidations
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(dump_config(tiny_config({"training.num_epochs": 1})))
+    validate, counted = config_module.validate_config, []
+    monkeypatch.setattr(config_module, "validate_config", lambda *a, **k: counted.append(1) or validate(*a, **k))
+    assert cli_in_process("train", "--config", str(path), cwd=tmp_path).returncode == 0
+    assert len(counted) == 1, "the CLI, the launcher and the trainer in one process: one validation"
+    counted.clear()
+    QG.launch(path, nproc=2, callbacks=[CountValidations(str(tmp_path))])
+    assert len(counted) == 1, "QG.launch validates the file once"
+    assert [(tmp_path / f"validations_rank_{r}.txt").read_text() for r in (0, 1)] == ["0", "0"]
+    counted.clear()
+    config = QG.load_config(path)
+    config["training"]["num_epochs"] = 2  # edited after validation (a notebook's habit): validated again
+    trainer = QG.Trainer(config)
+    trainer.close()
+    assert len(counted) == 2 and trainer.config["training"]["num_epochs"] == 2

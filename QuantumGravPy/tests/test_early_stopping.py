@@ -2,6 +2,7 @@
 
 import math
 
+import QuantumGrav as QG
 from QuantumGrav.early_stopping import EarlyStopping
 
 
@@ -62,3 +63,15 @@ def test_from_config_and_the_stop_reason_name_the_metric_and_its_best():
     assert stopper.should_stop
     assert stopper.reason() == ("early stopping: val_accuracy did not improve by more than 0.01 for 1 epoch(s); "
                                 "best val_accuracy=0.8000 at epoch 0")
+
+
+def test_as_a_callback_it_votes_to_stop_after_patience_and_says_whether_the_epoch_was_the_best():
+    es = EarlyStopping(metric="val_loss", patience=2)
+    votes = [es.on_epoch_end(None, {"epoch": e, "val_loss": v}) for e, v in enumerate([1.0, 0.5, 0.7])]
+    assert votes == [None, None, None] and not es.improved
+    assert es.on_epoch_end(None, {"epoch": 3, "val_loss": 0.6}) == QG.Stop(es.reason())
+    assert "best val_loss=0.5000 at epoch 1" in es.reason()
+    assert "improved" not in es.state_dict()  # a flag of the last epoch, not progress a resume needs
+    disabled = EarlyStopping(metric="val_loss", patience=1, enabled=False)
+    assert [disabled.on_epoch_end(None, {"epoch": e, "val_loss": v}) for e, v in enumerate([1.0, 2.0, 3.0])] == \
+        [None] * 3 and disabled.best_epoch == 0
