@@ -1,7 +1,8 @@
-"""Shared fixtures: a tiny config (seconds per run on 2 CPU cores) and one data cache per session."""
+"""Shared fixtures: a tiny config (seconds per run on 2 CPU cores), one data cache per session, the CLI."""
 
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,20 @@ def collect_log():
     yield collect
     for log, handler in attached:
         log.removeHandler(handler)
+
+
+@pytest.fixture
+def cli_in_process(monkeypatch, capsys):
+    """``cli_in_process(*args, cwd=...)``: ``python -m QuantumGrav ARGS`` as ``cli.main`` in this process (the exit
+    code it returns, what it printed), without the seconds a new interpreter needs to import torch. That
+    ``__main__`` turns the code into the exit status without a traceback is checked once, in a real process."""
+    from QuantumGrav.cli import main
+
+    def run(*args, cwd):
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run

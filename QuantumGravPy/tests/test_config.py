@@ -120,23 +120,6 @@ def _cli(*args, cwd):
                           timeout=120)
 
 
-@pytest.fixture
-def cli_in_process(monkeypatch, capsys):
-    """``cli_in_process(*args, cwd=...)``: ``python -m QuantumGrav ARGS`` as ``cli.main`` in this process (the exit
-    code it returns, what it printed), without the seconds a new interpreter needs to import torch. That
-    ``__main__`` turns the code into the exit status without a traceback is checked once, in a real process."""
-    from QuantumGrav.cli import main
-
-    def run(*args, cwd):
-        monkeypatch.chdir(cwd)
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
-
-    return run
-
-
 def test_cli_bad_config_exits_2_without_traceback_and_writes_nothing(tmp_path):
     (tmp_path / "bad.yaml").write_text("training:\n  batch_size: 0\n  path: runs\n")
     result = _cli("train", "--config", "bad.yaml", cwd=tmp_path)

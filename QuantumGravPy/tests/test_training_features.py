@@ -161,7 +161,7 @@ def test_cosine_without_t_max_decays_over_the_epochs_after_warmup(tiny_config):
     ({"training.scheduler_type": COSINE, "training.scheduler_kwargs": {"bogus": 1}},
      "training.scheduler_kwargs: CosineAnnealingLR rejects"),
     ({"model.conv_kwargs": {"bogus": 1}}, "model: build_model rejects the configured arguments"),
-    ({"criterion": resolve_pyobject("os.getcwd")}, r"criterion: calling it as criterion\(outputs, target\) failed"),
+    ({"criterion": lambda logits: logits.sum()}, r"criterion: calling it as criterion\(outputs, target\) failed"),
     ({"criterion": resolve_pyobject("ddp_helpers.loss_per_graph")}, "criterion: expected a scalar loss tensor"),
     ({"training.scheduler_type": resolve_pyobject("torch.optim.lr_scheduler.ReduceLROnPlateau"),
       "training.warmup_epochs": 1}, "training.scheduler_type: ReduceLROnPlateau steps once per epoch"),

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from .errors import ConfigError
+from .roles import ROLES
 from .smoke_test import apply_smoke_test, cap_file_epochs
 from .tasks import EARLY_STOPPING_METRICS, TASK_TYPES, metric_mode
 
@@ -215,17 +216,27 @@ def pyobject(value: Any) -> Any:
     return value
 
 
+def pyobject_of(role: str) -> Callable[[Any], Any]:
+    """A ``!pyobject`` value of the role ``role`` (``roles.ROLES``): anything else is refused here, in
+    validation, before anything the config names is called."""
+    def check(value: Any) -> Any:
+        value = pyobject(value)
+        if not ROLES[role].admits(value):
+            raise _Invalid(f"expected {ROLES[role].expected}, got {_describe(value)}{ROLES[role].explain(value)}",
+                           names_value=True)
+        return value
+
+    return check
+
+
 def callback_entry(value: Any) -> dict[str, Any]:
     """One item of ``callbacks:``: ``{type: !pyobject module.Class, kwargs: {...}}``, a QuantumGrav.Callback."""
-    from .callbacks import Callback
-
     shape = "expected {type: !pyobject module.CallbackClass, kwargs: {...}}"
     if not isinstance(value, dict) or "type" not in value or set(value) - {"type", "kwargs"}:
         raise _Invalid(shape)
     cls = pyobject(value["type"])
-    if not (isinstance(cls, type) and issubclass(cls, Callback)):
-        raise _Invalid(f"{shape} whose type is a subclass of QuantumGrav.Callback, got {_describe(cls)}",
-                       names_value=True)
+    if not ROLES["callback"].admits(cls):
+        raise _Invalid(f"{shape} whose type is {ROLES['callback'].expected}, got {_describe(cls)}", names_value=True)
     return {"type": cls, "kwargs": mapping(value.get("kwargs") or {})}
 
 
@@ -239,7 +250,8 @@ def list_of(item: Callable[[Any], Any], *, min_len: int = 0, length: int | None 
             try:
                 out.append(item(v))
             except _Invalid as err:
-                raise _Invalid(f"item {i}: {err}, got {_describe(v)}", names_value=True) from None
+                got = "" if err.names_value else f", got {_describe(v)}"
+                raise _Invalid(f"item {i}: {err}{got}", names_value=True) from None
         return out
 
     return check
@@ -303,9 +315,10 @@ def _data_schema() -> dict[str, Field]:
                              "makes in under 10 s (by estimate)"),
         "split": Field(list_of(fraction, length=3), list(d["split"]), doc="train, validation, test fractions"),
         "split_seed": Field(integer(0), d["split_seed"], doc="the same on every rank, never the rank"),
-        "type": Field(pyobject, None, nullable=True,
-                      doc="your dataset class (PyG Dataset or sequence of Data with x, edge_index, y), built as "
-                          "type(**kwargs) on every rank, rank 0 first; null: the built-in generator (the keys "
+        "type": Field(pyobject_of("dataset"), None, nullable=True,
+                      doc="your dataset class (a subclass of torch.utils.data.Dataset, such as a PyG Dataset, whose "
+                          "items have x, edge_index, y) or a function marked with @QuantumGrav.dataset_factory, built "
+                          "as type(**kwargs) on every rank, rank 0 first; null: the built-in generator (the keys "
                           "above; split and split_seed apply to both)"),
         "kwargs": Field(mapping, {}, doc="keyword arguments of data.type"),
     }
@@ -362,7 +375,7 @@ def schema() -> dict[str, Any]:
         "drop_last": Field(boolean, False, doc="drop each epoch's incomplete last training batch"),
         "shuffle": Field(boolean, True, doc="reshuffle the training set every epoch (DistributedSampler.set_epoch)"),
         "optimizer_type": Field(
-            pyobject,
+            pyobject_of("optimizer"),
             resolve_pyobject("torch.optim.AdamW"),
             doc="optimizer class, built with (parameters, *optimizer_args, **optimizer_kwargs)",
         ),
@@ -371,7 +384,8 @@ def schema() -> dict[str, Any]:
             mapping, {"lr": 1e-3, "weight_decay": 5e-5}, doc="lr is the base LR before lr_scaling"
         ),
         "scheduler_type": Field(
-            pyobject, None, nullable=True, doc="LR scheduler class, e.g. torch.optim.lr_scheduler.CosineAnnealingLR"
+            pyobject_of("scheduler"), None, nullable=True,
+            doc="LR scheduler class, e.g. torch.optim.lr_scheduler.CosineAnnealingLR"
         ),
         "scheduler_args": Field(list_of(lambda v: v), []),
         "scheduler_kwargs": Field(mapping, {}),
@@ -408,11 +422,12 @@ def schema() -> dict[str, Any]:
         "resume": Field(string, None, nullable=True, doc="run directory to continue"),
     }
     model = {
-        "type": Field(pyobject, None, nullable=True,
-                      doc="model class, built as type(in_channels, out_channels, **kwargs), forward(batch) -> "
-                          "[graphs, out_channels] (docs/your_own_data.md); default QuantumGrav.models.GNNClassifier"),
+        "type": Field(pyobject_of("model"), None, nullable=True,
+                      doc="model class (a torch.nn.Module), built as type(in_channels, out_channels, **kwargs), "
+                          "forward(batch) -> [graphs, out_channels] (docs/your_own_data.md); default "
+                          "QuantumGrav.models.GNNClassifier"),
         "conv": Field(
-            pyobject,
+            pyobject_of("convolution"),
             resolve_pyobject("torch_geometric.nn.GraphConv"),
             doc="message-passing layer: GraphConv, GCNConv, GINConv, SAGEConv, ...",
         ),
@@ -466,11 +481,12 @@ def schema() -> dict[str, Any]:
             "min_delta": Field(number(0.0), 0.0),
         },
         "criterion": Field(
-            pyobject,
+            pyobject_of("loss"),
             None,
             nullable=True,
-            doc="loss(outputs, target); a class is instantiated first; null: the task's (cross_entropy, "
-                "binary_cross_entropy_with_logits, mse_loss)",
+            doc="loss(outputs, target): a torch.nn.Module class (instantiated first), a function of "
+                "torch.nn.functional, a function of your own code or one marked with @QuantumGrav.loss_function; "
+                "null: the task's (cross_entropy, binary_cross_entropy_with_logits, mse_loss)",
         ),
         "data": _data_schema(),
         "callbacks": Field(list_of(callback_entry), [],

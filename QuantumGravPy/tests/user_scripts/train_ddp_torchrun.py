@@ -105,7 +105,7 @@ def main():
         # Only rank 0 performs testing
         if rank == 0:
             logger.info("Starting testing phase...")
-            test_results = trainer.run_test(test_loader)
+            trainer.run_test(test_loader)
             logger.info("Training and testing completed successfully!")
 
     finally:
