@@ -10,6 +10,7 @@ Or with CUDA_VISIBLE_DEVICES:
     CUDA_VISIBLE_DEVICES=3,4,5 python train_ddp_standalone.py
 """
 
+import os
 import sys
 from pathlib import Path
 import yaml
@@ -90,7 +91,7 @@ def train_ddp(
         # Only rank 0 performs testing
         if rank == 0:
             logger.info("Starting testing phase...")
-            trainer.run_test(test_loader)
+            test_results = trainer.run_test(test_loader)
             logger.info("Training and testing completed successfully!")
 
     finally:

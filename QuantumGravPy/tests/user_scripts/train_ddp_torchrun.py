@@ -105,7 +105,7 @@ def main():
         # Only rank 0 performs testing
         if rank == 0:
             logger.info("Starting testing phase...")
-            trainer.run_test(test_loader)
+            test_results = trainer.run_test(test_loader)
             logger.info("Training and testing completed successfully!")
 
     finally:
