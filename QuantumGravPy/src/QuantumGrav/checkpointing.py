@@ -82,7 +82,10 @@ def read_resume_state(run_dir: Path, config: dict[str, Any], device: torch.devic
     """The last checkpoint of the run to continue (every rank reads it from the shared run directory), after
     checking that ``config`` trains the same model on the same data for the same task."""
     state, _ = load_resume_checkpoint(run_dir, device)  # last.pt, or previous.pt if it is damaged
-    stored = load_config(load_yaml_text(state["config_yaml"]))
+    try:  # the stored config is validated like any (a run directory may come from someone else)
+        stored = load_config(load_yaml_text(state["config_yaml"]))
+    except ConfigError as err:
+        raise ConfigError(f"{run_dir}: the config stored in its checkpoint is refused; {err}") from None
     changed = [f"{section}.{key}" for section in ("data", "model", "task")
                for key, value in config[section].items() if key != "root" and value != stored[section][key]]
     changed += ["criterion"] if config["criterion"] is not stored["criterion"] else []
