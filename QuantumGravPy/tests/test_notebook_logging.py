@@ -77,6 +77,7 @@ def test_one_offline_wandb_run_equal_to_metrics_csv(executed):
     summary, run_dir, runs_root = executed
     assert summary["wandb_offline_runs"] == 1 and summary["wandb_history_equals_csv"] is True
     assert summary["wandb_epoch_rows"] == 3
+    assert summary["callback_column"] is True  # the callback of my_callbacks.py, in metrics.csv and W&B
 
     (run,) = read_offline_runs(run_dir)
     assert Path(run["dir"]).name.startswith("offline-run-")
