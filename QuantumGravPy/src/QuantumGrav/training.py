@@ -232,6 +232,7 @@ class Trainer:
             if self.runtime.is_main:
                 save_in_epoch(self, epoch, completed_batches, partial)
         if interrupt:
+            self._step_votes.settle()  # every rank started this step's exchange: let it finish before teardown
             reason = self.runtime.decide(self._interrupt_votes).reason  # every rank learns why, once
             logger.warning(f"{reason}: checkpointed epoch {epoch} after {completed_batches} batches; stopping")
             raise Preempted(f"{reason} after checkpointing epoch {epoch} (batch {completed_batches}) in "
