@@ -23,23 +23,23 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from torch.utils.data import DistributedSampler
-from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
 from .advice import config_advice
 from .baseline import describe_baselines, flatten_baselines, predict_baselines, score_baselines
 from .callbacks import Callback, CallbackList, Decision, Stop, configured_callbacks
 from .checkpoint import RunLock, load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
-from .config import dump_config, load_config, load_yaml_text, pyobject_path
+from .config import dump_config, load_config, load_yaml_text
 from . import data_sources, tasks
 from .data import split_indices
+from .derived_invariants import with_order_invariants
 from .destroyed_sets import MODEL_LABELS, describe_curves, destroyed_curves, flip_fractions
 from .distributed import Runtime, configured_device_type, names_stalled_ranks
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, Preempted, UserError
 from .logging_utils import PACKAGE_LOGGER, close_run_log, get_logger, rank_zero_warn, setup_logging
 from .memory import MemoryMonitor
-from .models import build_model, count_parameters
+from .models import build_model, check_model_forward, count_parameters
 from .resume import StopRequest, forget_run, job_token, remember_run, run_to_continue, sigterm_requests_a_stop
 from .run_artifacts import (CHECKPOINT_DIR, FIGURE_DIR, MetricsCSV, atomic_write_text, create_run_dir,
                             plot_confusion_matrix, plot_destroyed_by_flip_fraction, plot_predictions,
@@ -86,7 +86,8 @@ class Trainer:
         self._resume_dir = self._find_run_to_continue()
         self._resume_state = self._read_resume_checkpoint(self._resume_dir) if self._resume_dir else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
-        self.dataset = data_sources.load_dataset(self.config, self.runtime, dataset)
+        self.dataset = with_order_invariants(data_sources.load_dataset(self.config, self.runtime, dataset), self.config,
+                                             data_sources.source_name(self.config, dataset))
         source = data_sources.source_name(self.config, dataset)
         samples = data_sources.check_samples(self.dataset, source)
         self.task = tasks.resolve_task(self.config["task"], self.dataset, samples, source)
@@ -180,31 +181,8 @@ class Trainer:
                               "--resume ...) or start a new run (another training.run_name)")
         return state
 
-    @torch.no_grad()
     def _check_model_forward(self, first) -> None:
-        """One forward pass on a real graph now, so a model that cannot run on these graphs (a layer that
-        needs edge features, a graph attribute the data lacks) or returns the wrong shape for the task is
-        a config error, naming the key to change, before any run exists, not a crash in epoch 0."""
-        custom = self.config["model"]["type"]
-        key = "model.type" if custom is not None else "model"
-        name = f"{key} ({pyobject_path(custom)})" if custom is not None else key
-        graph = Batch.from_data_list([first]).to(self.device)
-        self.core_model.eval()
-        try:
-            outputs = self.core_model(graph)
-        except Exception as err:  # noqa: BLE001 - any failure here is a model that does not fit the data
-            fix = (f"the batch holds only {', '.join(sorted(graph.keys()))}" if custom is not None else
-                   "the model must run on graphs with node features x and edge_index only (no edge features)")
-            raise ConfigError(f"{name}: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
-                              f"{fix}") from None
-        finally:
-            self.core_model.train()
-        expected = [1, self.task.output_width]
-        if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
-            got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
-            raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {self.task.type}"
-                              f" task) for one causal set, got {got}; the model is built with out_channels="
-                              f"{self.task.output_width}")
+        check_model_forward(self.core_model, first, self.task, self.config["model"], self.device)
 
     def _write_resolved_config(self) -> None:
         # Without resume and run_name, `--config <run dir>/config.yaml` starts the same run anew.
