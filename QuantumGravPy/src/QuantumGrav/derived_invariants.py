@@ -49,9 +49,9 @@ def causal_matrix_of_edges(edge_index: torch.Tensor | np.ndarray, num_nodes: int
     edges = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
     if num_nodes < 2:
         raise NotACausalSet(f"it has {num_nodes} element(s); order invariants need at least 2")
-    if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
-        raise NotACausalSet(f"edge_index refers to element {int(edges.max() if edges.max() >= num_nodes else edges.min())}"
-                            f" but the item has {num_nodes} nodes")
+    outside = edges[(edges < 0) | (edges >= num_nodes)]
+    if outside.size:
+        raise NotACausalSet(f"edge_index refers to element {int(outside[0])} but the item has {num_nodes} nodes")
     adjacency = np.zeros((num_nodes, num_nodes), dtype=bool)
     adjacency[edges[0], edges[1]] = True
     R = transitive_closure(adjacency)
@@ -116,6 +116,9 @@ class OrderInvariants(Dataset):
 
     def __init__(self, dataset: Any, source: str = "dataset", needed_by: tuple[str, ...] = ("model.graph_features",)):
         self.dataset, self.source, self.needed_by = dataset, source, tuple(needed_by)
+        # This process's cache. Under DDP every rank holds its own (each derives the items its sampler gives it),
+        # and every DataLoader worker gets a copy and fills that: nothing is shared, so there is nothing to lock and
+        # no rank waits for another. A copy pickled for a spawned process takes the entries derived so far.
         self._derived: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
