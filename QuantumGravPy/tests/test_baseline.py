@@ -10,6 +10,7 @@ from QuantumGrav.baseline import (baseline_models, describe_baselines, evaluate_
                                   flatten_baselines, infer_task, invariants_matrix, labels_vector,
                                   myrheim_meyer_estimates)
 from QuantumGrav.data import CausalSetDataset, split_indices
+from QuantumGrav.derived_invariants import OrderInvariants
 
 NUM_INVARIANTS = len(cs.INVARIANT_NAMES)
 SIMPLE = [cs.INVARIANT_NAMES.index(name) for name in cs.SIMPLE_INVARIANT_NAMES]
@@ -110,3 +111,12 @@ def test_the_strong_baseline_beats_the_simple_one_on_the_default_task(tmp_path):
     destroyed = dataset.class_names.index("destroyed")
     assert simple["per_class_recall"][destroyed] < 0.6 < strong["per_class_recall"][destroyed], \
         "destroyed sets are the ones the simple invariants cannot tell from sprinklings"
+
+
+def test_the_baselines_run_on_sets_without_invariants_through_the_derived_ones(tmp_path):
+    """A user's items (x, edge_index, y) get the invariants derived from edge_index: the same baselines, the same
+    scores as on the generator's invariants of the same sets."""
+    dataset = CausalSetDataset(tmp_path, num_samples=60, n_min=16, n_max=24, seed=2)
+    users = [Data(x=graph.x, edge_index=graph.edge_index, y=graph.y) for graph in dataset]
+    train, _, test = split_indices(len(dataset), [0.6, 0.2, 0.2], seed=0)
+    assert evaluate_baselines(OrderInvariants(users), train, test) == evaluate_baselines(dataset, train, test)

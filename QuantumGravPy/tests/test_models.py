@@ -2,13 +2,16 @@
 
 import json
 
+import pytest
 import torch
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import GraphConv
+from torch_geometric.nn import GINEConv, GraphConv
 
 import QuantumGrav as QG
 from QuantumGrav import causal_sets as cs
-from QuantumGrav.models import BidirectionalConv, build_model
+from QuantumGrav.derived_invariants import invariants_of_edges
+from QuantumGrav.models import BidirectionalConv, build_model, check_model_forward
+from QuantumGrav.tasks import MulticlassTask
 from conftest import ALL_RESULTS
 
 NUM_FEATURES = len(cs.NODE_FEATURES)
@@ -60,3 +63,38 @@ def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_
     assert len(summary["baselines"]["strong"]["per_class_recall"]) == trainer.dataset.num_classes
     lines = QG.run_records.summarise_run({"summary": summary, "test": test}).splitlines()
     assert any(line.startswith("strong baseline  accuracy") for line in lines)
+
+
+# --------------------------------------------------------------------------- the check of the first item
+CPU = torch.device("cpu")
+DEFAULT_MODEL = {"directions": "both", "graph_features": True}  # configs/train.yaml's
+
+
+def users_item() -> Data:
+    """A three-element chain as a user's dataset gives it: x, edge_index, y and nothing else."""
+    return Data(x=torch.randn(3, NUM_FEATURES), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([0]))
+
+
+def test_the_first_item_check_says_what_the_default_model_needs_and_what_the_item_has():
+    model, item, task = build_model(DEFAULT_MODEL, NUM_FEATURES, 3), users_item(), MulticlassTask(3)
+    has = r"x float32 \[3, 10\], edge_index int64 \[2, 2\], y int64 \[1\]"
+    with pytest.raises(QG.ConfigError, match=rf"^model.graph_features: the model's head reads each causal set's order "
+                                             rf"invariants \(invariants, \[1, 15\]\), but the item has none \({has}\); "
+                                             rf".*or set model.graph_features: false$"):
+        check_model_forward(model, item, task, DEFAULT_MODEL, CPU)
+    item.invariants = torch.ones(1, 4)
+    with pytest.raises(QG.ConfigError, match=r"invariants .* per causal set, but the item's invariants are \[1, 4\]"):
+        check_model_forward(model, item, task, DEFAULT_MODEL, CPU)
+    item.invariants = invariants_of_edges(item.edge_index, 3)
+    assert model.training
+    check_model_forward(model, item, task, DEFAULT_MODEL, CPU)
+    assert model.training, "the model is left in the mode it was in"
+
+
+def test_a_failed_forward_pass_says_what_the_built_in_model_needs_and_what_the_item_has():
+    config = {"conv": GINEConv}
+    with pytest.raises(QG.ConfigError, match=r"^model: a forward pass on one causal set failed \(.*\); the built-in "
+                                             r"model passes its layers \(model.conv\) x \(float \[nodes, features\]\) "
+                                             r"and edge_index \(long \[2, edges\]\) only, no edge features; the item has "
+                                             r"x float32 \[3, 10\], edge_index int64 \[2, 2\], y int64 \[1\]$"):
+        check_model_forward(build_model(config, NUM_FEATURES, 2), users_item(), MulticlassTask(2), config, CPU)

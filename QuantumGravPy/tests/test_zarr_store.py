@@ -35,7 +35,7 @@ from QuantumGrav.errors import UserError
 from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
 
 REPO = Path(__file__).resolve().parents[2]
-POLYNOMIAL, LAYERED = 1, 6  # codes of cset_type_encoder in produce_data.jl
+POLYNOMIAL, LAYERED, RANDOM = 1, 6, 7  # codes of cset_type_encoder in produce_data.jl
 
 
 def sprinklings(num: int, n: int = 14, seed: int = 0) -> list[np.ndarray]:
@@ -93,6 +93,7 @@ def test_sprinklings_read_from_a_store_give_the_generators_graphs(tmp_path, cach
         assert len(read) == len(expected) == 6
         for ours, theirs in zip(read, expected):
             assert torch.equal(ours.x, theirs.x) and torch.equal(ours.edge_index, theirs.edge_index)
+            assert torch.equal(ours.invariants, theirs.invariants)
             assert torch.equal(ours.y, theirs.y) and ours.num_nodes == theirs.num_nodes
 
 
@@ -114,7 +115,7 @@ def test_sets_not_in_a_natural_labelling_keep_their_labels_and_get_the_same_feat
     assert np.tril(shuffled).any()
     store = write_julia_store(tmp_path / "s.zarr", [R, shuffled], [LAYERED] * 2, [False] * 2)
     natural, relabelled = QuantumGravJLDataset(store, edges="links", cache=False)
-    assert torch.equal(relabelled.x, natural.x[perm])
+    assert torch.equal(relabelled.x, natural.x[perm]) and torch.equal(relabelled.invariants, natural.invariants)
     inverse = np.argsort(perm)
     mapped = {(int(inverse[a]), int(inverse[b])) for a, b in natural.edge_index.t().tolist()}
     assert {tuple(edge) for edge in relabelled.edge_index.t().tolist()} == mapped
@@ -151,6 +152,7 @@ def test_features_are_cached_next_to_the_store_once_and_keyed_by_content(tmp_pat
     monkeypatch.setattr(zarr_store, "graph_tensors", must_not_compute)
     for before, after in zip(first, QuantumGravJLDataset(store)):
         assert torch.equal(before.x, after.x) and torch.equal(before.edge_index, after.edge_index)
+        assert torch.equal(before.invariants, after.invariants)
     monkeypatch.undo()
     write_julia_store(store, sprinklings(3, seed=9), [POLYNOMIAL] * 3, [True] * 3)  # new content, same path
     rewritten = QuantumGravJLDataset(store)[0]
@@ -251,6 +253,8 @@ def test_dataloader_workers_read_the_stores_lazily(two_stores):
 def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
     config = yaml.load((REPO / "configs" / "train_quantumgrav_jl.yaml").read_text(), QG.get_loader())
     assert config["data"]["type"] is QuantumGravJLDataset and config["data"]["kwargs"]["target"] == "manifold_like"
+    default = yaml.load((REPO / "configs" / "train.yaml").read_text(), QG.get_loader())
+    assert config["model"] == default["model"], "the stores train with the default model"
     dataset = config["data"]["type"](**{**config["data"]["kwargs"], "path": str(two_stores)})
     # manifold_like is learned as the generator's target of that name: a binary task, one logit, BCE.
     task = tasks.resolve_task(QG.load_config(config)["task"], dataset, {0: dataset[0]}, "data")
@@ -265,3 +269,30 @@ def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
     criterion(logits, task.target(batch.y)).backward()
     assert QuantumGravJLDataset(two_stores, target="cset_type").task == "multiclass"
 
+
+
+def test_the_default_model_trains_on_stores(tmp_path):
+    """configs/train_quantumgrav_jl.yaml (the default model: graph_features reads the invariants cached with the
+    features; 2 DataLoader workers) on three stores of 40 sets of 24..40 elements: 2d sprinklings (polynomial),
+    layered orders and transitive percolation (random), target cset_type. Chance is 1/3 with 18 test sets; over ten
+    seeds of data, split and weights the test accuracy was 0.78 to 1.0, median 0.94. Asked: 12 of 18 (guessing gets
+    there with probability 0.004)."""
+    rng, folder, sizes = np.random.default_rng(0), tmp_path / "output", range(24, 41)
+    random_orders = [cs.transitive_closure(np.triu(rng.random((n, n)) < rng.uniform(0.05, 0.2), k=1))
+                     for n in rng.choice(sizes, 40)]
+    write_julia_store(folder / "polynomial.zarr", [cs.sprinkle_diamond(n, 2, rng)[1] for n in rng.choice(sizes, 40)],
+                      [POLYNOMIAL] * 40, [True] * 40)
+    write_julia_store(folder / "layered.zarr", [cs.random_layered_orders(1, n, rng)[0] for n in rng.choice(sizes, 40)],
+                      [LAYERED] * 40, [False] * 40)
+    write_julia_store(folder / "random.zarr", random_orders, [RANDOM] * 40, [False] * 40)
+    config = QG.load_config(REPO / "configs" / "train_quantumgrav_jl.yaml", [
+        f"data.kwargs.path={folder}", "data.kwargs.target=cset_type", f"training.path={tmp_path / 'runs'}",
+        "training.num_epochs=10", "training.batch_size=16", "training.device=cpu", "training.figures=false",
+        "training.progress_bar=false", "testing.baselines=false"])
+    trainer = QG.Trainer(config)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    test = trainer.run_test(test_loader)
+    trainer.close()
+    assert trainer.task.class_names == ["polynomial", "layered", "random"] and test["num_test"] == 18
+    assert test["test_accuracy"] >= 12 / 18, test

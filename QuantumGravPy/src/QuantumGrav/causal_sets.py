@@ -361,6 +361,24 @@ def order_invariants(R: np.ndarray) -> np.ndarray:
     return _order_invariants(R, elements_between(R), past)
 
 
+def features_and_invariants(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``node_features(R)`` and ``order_invariants(R)`` of a transitively closed, naturally labelled ``R``
+    together, from one product ``R @ R`` and one pass for the longest chains."""
+    R = np.asarray(R, dtype=bool)
+    between = elements_between(R)
+    past, future = longest_chains(R)
+    return _node_features(R, R & (between == 0), between, past, future), _order_invariants(R, between, past)
+
+
+def natural_order(R: np.ndarray) -> np.ndarray:
+    """A permutation listing the elements of the strict order ``R`` (one N x N matrix, any labelling) in a
+    natural labelling: the identity if ``R`` is already upper triangular, else by the size of the past
+    (i before j implies a smaller past), so that ``R[np.ix_(order, order)]`` is strictly upper triangular."""
+    if not np.tril(R).any():
+        return np.arange(R.shape[0])
+    return np.argsort(R.sum(axis=0), kind="stable")
+
+
 def interval_abundances(R: np.ndarray, max_size: int = MAX_INTERVAL_SIZE) -> np.ndarray:
     """Interval abundances N_0 .. N_max_size (int64, last axis) of a transitively closed ``R``:
     N_k is the number of related pairs x < y with exactly k elements z, x < z < y, between them

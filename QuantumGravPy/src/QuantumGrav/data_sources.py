@@ -25,6 +25,7 @@ from torch_geometric.loader import DataLoader
 from . import tasks
 from .config import pyobject_path
 from .data import CausalSetDataset, generate_share, split_indices
+from .derived_invariants import with_order_invariants
 from .distributed import Runtime
 from .errors import ConfigError, UserError
 
@@ -69,8 +70,9 @@ class RunData:
 def load_run_data(config: dict[str, Any], runtime: Runtime, dataset: Any = None) -> RunData:
     """The dataset (``load_dataset``), checked on a few items, the task its targets define, and the split
     (the same on every rank). Any problem is one ConfigError naming the source."""
-    loaded = load_dataset(config, runtime, dataset)
     source = source_name(config, dataset)
+    # Items without the order invariants that the model or the baselines need get them from edge_index.
+    loaded = with_order_invariants(load_dataset(config, runtime, dataset), config, source)
     samples = check_samples(loaded, source)
     task = tasks.resolve_task(config["task"], loaded, samples, source)
     tasks.check_metric(config["early_stopping"]["metric"], task)

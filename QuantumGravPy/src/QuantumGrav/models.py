@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch_geometric import nn as pyg_nn
+from torch_geometric.data import Batch
 
 from .causal_sets import INVARIANT_NAMES
 from .config import pyobject_path
@@ -144,33 +145,68 @@ def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) 
                          **{k: model_cfg[k] for k in keys if k in model_cfg})
 
 
-@torch.no_grad()
-def check_model_forward(model: nn.Module, item: Any, task: Any, model_cfg: dict[str, Any], device: torch.device) -> None:
-    """One forward pass on a real graph now, so a model that cannot run on these graphs (a layer that needs
-    edge features, a graph attribute the data lacks) or returns the wrong shape for the task is a config
-    error, naming the key to change, before any run exists, not a crash in epoch 0."""
-    from torch_geometric.data import Batch
+def describe_item(item) -> str:
+    """What a causal set's ``Data`` holds, e.g. 'x float32 [12, 10], edge_index int64 [2, 30], y int64 [1]'."""
+    parts = []
+    for key, value in item:
+        shown = (f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}" if isinstance(value, torch.Tensor)
+                 else type(value).__name__)
+        parts.append(f"{key} {shown}")
+    return ", ".join(parts)
 
-    custom = model_cfg["type"]
-    key = "model.type" if custom is not None else "model"
-    name = f"{key} ({pyobject_path(custom)})" if custom is not None else key
+
+def _builtin_model_needs(model_cfg: dict[str, Any]) -> str:
+    needs = ("the built-in model passes its layers (model.conv) x (float [nodes, features]) and edge_index (long "
+             "[2, edges]) only, no edge features")
+    if model_cfg.get("graph_features"):
+        needs += f", and reads invariants ([1, {len(INVARIANT_NAMES)}]) in its head (model.graph_features)"
+    return needs
+
+
+def _check_invariants(item, model_cfg: dict[str, Any]) -> None:
+    """The built-in model with graph_features reads a row of the K order invariants per causal set."""
+    if model_cfg.get("type") is not None or not model_cfg.get("graph_features"):
+        return
+    invariants, width = getattr(item, "invariants", None), len(INVARIANT_NAMES)
+    if invariants is None:
+        raise ConfigError(f"model.graph_features: the model's head reads each causal set's order invariants "
+                          f"(invariants, [1, {width}]), but the item has none ({describe_item(item)}); wrap the "
+                          f"dataset in QuantumGrav.derived_invariants.OrderInvariants to derive them from "
+                          f"edge_index (the trainer does), or set model.graph_features: false")
+    if not isinstance(invariants, torch.Tensor) or invariants.numel() != width:
+        got = list(invariants.shape) if isinstance(invariants, torch.Tensor) else type(invariants).__name__
+        raise ConfigError(f"model.graph_features: the model's head reads a row of the {width} order invariants "
+                          f"(causal_sets.INVARIANT_NAMES) per causal set, but the item's invariants are {got}; "
+                          f"give items invariants of shape [1, {width}] or none (they are then derived from "
+                          f"edge_index), or set model.graph_features: false")
+
+
+@torch.no_grad()
+def check_model_forward(model: nn.Module, item, task, model_cfg: dict[str, Any], device: torch.device) -> None:
+    """One forward pass on a real causal set ``item``, so that a model that cannot run on these graphs (a
+    layer that needs edge features, a graph attribute the data lack) or returns the wrong shape for
+    ``task`` is a ConfigError naming the key to change and saying what the model needs and what the item
+    has, before any run exists, not a crash in epoch 0."""
+    custom = model_cfg.get("type")
+    name = f"model.type ({pyobject_path(custom)})" if custom is not None else "model"
+    _check_invariants(item, model_cfg)
     graph = Batch.from_data_list([item]).to(device)
+    was_training = model.training
     model.eval()
     try:
         outputs = model(graph)
     except Exception as err:  # noqa: BLE001 - any failure here is a model that does not fit the data
-        fix = (f"the batch holds only {', '.join(sorted(graph.keys()))}" if custom is not None else
-               "the model must run on graphs with node features x and edge_index only (no edge features)")
+        needs = (f"the batch holds only {describe_item(graph)}" if custom is not None else
+                 f"{_builtin_model_needs(model_cfg)}; the item has {describe_item(item)}")
         raise ConfigError(f"{name}: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
-                          f"{fix}") from None
+                          f"{needs}") from None
     finally:
-        model.train()
+        model.train(was_training)
     expected = [1, task.output_width]
     if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
         got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
-        raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {task.type}"
-                          f" task) for one causal set, got {got}; the model is built with out_channels="
-                          f"{task.output_width}")
+        raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {task.type} task) "
+                          f"for one causal set, got {got}; the model is built with out_channels={task.output_width}")
 
 
 def count_parameters(model: nn.Module) -> dict[str, float]:

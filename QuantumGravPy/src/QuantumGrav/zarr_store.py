@@ -19,7 +19,8 @@ The layout, read from the Julia sources in github.com/ssciwr/QuantumGrav (``Quan
 
 Non-sprinkled sets need not be in a natural labelling (``R`` need not be upper triangular): the
 features are computed on a natural relabelling and mapped back, so node k of an item is element
-k + 1 of the Julia set. Features and edges are those of ``QuantumGrav.data.CausalSetDataset``, so a
+k + 1 of the Julia set. Features, edges and the order invariants (``invariants``, the default model's
+graph features and the baselines' input) are those of ``QuantumGrav.data.CausalSetDataset``, so a
 sprinkling read from a store gives the graph the generator gives for the same causal matrix.
 """
 
@@ -35,7 +36,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from .causal_sets import NODE_FEATURES, node_features, transitive_closure, transitive_reduction
+from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, features_and_invariants, natural_order, transitive_closure,
+                          transitive_reduction)
 from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
 from .errors import UserError
 from .logging_utils import get_logger
@@ -51,7 +53,8 @@ JULIA_CSET_TYPES: dict[int, str] = {
 VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
-STORE_CACHE_VERSION = 1
+# 2: the order invariants are cached with the features.
+STORE_CACHE_VERSION = 2
 ZARR_EXTRA_HINT = "install the optional extra: pip install 'QuantumGrav[zarr]'"
 _GROUP_NAME = re.compile(r"^cset_(\d+)$")
 
@@ -124,22 +127,15 @@ def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray
     return R
 
 
-def natural_order(R: np.ndarray) -> np.ndarray:
-    """A permutation listing the elements in a natural labelling of the strict order R: the identity
-    if R already is upper triangular, else by the size of the past (i before j implies a smaller past)."""
-    if not np.tril(R).any():
-        return np.arange(R.shape[0])
-    return np.argsort(R.sum(axis=0), kind="stable")
-
-
-def graph_tensors(R: np.ndarray, edges: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Node features and past -> future edge index of a causal matrix in any labelling, exactly as
-    ``CausalSetDataset`` builds them for a naturally labelled one."""
+def graph_tensors(R: np.ndarray, edges: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Node features, past -> future edge index and order invariants ([1, K], ``INVARIANT_NAMES``) of a
+    causal matrix in any labelling, exactly as ``CausalSetDataset`` builds them for a naturally labelled one."""
     order = natural_order(R)
-    features = np.empty((R.shape[0], len(NODE_FEATURES)), dtype=np.float32)
-    features[order] = node_features(R[np.ix_(order, order)])
+    natural_features, invariants = features_and_invariants(R[np.ix_(order, order)])
+    features = np.empty_like(natural_features)
+    features[order] = natural_features
     adjacency = transitive_reduction(R) if edges == "links" else R
-    return torch.from_numpy(features), past_to_future_edges(adjacency)
+    return torch.from_numpy(features), past_to_future_edges(adjacency), torch.from_numpy(invariants).reshape(1, -1)
 
 
 class QuantumGravJLDataset(Dataset):
@@ -152,14 +148,15 @@ class QuantumGravJLDataset(Dataset):
       ``cset_types`` or, by default, those found in the first group of each store (one type per
       store is how produce_data writes them), ordered by code.
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
-    * ``cache=True``: features, edges and labels are computed once per causal set and cached in a
+    * ``cache=True``: features, edges, invariants and labels are computed once per causal set and cached in a
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
       edges and the feature version; where that folder cannot be written, under ``cache_dir``.
       ``cache=False`` computes them on the fly at every read.
 
     Nothing is read at construction but the folder listings and the first group of each store
     (checked, so that a wrong path or format fails before training). Stores are opened lazily in
-    each process (DataLoader workers included). Each item is ``Data(x, edge_index, y)``.
+    each process (DataLoader workers included). Each item is ``Data(x, edge_index, y, invariants)``, the
+    invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry.
     """
 
     def __init__(self, path: str | os.PathLike, *, target: str = "manifold_like", edges: str = "links",
@@ -255,8 +252,9 @@ class QuantumGravJLDataset(Dataset):
 
     def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         R, manifold_like, code = self._read_checked(store_index, group)
-        x, edge_index = graph_tensors(R, self.edges)
-        return {"x": x, "edge_index": edge_index, "labels": torch.tensor([int(manifold_like), code])}
+        x, edge_index, invariants = graph_tensors(R, self.edges)
+        return {"x": x, "edge_index": edge_index, "invariants": invariants,
+                "labels": torch.tensor([int(manifold_like), code])}
 
     def _label(self, store_index: int, group: str, labels: torch.Tensor) -> int:
         manifold_like, code = (int(value) for value in labels)
@@ -274,7 +272,8 @@ class QuantumGravJLDataset(Dataset):
         group = self.groups[store_index][idx - self._offsets[store_index]]
         graph = self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
         y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
-        return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, num_nodes=graph["x"].shape[0])
+        return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
+                    num_nodes=graph["x"].shape[0])
 
     # ------------------------------------------------------------------ feature cache
     def _feature_cache_dir(self, store: Path, cache_dir: str | os.PathLike | None) -> Path:
@@ -299,7 +298,7 @@ class QuantumGravJLDataset(Dataset):
         folder = self.stores[store_index] / group
         digest = hashlib.blake2b(digest_size=16)
         digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
-                      f"edges={self.edges}".encode())
+                      f"invariants={','.join(INVARIANT_NAMES)} edges={self.edges}".encode())
         for file in sorted(path for path in folder.rglob("*") if path.is_file()):
             digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
             digest.update(file.read_bytes())

@@ -1,0 +1,85 @@
+"""Time per causal set to derive the order invariants from an edge index (``derived_invariants``); prints a table.
+
+    .venv/bin/python benchmarks/bench_derived_invariants.py [--sizes 64 96 128 1000] [--num 64] [--seed 0]
+
+For each N, ``--num`` causal sets (a third each: 2d and 4d sprinklings, random layered orders) are made with
+``causal_sets`` and given as a user's dataset gives them: the links, past to future, as an edge index, and
+in a random labelling (the order of elements a user's code produced). Timed per set, one process, one
+torch thread:
+
+* derive from the links: ``invariants_of_edges`` (closure of the links by repeated squaring, cycle check,
+  natural relabelling, ``order_invariants``), what a dataset without invariants pays once per item;
+* derive from the relations: the same with every relation as an edge (the closure is then one product);
+* invariants of the causal matrix: ``order_invariants(R)`` alone, what the generator pays for them at
+  generation, so the difference is the cost of starting from edges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from QuantumGrav import causal_sets as cs
+from QuantumGrav.data import past_to_future_edges
+from QuantumGrav.derived_invariants import invariants_of_edges
+
+
+def causal_matrices(n: int, num: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``num`` causal matrices of N = n in natural labelling: 2d and 4d sprinklings and layered orders."""
+    makers = (lambda: cs.sprinkle_diamond(n, 2, rng)[1], lambda: cs.sprinkle_diamond(n, 4, rng)[1],
+              lambda: cs.random_layered_orders(1, n, rng)[0])
+    return [makers[k % 3]() for k in range(num)]
+
+
+def relabelled(R: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    perm = rng.permutation(R.shape[0])
+    return R[np.ix_(perm, perm)]
+
+
+def ms_per_set(work, inputs: list) -> float:
+    start = time.perf_counter()
+    for value in inputs:
+        work(value)
+    return 1000 * (time.perf_counter() - start) / len(inputs)
+
+
+def run(sizes: list[int], num: int, seed: int) -> list[tuple[int, str, float]]:
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(seed)
+        matrices = causal_matrices(n, num, rng)
+        links = [past_to_future_edges(relabelled(cs.transitive_reduction(R), rng)) for R in matrices]
+        relations = [past_to_future_edges(relabelled(R, rng)) for R in matrices]
+        rows.append((n, "derive from the links (invariants_of_edges)",
+                     ms_per_set(lambda edges, n=n: invariants_of_edges(edges, n), links)))
+        rows.append((n, "derive from the relations (invariants_of_edges)",
+                     ms_per_set(lambda edges, n=n: invariants_of_edges(edges, n), relations)))
+        rows.append((n, "invariants of the causal matrix (order_invariants, as at generation)",
+                     ms_per_set(cs.order_invariants, matrices)))
+    return rows
+
+
+def markdown_table(rows: list[tuple[int, str, float]], num: int) -> str:
+    lines = [f"| N | per causal set ({num} sets: 2d, 4d sprinklings, layered; one process) | ms |", "|---:|---|---:|"]
+    lines += [f"| {n} | {what} | {ms:.2f} |" for n, what, ms in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 96, 128, 1000],
+                        help="elements per set (default 64 96 128 1000)")
+    parser.add_argument("--num", type=int, default=60, help="causal sets per size (default 60)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.num < 1 or min(args.sizes) < 2:
+        parser.error("--num must be >= 1 and every size >= 2")
+    torch.set_num_threads(1)  # as in a DataLoader worker or one of several ranks on a node
+    print(markdown_table(run(args.sizes, args.num, args.seed), args.num))
+
+
+if __name__ == "__main__":
+    main()
