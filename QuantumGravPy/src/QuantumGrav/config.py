@@ -460,8 +460,9 @@ def schema() -> dict[str, Any]:
         "testing": {
             **_loader_fields(64, 0),
             "baselines": Field(boolean, True, doc="fit the order-invariant baselines (scikit-learn) on the training "
-                                                  "split and report them next to the test result, when the data carry "
-                                                  "invariants; false: the model's result alone"),
+                                                  "split and report them next to the test result (items without "
+                                                  "invariants get them derived from edge_index); false: the model's "
+                                                  "result alone"),
         },
         "task": {
             "type": Field(choice("auto", *TASK_TYPES), "auto",
