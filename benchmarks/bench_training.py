@@ -3,7 +3,7 @@
 cross-rank stop check costs per optimizer step, as tables.
 
     python benchmarks/bench_training.py --nproc 1 2 --epochs 3 --samples 800
-    python benchmarks/bench_training.py --stop-check-only --nproc 2 --steps 2000
+    python benchmarks/bench_training.py --tables stop-check --nproc 2 --steps 1000
 
 Each row of the first table is one job started with QG.launch (the launcher users call); graphs/s is the
 training throughput of the whole job averaged over the epochs after the first (which includes start-up
@@ -116,12 +116,13 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples", type=int, default=800)
-    parser.add_argument("--stop-check-only", action="store_true", help="only the second table")
+    parser.add_argument("--tables", nargs="+", choices=("throughput", "stop-check"), default=["throughput", "stop-check"],
+                        help="which tables (throughput alone also runs against an older QuantumGrav)")
     parser.add_argument("--steps", type=int, default=1000, help="steps timed per stop check (second table)")
     parser.add_argument("--step-ms", type=float, default=5.0, help="work per step in the second table")
     args = parser.parse_args()
     QG.setup_logging(level="WARNING")
-    if not args.stop_check_only:
+    if "throughput" in args.tables:
         with tempfile.TemporaryDirectory() as workdir:
             rows = [measure(n, args.epochs, args.samples, workdir) for n in args.nproc]
         print("| processes | graphs/s (train) | ms/step | epoch (s) | job wall time (s) | final val accuracy |")
@@ -130,7 +131,8 @@ def main() -> None:
             print(f"| {r['nproc']} | {r['graphs_per_s']:.0f} | {r['ms_per_step']:.1f} | {r['epoch_s']:.2f} | "
                   f"{r['wall_s']:.1f} | {r['val_accuracy']:.3f} |")
         print()
-    stop_check_table(args.nproc, args.steps, args.step_ms)
+    if "stop-check" in args.tables:
+        stop_check_table(args.nproc, args.steps, args.step_ms)
 
 
 if __name__ == "__main__":
