@@ -261,3 +261,10 @@ def test_a_study_leaves_its_files_wandb_runs_grouped_and_a_best_yaml_that_trains
     assert retrained["training"]["path"] == str(tmp_path / "runs")  # where the base config's runs go
     assert cli.main(["train", "--config", str(folder / "best.yaml")]) == 0
     assert len(list((tmp_path / "runs").iterdir())) == 1
+
+
+def test_without_optuna_the_command_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna now raises ImportError
+    assert cli.main(["tune", "--config", str(REPO / "configs" / "tune.yaml")]) == 2
+    assert capsys.readouterr().err == ("error: the tuner needs Optuna, which is not installed; install it with "
+                                       "pip install 'QuantumGrav[tune]'\n")
