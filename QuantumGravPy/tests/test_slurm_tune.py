@@ -24,7 +24,7 @@ from conftest import REPO, TINY
 def _cluster_answers() -> bool:
     if shutil.which("sbatch") is None or shutil.which("scontrol") is None:
         return False
-    return subprocess.run(["scontrol", "ping"], capture_output=True, timeout=30).returncode == 0
+    return subprocess.run(["scontrol", "ping"], capture_output=True, timeout=30, check=False).returncode == 0
 
 
 pytestmark = pytest.mark.skipif(not _cluster_answers(), reason="no SLURM cluster answers (scontrol ping): start one "
@@ -44,7 +44,8 @@ def test_the_job_array_shares_one_study_and_stops_at_its_trials(tmp_path, data_r
            "PYTHONPATH": os.pathsep.join([str(REPO / "QuantumGravPy" / "src"), str(Path(__file__).parent)])}
     done = subprocess.run(["sbatch", "--wait", "--array=0-1", "--gpus-per-node=0", "--cpus-per-task=2",
                            f"--output={tmp_path}/worker-%a.out", f"--export=ALL,NPROC_PER_NODE=2,CONFIG={study_file}",
-                           "configs/slurm_tune.sbatch"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                           "configs/slurm_tune.sbatch"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
     logs = {p.name: p.read_text() for p in tmp_path.glob("worker-*.out")}
     assert done.returncode == 0, (done.stderr, logs)
     with open(tmp_path / "studies" / "array" / "trials.csv", newline="") as f:
