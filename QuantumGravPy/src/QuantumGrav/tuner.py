@@ -43,7 +43,6 @@ logger = get_logger("tune")
 WAIT_POLL_S = 2.0  # while other workers' trials would complete the study: how often to look again
 MAX_CONSECUTIVE_FAILURES = 10  # a worker whose trials all fail has a broken config, not bad luck
 TRIALS_DIR = "trials"
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 CLAIMED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
 
