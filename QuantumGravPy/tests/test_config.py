@@ -9,7 +9,7 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.config import dump_config, find_unimportable, parse_override
+from QuantumGrav.config import dump_config, find_unimportable, parse_override, read_config_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,13 @@ def test_exponent_without_dot_is_a_float():
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path):
-    config = QG.load_config(path)
+    if "tune" in read_config_file(path):  # a study config: a training config plus its tune section
+        from QuantumGrav.study_config import read_study_config
+
+        settings, config = read_study_config(path)
+        assert settings.space.dimensions
+    else:
+        config = QG.load_config(path)
     assert config["training"]["batch_size"] >= 1
 
 

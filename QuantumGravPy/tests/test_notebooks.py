@@ -141,3 +141,24 @@ def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, 
                       for out in cell.outputs if out.output_type == "stream")
     assert "ConfigError: dataset (the object passed to the trainer): item 0 does not fit the binary task" in outputs
     assert "UserError: data.type = __main__.NotebookSets: spawned worker processes cannot import" in outputs
+
+
+def test_hyperparameter_search_notebook_on_one_process_with_fewer_trials(tmp_path, data_root):
+    runs = tmp_path / "runs"
+    notebook = run_notebook("07_hyperparameter_search.ipynb", tmp_path, trials=3, nproc=1, num_epochs=2,
+                            num_samples=90, n_min=12, n_max=20, data_root=str(data_root), runs_root=str(runs))
+    summary = last_cell_summary(notebook)
+
+    assert summary["trials"] == 3 and summary["nproc"] == 1 and summary["finished"] == 3
+    assert summary["best_is_complete"] is True and summary["retrained_epochs"] == [0, 1]
+    folder = runs / "studies" / "notebook"
+    with open(folder / "trials.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sum(row["state"] in ("COMPLETE", "PRUNED") for row in rows) == 3
+    for row in rows:  # every trial a run of one process, under the study folder
+        assert Path(row["run_dir"]).parent == folder / "trials"
+        assert sorted(p.name for p in (Path(row["run_dir"]) / "logs").iterdir()) == ["rank_0.log"]
+    best = QG.load_config(folder / "best.yaml")
+    assert best["training"]["num_epochs"] == 2 and best["data"]["num_samples"] == 90
+    (retrained,) = [run for run in runs.iterdir() if run.name.startswith("run-")]  # the retrained best trial
+    assert (retrained / "summary.json").exists()

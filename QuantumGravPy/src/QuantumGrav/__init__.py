@@ -15,6 +15,19 @@ from .roles import dataset_factory, loss_function
 from .train_ddp import TrainerDDP
 from .training import Trainer
 
+
+def tune(config, trials=None, nproc=None, overrides=None):
+    """Run, continue or join the hyperparameter study of ``config`` (a training config with a ``tune:``
+    section; see ``QuantumGrav.tuner.tune``) and return its summary. Needs Optuna:
+    ``pip install 'QuantumGrav[tune]'``."""
+    from .study_config import require_optuna
+
+    require_optuna()
+    from .tuner import tune as run_study
+
+    return run_study(config, trials=trials, nproc=nproc, overrides=overrides)
+
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -24,5 +37,5 @@ __all__ = [
     "cleanup_ddp", "find_free_port", "get_rank", "get_world_size", "initialize_ddp", "is_main_process",
     "ConfigError", "UserError", "TrainingFailed", "launch", "run_job",
     "get_logger", "setup_logging", "GNNClassifier", "build_model", "count_parameters",
-    "TrainerDDP", "Trainer", "dataset_factory", "loss_function",
+    "TrainerDDP", "Trainer", "dataset_factory", "loss_function", "tune",
 ]

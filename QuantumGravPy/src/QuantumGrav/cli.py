@@ -1,4 +1,4 @@
-"""Command line: ``python -m QuantumGrav train|generate|doctor``.
+"""Command line: ``python -m QuantumGrav train|tune|generate|doctor``.
 
 Bad input (config, data, command line, environment) prints one ``error:`` line and
 exits with code 2, without a traceback. A job stopped by SIGTERM after checkpointing (preemption)
@@ -58,6 +58,15 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     # torch.distributed.launch (legacy) passes --local-rank / --local_rank to every worker.
     train.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, help=argparse.SUPPRESS)
+    tune = commands.add_parser("tune", help="run, continue or join a hyperparameter study (Optuna); print its summary")
+    tune.add_argument("--config", default="configs/tune.yaml", help="training config with a tune: section "
+                                                                    "(default: %(default)s)")
+    tune.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config value, tune.* included, e.g. --set tune.study=lr_scan (repeatable)")
+    tune.add_argument("--trials", type=_int_at_least(1), default=None,
+                      help="finished trials (COMPLETE or PRUNED) the study ends with (default: tune.trials)")
+    tune.add_argument("--nproc", type=_int_at_least(1), default=None,
+                      help="processes per trial (default: parallel.world_size); ignored under torchrun")
     generate = commands.add_parser("generate", help="generate the data cache of a config's data section in "
                                      "parallel; print where it is, how many sets and sets/s")
     generate.add_argument("--config", default="configs/train.yaml", help="YAML config (default: %(default)s)")
@@ -69,7 +78,7 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
     doctor.add_argument("--nproc", type=_int_at_least(1), default=2, help="processes you plan to run (default: 2)")
     doctor.add_argument("--num-workers", type=_int_at_least(0), default=0, help="DataLoader workers per process")
     doctor.add_argument("--port", type=_port, default=None, help="rendezvous port to check (default: a free one)")
-    for command in (train, generate, doctor):
+    for command in (train, tune, generate, doctor):
         command.set_defaults(command_parser=command)
     return parser
 
@@ -91,6 +100,23 @@ def _train(args: argparse.Namespace) -> int:
     result = run_from_entry_point(config, args.nproc)
     if result is not None and result.get("test") is not None:
         rank_zero_only(print)(summarise_run(result))  # under torchrun every rank returns here
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from .study_config import require_optuna
+
+    require_optuna()
+    from .study_report import summarise_study
+    from .tuner import StudyFailed, tune
+
+    try:
+        summary = tune(args.config, trials=args.trials, nproc=args.nproc, overrides=args.overrides)
+    except StudyFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if summary is not None:  # rank 0 (under torchrun every rank returns here)
+        print(summarise_study(summary))
     return 0
 
 
@@ -130,6 +156,8 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
             return run_doctor(nproc=args.nproc, num_workers=args.num_workers, port=args.port)
         if args.command == "generate":
             return _generate(args)
+        if args.command == "tune":
+            return _tune(args)
         return _train(args)
     except TrainingFailed as err:  # a worker's own traceback, then one line naming the rank
         print(err.worker_traceback, file=sys.stderr)

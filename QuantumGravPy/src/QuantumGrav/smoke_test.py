@@ -8,7 +8,9 @@ takes seconds:
   per process, whatever the config or the overrides say;
 - ``training.num_epochs`` read from a config *file* is capped at ``SMOKE_EPOCHS``; a number given
   explicitly (``--set training.num_epochs=5``, a Python override, papermill's ``-p num_epochs 5``)
-  is kept, so a command that asks for N epochs, or resumes a run to N, trains N.
+  is kept, so a command that asks for N epochs, or resumes a run to N, trains N;
+- a study's ``tune.trials`` read from a config file is capped at ``SMOKE_TRIALS`` the same way
+  (``--trials N`` or ``--set tune.trials=N`` is kept).
 
 The documentation test runs every documented command with it; a user can check a command the
 same way before a long run.
@@ -23,6 +25,7 @@ SMOKE_TEST_ENV = "QUANTUMGRAV_SMOKE_TEST"
 # 40 small sets: 28 train, 6 validation, 6 test with the default split, so one training batch per epoch.
 SMOKE_DATA = {"num_samples": 40, "n_min": 8, "n_max": 12}
 SMOKE_EPOCHS = 2
+SMOKE_TRIALS = 2
 
 
 def smoke_test_enabled() -> bool:
@@ -36,6 +39,15 @@ def cap_file_epochs(raw: dict[str, Any]) -> dict[str, Any]:
     if not smoke_test_enabled() or not _is_int(epochs) or epochs <= SMOKE_EPOCHS:
         return raw
     return {**raw, "training": {**training, "num_epochs": SMOKE_EPOCHS}}
+
+
+def cap_file_trials(raw: dict[str, Any]) -> dict[str, Any]:
+    """A study config read from a file, with its ``tune.trials`` capped when the switch is on."""
+    tune = raw.get("tune")
+    trials = tune.get("trials") if isinstance(tune, dict) else None
+    if not smoke_test_enabled() or not _is_int(trials) or trials <= SMOKE_TRIALS:
+        return raw
+    return {**raw, "tune": {**tune, "trials": SMOKE_TRIALS}}
 
 
 def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:

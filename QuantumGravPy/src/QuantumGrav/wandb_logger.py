@@ -351,11 +351,12 @@ def _wait_for_exit_record(path: Path, timeout_s: float) -> bool:
 
 
 def _read_offline_run(path: Path) -> dict[str, Any]:
-    run: dict[str, Any] = {"id": None, "dir": str(path.parent), "config": {}, "history": [], "summary": {}}
+    run: dict[str, Any] = {"id": None, "name": None, "group": None, "dir": str(path.parent), "config": {},
+                           "history": [], "summary": {}}
     for record in _read_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            run["id"] = record.run.run_id
+            run["id"], run["name"], run["group"] = record.run.run_id, record.run.display_name, record.run.run_group
             _items_to_dict(record.run.config.update, run["config"])
         elif kind == "config":
             _items_to_dict(record.config.update, run["config"])
@@ -372,7 +373,7 @@ def _read_offline_run(path: Path) -> dict[str, Any]:
 def read_offline_runs(run_dir: str | Path) -> list[dict[str, Any]]:
     """Every offline W&B run under ``run_dir/wandb``, oldest first.
 
-    Each is ``{"id", "dir", "config", "history", "summary"}``: ``history`` has one dict per
+    Each is ``{"id", "name", "group", "dir", "config", "history", "summary"}``: ``history`` has one dict per
     ``log`` call, ``_``-prefixed keys (``_step``, ``_runtime``, ...) left out. A resumed run
     is a second directory with the same ``id`` (``wandb sync`` appends it to the same run).
     """

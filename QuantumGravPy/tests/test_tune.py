@@ -1,0 +1,305 @@
+"""Studies (issue 17): the search space checked before the first trial, pruning that every rank obeys, a
+trial that fails on one rank, kill -9 and resume, two workers on one study, the study's files.
+
+Trials are tiny (conftest.TINY, one or two epochs); ``tune_helpers.OrderedSampler`` makes trial n take
+choice n of every categorical parameter, so each test knows which trial samples what.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+import QuantumGrav as QG  # noqa: E402
+from QuantumGrav import cli  # noqa: E402
+from QuantumGrav.config import resolve_pyobject  # noqa: E402
+from QuantumGrav.search_space import SearchSpace  # noqa: E402
+from QuantumGrav.study_storage import HEARTBEAT_GRACE_S  # noqa: E402
+from QuantumGrav.wandb_logger import read_offline_runs  # noqa: E402
+from conftest import REPO, TINY  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+       "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+ORDERED = resolve_pyobject("tune_helpers.OrderedSampler")
+FAIL_ON_RANK = resolve_pyobject("tune_helpers.FailOnRank")
+SLOW = resolve_pyobject("tune_helpers.SlowEpochs")
+NEVER_GOOD_ENOUGH = {"pruner_type": resolve_pyobject("optuna.pruners.ThresholdPruner"),
+                     "pruner_kwargs": {"upper": -1.0}}  # every val_loss is above -1: pruned at the first report
+
+
+def study(tmp_path: Path, data_root: Path, space: dict, **tune) -> dict:
+    """A tiny training config plus a tune section (its study folder under tmp_path/studies/s)."""
+    base = QG.apply_overrides(TINY, {"training.path": str(tmp_path / "runs"), "data.root": str(data_root),
+                                     "training.num_epochs": 2})
+    return {**base, "tune": {"study": "s", "path": str(tmp_path / "studies"), "trials": 2, "space": space,
+                             "sampler_type": ORDERED, **tune}}
+
+
+def rows(result_or_folder) -> list[dict[str, str]]:
+    folder = Path(result_or_folder["folder"] if isinstance(result_or_folder, dict) else result_or_folder)
+    with open(folder / "trials.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def states(table: list[dict[str, str]]) -> list[str]:
+    return [row["state"] for row in table]
+
+
+# ---------------------------------------------------------------------------------------------- the space
+def test_the_space_samples_ranges_choices_and_coupled_choices_as_overrides():
+    space = SearchSpace({
+        "training.optimizer_kwargs.lr": {"low": 1e-4, "high": 1e-2, "log": True},
+        "training.batch_size": {"low": 8, "high": 32, "step": 8},
+        "model.conv": {"choices": [resolve_pyobject("torch_geometric.nn.GraphConv"),
+                                   resolve_pyobject("torch_geometric.nn.GINConv")]},
+        "model.pooling": {"choices": ["mean", "max"]},
+        "width": {"choices": [{"model.hidden_channels": [16], "training.batch_size": 8},
+                              {"model.hidden_channels": [32, 32], "training.batch_size": 16}]},
+    })
+    assert space.problems == [("tune.space.width: sets training.batch_size, which tune.space.training.batch_size "
+                               "sets too; each key path may be searched by one entry")]
+    del space.dimensions[1]
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask()
+    overrides = space.suggest(trial)
+    assert set(overrides) == {"training.optimizer_kwargs.lr", "model.conv", "model.pooling", "model.hidden_channels",
+                              "training.batch_size"}
+    assert 1e-4 <= overrides["training.optimizer_kwargs.lr"] <= 1e-2
+    assert trial.params["model.conv"] in ("GraphConv", "GINConv")  # a class is stored by its name ...
+    assert overrides["model.conv"].__name__ == trial.params["model.conv"]  # ... and sampled as the class
+    assert trial.params["width"] in ("hidden_channels=[16], batch_size=8", "hidden_channels=[32, 32], batch_size=16")
+    assert space.overrides(trial.params) == overrides  # a finished trial's stored labels give its config back
+
+
+def test_bad_study_configs_get_one_line_each_exit_2_and_leave_nothing(tmp_path, data_root, capsys):
+    problems = {
+        "model.convv": ({"choices": [1]}, ("tune.space.model.convv: unknown key 'model.convv'; did you mean "
+                                           "'model.conv'?")),
+        "model.dropout": ({"low": 0.5, "high": 0.1}, "tune.space.model.dropout: empty range: low 0.5 > high 0.1"),
+        "training.optimizer_kwargs.lr": ({"low": 0.0, "high": 0.1, "log": True},
+                                         "tune.space.training.optimizer_kwargs.lr: log: true needs low > 0"),
+        "model.hidden_channels": ({"choices": [[16], "wide"]},
+                                  ("tune.space.model.hidden_channels: choice 'wide' gives an invalid config: "
+                                   "model.hidden_channels: expected a list with at least 1 item(s), got 'wide'")),
+    }
+    config = study(tmp_path, data_root, {key: entry for key, (entry, _) in problems.items()},
+                   metric="val_f1")  # the multiclass task has no F1
+    assert cli.main(["tune", "--config", str(_write(tmp_path, config))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid study config (5 problems):\n"), err
+    lines = [line.removeprefix("  - ") for line in err.splitlines()[1:]]
+    assert len(lines) == 5 and all(not line.startswith(" ") for line in lines)
+    expected = [text for _, text in problems.values()] + ["tune.metric: val_f1 is not reported by the multiclass task"]
+    for text in expected:
+        assert sum(line.startswith(text) for line in lines) == 1, (text, err)
+    assert not (tmp_path / "studies").exists()
+
+    unreachable = study(tmp_path, data_root, {"model.dropout": {"low": 0.0, "high": 0.2}},
+                        storage=f"sqlite:///{tmp_path}/no/such/folder/study.db")
+    assert cli.main(["tune", "--config", str(_write(tmp_path, unreachable))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: tune.storage: cannot open 'sqlite:///{tmp_path}/no/such/folder/study.db'")
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "studies").exists() and not (tmp_path / "no").exists()
+
+
+def _write(tmp_path: Path, config: dict) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(QG.dump_config(config))
+    return path
+
+
+def _ranks_stopped_by_the_pruner(run_dir: Path) -> None:
+    """Every rank's log says the trial stopped at epoch 0 because the pruner said so."""
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"rank_{rank}.log").read_text()
+        assert "training finished at epoch 0: pruned by ThresholdPruner at epoch 0" in log, (rank, log)
+    with open(run_dir / "metrics.csv", newline="") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
+
+
+# ---------------------------------------------------------------------------------------------- trials
+def test_world_size_2_every_rank_obeys_the_pruner_and_the_command_exits_0(tmp_path, data_root, capsys):
+    config = study(tmp_path, data_root, {"model.dropout": {"low": 0.0, "high": 0.2}}, **NEVER_GOOD_ENOUGH)
+    assert cli.main(["tune", "--config", str(_write(tmp_path, config)), "--nproc", "2"]) == 0
+    assert "no trial completed (pruned or failed): no best.yaml" in capsys.readouterr().out
+    table = rows(tmp_path / "studies" / "s")
+    assert states(table) == ["PRUNED", "PRUNED"]
+    for row in table:
+        run_dir = Path(row["run_dir"])
+        _ranks_stopped_by_the_pruner(run_dir)
+        with open(run_dir / "metrics.csv", newline="") as f:
+            last = float(next(csv.DictReader(f))["val_loss"])
+        assert float(row["value"]) == pytest.approx(last)  # PRUNED with its last reported value
+        assert row["reason"] == f"pruned by ThresholdPruner at epoch 0 (val_loss {last:.4g})"
+    assert not (tmp_path / "studies" / "s" / "best.yaml").exists()
+
+
+def test_world_size_2_a_trial_failing_on_rank_1_alone_fails_and_the_study_goes_on(tmp_path, data_root):
+    space = {"callbacks": {"choices": [[], [{"type": FAIL_ON_RANK, "kwargs": {"rank": 1}}]]}}
+    summary = QG.tune(study(tmp_path, data_root, space), nproc=2)
+    table = rows(summary)
+    assert states(table) == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert table[1]["reason"] == "rank 1 failed: RuntimeError: a failure on rank 1 only"
+    assert summary["counts"] == {"COMPLETE": 2, "FAIL": 1}
+
+
+def test_a_user_error_of_a_sampled_combination_fails_its_trial_with_one_line(tmp_path, data_root):
+    space = {"model.conv_kwargs": {"choices": [{"heads": 2}, {}]}}  # GraphConv takes no heads
+    table = rows(QG.tune(study(tmp_path, data_root, space, trials=1)))
+    assert states(table) == ["FAIL", "COMPLETE"]
+    reason = table[0]["reason"]
+    assert reason.startswith("model: ") and "heads" in reason and "\n" not in reason, reason
+    assert table[0]["run_dir"] == ""  # refused before its run directory was made
+
+
+def test_under_torchrun_every_rank_obeys_the_pruner_and_a_failure_on_rank_1_fails_only_its_trial(tmp_path, data_root):
+    space = {"callbacks": {"choices": [[], [{"type": FAIL_ON_RANK, "kwargs": {"rank": 1}}]]}}
+    path = _write(tmp_path, study(tmp_path, data_root, space, **NEVER_GOOD_ENOUGH))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={QG.find_free_port()}", "-m", "QuantumGrav", "tune", "--config", str(path)],
+                          env=ENV, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = rows(tmp_path / "studies" / "s")
+    assert states(table) == ["PRUNED", "FAIL", "PRUNED"]
+    assert table[1]["reason"] == "rank 1 failed: RuntimeError: a failure on rank 1 only"
+    for row in (table[0], table[2]):
+        _ranks_stopped_by_the_pruner(Path(row["run_dir"]))
+    assert "=== QuantumGrav study 's' ===" in done.stdout  # printed once, by rank 0
+    assert done.stdout.count("=== QuantumGrav study") == 1
+
+
+# ---------------------------------------------------------------------------------------------- workers
+def _slow(config: dict, seconds: float) -> dict:
+    return {**config, "callbacks": [{"type": SLOW, "kwargs": {"seconds": seconds}}]}
+
+
+def _tune_command(path: Path) -> list[str]:
+    return [sys.executable, "-m", "QuantumGrav", "tune", "--config", str(path)]
+
+
+def test_kill_9_mid_trial_then_the_same_command_finishes_with_the_killed_trial_retried(tmp_path, data_root):
+    config = _slow(study(tmp_path, data_root, {"model.pooling": {"choices": ["mean", "max", "add"]}}), 2.0)
+    command = _tune_command(_write(tmp_path, config))
+    first = subprocess.Popen(command, env=ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first_epoch = tmp_path / "studies" / "s" / "trials" / "trial_0000" / "metrics.csv"
+    deadline = time.monotonic() + 180
+    while not first_epoch.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert first.poll() is None, "the first worker ended before it could be killed"
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+
+    second = subprocess.run(command, env=ENV, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert second.returncode == 0, second.stderr[-3000:]
+    table = rows(tmp_path / "studies" / "s")
+    killed = table[0]
+    assert killed["state"] == "FAIL" and killed["model.pooling"] == "mean"
+    retry = int(killed["reason"].split("retried as trial ")[1].split()[0])
+    assert killed["reason"] == (f"its worker stopped without reporting (killed, or its node lost); retried as trial "
+                                f"{retry} (no heartbeat for {HEARTBEAT_GRACE_S} s)")
+    assert table[retry]["state"] == "COMPLETE" and table[retry]["model.pooling"] == "mean"  # the same parameters
+    assert sum(row["state"] == "COMPLETE" for row in table) == 2 and len(table) == 3
+
+
+def test_two_workers_share_one_study_and_stop_together_at_its_trials(tmp_path, data_root):
+    config = _slow(study(tmp_path, data_root, {"model.pooling": {"choices": ["mean", "max", "add", "mean_max"]}},
+                         trials=4, storage=f"sqlite:///{tmp_path}/study.db"), 1.0)
+    command = _tune_command(_write(tmp_path, config))
+    workers = [subprocess.Popen(command, env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    outputs = [worker.communicate(timeout=300) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], [err[-2000:] for _, err in outputs]
+    table = rows(tmp_path / "studies" / "s")
+    finished = [row for row in table if row["state"] == "COMPLETE"]
+    assert len(finished) == 4
+    # A claim beyond the study's trials (two workers asking at the same moment) is given back, never run.
+    assert all(row["reason"].startswith("not run: ") and not row["run_dir"] for row in table if row["state"] == "FAIL")
+    assert len({row["run_dir"] for row in finished}) == 4
+    assert sorted(row["model.pooling"] for row in finished) == ["add", "max", "mean", "mean_max"]
+    assert len({row["worker"] for row in finished}) == 2, "both workers trained trials of the study"
+    for row in finished:  # each trial trained once, by one worker: two epochs in its run directory
+        with open(Path(row["run_dir"]) / "metrics.csv", newline="") as f:
+            assert [r["epoch"] for r in csv.DictReader(f)] == ["0", "1"]
+
+
+# ---------------------------------------------------------------------------------------------- the files
+def test_a_study_leaves_its_files_wandb_runs_grouped_and_a_best_yaml_that_trains(tmp_path, data_root, capsys):
+    wandb = QG.load_config(REPO / "configs" / "logger" / "wandb_ddp.yaml")["logger"]
+    space = {"model.pooling": {"choices": ["mean", "max"]},
+             "training.optimizer_kwargs.lr": {"low": 1.0e-3, "high": 1.0e-2, "log": True}}
+    config = {**study(tmp_path, data_root, space), "logger": wandb}
+    assert cli.main(["tune", "--config", str(_write(tmp_path, config))]) == 0
+    out = capsys.readouterr().out
+    folder = tmp_path / "studies" / "s"
+    assert "trials          2 finished of 2 (COMPLETE 2; all workers)" in out
+    assert f"retrain         python -m QuantumGrav train --config {folder / 'best.yaml'}" in out
+    table = rows(folder)
+    assert list(table[0]) == ["number", "state", "value", "model.pooling", "training.optimizer_kwargs.lr", "run_dir",
+                              "seconds", "worker", "reason"]
+    assert [(row["model.pooling"], float(row["training.optimizer_kwargs.lr"])) for row in table] == \
+        [("mean", pytest.approx(1.0e-3)), ("max", pytest.approx(1.0e-2))]
+    assert sorted(p.name for p in (folder / "figures").iterdir()) == ["optimization_history.png",
+                                                                       "param_importances.png", "slice.png"]
+    for row in table:  # one W&B run per trial, all in the study's group
+        (run,) = read_offline_runs(row["run_dir"])
+        assert (run["group"], run["name"]) == ("s", f"s-trial_000{row['number']}")
+
+    best = min(table, key=lambda row: float(row["value"]))
+    retrained = QG.load_config(folder / "best.yaml")
+    assert retrained["model"]["pooling"] == best["model.pooling"]
+    assert retrained["training"]["optimizer_kwargs"]["lr"] == pytest.approx(float(best["training.optimizer_kwargs.lr"]))
+    assert retrained["training"]["path"] == str(tmp_path / "runs")  # where the base config's runs go
+    assert cli.main(["train", "--config", str(folder / "best.yaml")]) == 0
+    assert len(list((tmp_path / "runs").iterdir())) == 1
+
+
+def test_without_optuna_the_command_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna now raises ImportError
+    assert cli.main(["tune", "--config", str(REPO / "configs" / "tune.yaml")]) == 2
+    assert capsys.readouterr().err == ("error: the tuner needs Optuna, which is not installed; install it with "
+                                       "pip install 'QuantumGrav[tune]'\n")
+
+
+def test_world_size_2_kill_9_of_a_torchrun_job_then_two_torchrun_workers_finish_the_study(tmp_path, data_root):
+    """The DDP path of both: a torchrun job (every rank in the study loop) killed mid-trial with its processes,
+    then two torchrun jobs of 2 processes each on the same study."""
+    space = {"model.pooling": {"choices": ["mean", "max", "add", "mean_max"]}}
+    path = _write(tmp_path, _slow(study(tmp_path, data_root, space, trials=3), 1.5))
+
+    def torchrun() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                 "-m", "QuantumGrav", "tune", "--config", str(path)], env=ENV, cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    first = torchrun()
+    first_epoch = tmp_path / "studies" / "s" / "trials" / "trial_0000" / "metrics.csv"
+    deadline = time.monotonic() + 180
+    while not first_epoch.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert first.poll() is None, first.communicate()[1][-3000:]
+    os.killpg(first.pid, signal.SIGKILL)  # the launcher and both ranks, as a lost node or job
+    first.communicate()
+
+    workers = [torchrun(), torchrun()]
+    outputs = [worker.communicate(timeout=300) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], [err[-3000:] for _, err in outputs]
+    table = rows(tmp_path / "studies" / "s")
+    killed = table[0]
+    retry = int(killed["reason"].split("retried as trial ")[1].split()[0])
+    assert killed["state"] == "FAIL" and table[retry]["model.pooling"] == killed["model.pooling"] == "mean"
+    finished = [row for row in table if row["state"] == "COMPLETE"]
+    assert len(finished) == 3 and table[retry] in finished
+    assert all(row["reason"].startswith("not run: ") for row in table[1:] if row["state"] == "FAIL")
+    assert len({row["worker"] for row in finished}) == 2, "both torchrun jobs trained trials of the study"
+    for row in finished:  # each trial trained once, on 2 processes
+        assert sorted(p.name for p in (Path(row["run_dir"]) / "logs").iterdir()) == ["rank_0.log", "rank_1.log"]
