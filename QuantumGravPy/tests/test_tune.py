@@ -218,7 +218,7 @@ def test_two_workers_share_one_study_and_stop_together_at_its_trials(tmp_path, d
     workers = [subprocess.Popen(command, env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for _ in range(2)]
     outputs = [worker.communicate(timeout=300) for worker in workers]
-    assert [worker.returncode for worker in workers] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert [worker.returncode for worker in workers] == [0, 0], [err[:3000] for _, err in outputs]
     table = rows(tmp_path / "studies" / "s")
     finished = [row for row in table if row["state"] == "COMPLETE"]
     assert len(finished) == 4
@@ -303,3 +303,15 @@ def test_world_size_2_kill_9_of_a_torchrun_job_then_two_torchrun_workers_finish_
     assert len({row["worker"] for row in finished}) == 2, "both torchrun jobs trained trials of the study"
     for row in finished:  # each trial trained once, on 2 processes
         assert sorted(p.name for p in (Path(row["run_dir"]) / "logs").iterdir()) == ["rank_0.log", "rank_1.log"]
+
+
+def test_workers_opening_a_new_database_at_once_all_open_it(tmp_path):
+    """The race of two workers started together: both create the tables of a new database, one fails on the
+    row the other wrote (UNIQUE constraint failed: alembic_version) unless it opens the storage again. A
+    race is a distribution: 8 rounds of 3 workers."""
+    from ddp_helpers import spawn_ranks
+    from tune_helpers import open_new_database
+
+    for round_ in range(8):
+        outcomes = spawn_ranks(open_new_database, 3, str(tmp_path / f"study_{round_}.db"))
+        assert sorted(outcome for _, outcome in outcomes) == ["opened"] * 3, outcomes

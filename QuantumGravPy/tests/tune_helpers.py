@@ -45,3 +45,14 @@ class SlowEpochs(QG.Callback):
 
     def on_epoch_end(self, trainer, record):
         time.sleep(self.seconds)
+
+
+def open_new_database(rank: int, world_size: int, port: int, results, path: str) -> None:
+    """One of several workers opening the same new SQLite study database at once (``spawn_ranks``'s signature)."""
+    from QuantumGrav.study_storage import open_storage
+
+    try:
+        open_storage(f"sqlite:///{path}")
+        results.put((rank, "opened"))
+    except Exception as err:  # noqa: BLE001 - the test shows what went wrong
+        results.put((rank, f"{type(err).__name__}: {err}"))

@@ -23,6 +23,7 @@ free worker runs. RDB storages have Optuna's own heartbeat; journal files get th
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 import warnings
@@ -42,6 +43,7 @@ HEARTBEAT_INTERVAL_S = 5
 HEARTBEAT_GRACE_S = 20  # four missed heartbeats: a live worker under load is not mistaken for a dead one
 MAX_RETRIES = 2  # a trial that kills its worker every time (say, out of memory) is not retried forever
 HEARTBEAT_ATTR = "quantumgrav:heartbeat"
+CREATE_ATTEMPTS = 5  # opening a new database that other workers are creating at the same moment
 
 
 class JournalHeartbeatStorage(JournalStorage, BaseHeartbeat):
@@ -79,15 +81,32 @@ def open_storage(spec: str):
                 if not Path(spec).parent.is_dir():
                     raise FileNotFoundError(f"the folder {Path(spec).parent} does not exist")
                 return JournalHeartbeatStorage(spec, retry)
-            # SQLite: several processes write (heartbeats, pruning reports); wait for the lock, not 5 s.
-            engine = {"connect_args": {"timeout": 60}} if spec.startswith("sqlite") else None
-            return RDBStorage(spec, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                              grace_period=HEARTBEAT_GRACE_S, heartbeat_stale_trial_callback=retry)
+            return _open_database(spec, retry)
     except Exception as err:  # noqa: BLE001 - whatever the driver raises, the user fixes tune.storage
         reason = " ".join(str(err).split())[:300] or type(err).__name__
         raise UserError(f"tune.storage: cannot open {spec!r}: {reason}; give a reachable storage: null (a journal "
                         "file in the study folder), sqlite:///path/study.db, postgresql://user@host/db, or the "
                         "path of a journal file in an existing folder") from None
+
+
+def _open_database(spec: str, retry: RetryHeartbeatStaleTrialCallback) -> RDBStorage:
+    """An RDB storage. Workers started together (a job array, two terminals) may all find a new database and
+    create its tables at once; all but one then fail on a table or row the winner has just written
+    (``UNIQUE constraint failed: alembic_version``, ``already exists``). The tables exist by then: such a
+    worker opens the storage again, after a random pause, a few times at most."""
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    # SQLite: several processes write (heartbeats, pruning reports); wait for the lock, not 5 s.
+    engine = {"connect_args": {"timeout": 60}} if spec.startswith("sqlite") else None
+    for attempts_left in reversed(range(CREATE_ATTEMPTS)):
+        try:
+            return RDBStorage(spec, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                              grace_period=HEARTBEAT_GRACE_S, heartbeat_stale_trial_callback=retry)
+        except (IntegrityError, OperationalError, ProgrammingError) as err:
+            created_by_another = isinstance(err, IntegrityError) or "already exists" in str(err)
+            if not created_by_another or not attempts_left:
+                raise
+            time.sleep(random.uniform(0.2, 1.0))
 
 
 def open_study(settings: StudySettings):
