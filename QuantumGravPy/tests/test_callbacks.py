@@ -81,3 +81,12 @@ def test_a_step_vote_on_rank_1_interrupts_every_rank_one_step_later_and_the_run_
     assert state["in_epoch"]["epoch"] == 0 and state["in_epoch"]["completed_batches"] == 3
     result = QG.launch(config, nproc=2, callbacks=[InterruptAtStep(2)])
     assert [r["epoch"] for r in result["history"]] == [0, 1]
+
+
+def test_a_callback_that_cannot_be_pickled_is_refused_before_any_rank_starts(tiny_config, tmp_path):
+    from ddp_helpers import HoldsALambda
+
+    config = tiny_config({"training.path": str(tmp_path / "runs")})
+    with pytest.raises(QG.UserError, match="callbacks: QG.launch hands each rank a pickled copy of its callbacks"):
+        QG.launch(config, nproc=2, callbacks=[HoldsALambda()])
+    assert not (tmp_path / "runs").exists()

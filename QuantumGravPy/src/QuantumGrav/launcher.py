@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import queue as queue_module
 import shutil
 import signal
@@ -82,7 +83,13 @@ def remove_unfinished_run(run_dir: str | Path | None) -> None:
 
 def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
     """Spawned processes import every class and function of the config (and the classes of the callbacks
-    handed to ``launch``) by name: fail now, not there."""
+    handed to ``launch``) by name, and get the callbacks pickled: fail now, not there."""
+    try:
+        pickle.dumps(list(callbacks))
+    except (pickle.PicklingError, TypeError, AttributeError) as err:
+        raise UserError(f"callbacks: QG.launch hands each rank a pickled copy of its callbacks, and one cannot be "
+                        f"pickled ({err}); keep names and numbers in a callback and open files, connections or "
+                        "models in its on_fit_start") from None
     unimportable = find_unimportable(config) + find_unimportable({"callbacks": [type(c) for c in callbacks]})
     if unimportable:
         listing = ", ".join(f"{key} = {path}" for key, path in unimportable)
@@ -239,6 +246,7 @@ def _wait_for_exit(processes: list, grace_s: float) -> None:
 
 
 def _stop(processes: list, grace_s: float = 5.0) -> None:
+    processes = [p for p in processes if p.pid is not None]  # a start that failed leaves the rest unstarted
     for process in processes:
         if process.is_alive():
             process.terminate()
