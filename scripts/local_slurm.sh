@@ -17,13 +17,14 @@
 # it, and nothing of the cluster is left but the packages and the /etc/hosts line.
 # Settings (environment): QG_SLURM_DIR, QG_SLURM_PORT (slurmctld's; the nodes take the next two; default
 # 31817, below Linux's ephemeral ports and above the rendezvous ports of slurm_ddp.sbatch), QG_SLURM_CPUS
-# (CPUs of each node; default: this machine's, at least 2).
+# (CPUs of each node; default: this machine's, at least 4, so that the jobs of two test files can run side by
+# side: the nodes share this machine's cores anyway).
 # Needs: Debian/Ubuntu packages slurm-wlm and munge (installed with apt-get when run as root).
 set -euo pipefail
 
 DIR=${QG_SLURM_DIR:-/tmp/quantumgrav-slurm}
 PORT=${QG_SLURM_PORT:-31817}
-CPUS=${QG_SLURM_CPUS:-$(( $(nproc) > 2 ? $(nproc) : 2 ))}
+CPUS=${QG_SLURM_CPUS:-$(( $(nproc) > 4 ? $(nproc) : 4 ))}
 NODES=(n1 n2)
 CONF=$DIR/slurm.conf
 export SLURM_CONF=$CONF
@@ -140,7 +141,7 @@ start() {
   resolve_node_names
   stop_daemons  # what is left of an earlier start (a daemon that died, a stale pid file)
   write_config
-  [ -f "$DIR/munge/munge.key" ] || { umask 077; dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 2>/dev/null; }
+  [ -f "$DIR/munge/munge.key" ] || (umask 077; dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 2>/dev/null)
   chmod 700 "$DIR/munge"
   chmod 400 "$DIR/munge/munge.key"
   start_daemon munged munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
@@ -160,11 +161,10 @@ start() {
 }
 
 stop_daemons() {
-  local name pid_file
+  local name pid_file pid
   for name in "${NODES[@]/#/slurmd-}" slurmctld munged; do
     pid_file=$DIR/run/$name.pid
     if pid_alive "$pid_file"; then
-      local pid
       pid=$(cat "$pid_file")
       kill -TERM "$pid"
       for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -180,10 +180,10 @@ stop() {
   flock 9
   if [ -f "$CONF" ] && scontrol ping >/dev/null 2>&1; then
     # A job's processes run under slurmstepd, which outlives slurmd: end the jobs first.
-    local jobs
-    jobs=$(squeue -h -o %A)
-    if [ -n "$jobs" ]; then
-      scancel $jobs 2>/dev/null || true
+    local jobs=()
+    mapfile -t jobs < <(squeue -h -o %A)
+    if [ ${#jobs[@]} -gt 0 ]; then
+      scancel "${jobs[@]}" 2>/dev/null || true
       local deadline=$((SECONDS + 60))
       while [ -n "$(squeue -h -o %A)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.5; done
     fi
