@@ -146,8 +146,10 @@ start() {
   chmod 400 "$DIR/munge/munge.key"
   start_daemon munged munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
     --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed"
-  # -c: no jobs from an earlier start (their processes are gone); -i: ignore a damaged state file.
-  start_daemon slurmctld slurmctld -c -i -f "$CONF"
+  # The state of an earlier start is kept, as on a real cluster: job ids go on increasing (a new job with the id
+  # of an old one would continue that job's unfinished run: slurm_ddp.sbatch names runs by job id).
+  # -i: a damaged state file is ignored rather than fatal.
+  start_daemon slurmctld slurmctld -i -f "$CONF"
   local node
   for node in "${NODES[@]}"; do
     start_daemon "slurmd-$node" slurmd -N "$node" -f "$CONF"
