@@ -207,8 +207,8 @@ class WandbLogger:
         first, self._first_epoch_missing = self._first_epoch_missing, None
         lost = [row for row in MetricsCSV(self.run_dir / "metrics.csv").rows() if first <= int(row["epoch"]) < before]
         if lost:
-            logger.info(f"W&B: epochs {first}..{before - 1} were not in the offline run of the earlier attempt "
-                        "(its service was stopped with the job); logging them from metrics.csv")
+            logger.info(f"W&B: epochs {first}..{before - 1} are not in the offline files of the earlier attempts "
+                        "(W&B's service was stopped with the job); logging them from metrics.csv")
         for row in lost:
             values = {key: _number(text) for key, text in row.items() if text != ""}
             self._call(f"logging epoch {values['epoch']}",
