@@ -3,7 +3,13 @@ machine) and what a test does with it: submit a batch script as a user does, fol
 
 ``start_cluster()`` is behind the ``slurm_cluster`` fixture (conftest.py): once per test run it starts the cluster
 unless it runs already. Without SLURM on the machine the tests that use it are skipped with the reason; under CI
-(``CI=true``, where .ci/run starts the cluster before the suite) a missing cluster is a failure.
+(``CI=true``, where .ci/run starts the cluster before the suite) a missing cluster is a failure. A test file marks
+itself ``pytest.mark.slurm`` and asks for the fixture:
+
+    def test_an_array(slurm_cluster, tmp_path):
+        job = slurm_cluster.submit("configs/slurm_tune.sbatch", "--config", "...",
+                                   options=["--array=0-1", f"--output={tmp_path}/slurm-%A_%a.out"])
+        tasks = slurm_cluster.wait_for_array(job, timeout_s=300)
 """
 
 from __future__ import annotations
@@ -59,31 +65,44 @@ class Cluster:
         self.submitted.append(job)
         return job
 
+    def tasks(self, job: int) -> list[dict[str, str]]:
+        """``scontrol show job``'s fields (JobState, ExitCode, Restarts, NodeList, ...): one dict for a job, one
+        per task for a job array (with one for its tasks still pending)."""
+        lines = self.command("scontrol", "show", "job", "-o", str(job)).stdout.splitlines()
+        return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in lines if line.strip()]
+
     def job(self, job: int) -> dict[str, str]:
-        """``scontrol show job``'s fields (JobState, ExitCode, Restarts, NodeList, ...)."""
-        line = self.command("scontrol", "show", "job", "-o", str(job)).stdout
-        return dict(re.findall(r"(\w+)=(\S*)", line))
+        (fields,) = self.tasks(job)
+        return fields
 
     def wait_for_end(self, job: int, timeout_s: float, restarts: int = 0) -> dict[str, str]:
         """The job's fields once it has ended after ``restarts`` requeues and every process of it is gone."""
+        (fields,) = self.wait_for_array(job, timeout_s, restarts)
+        return fields
+
+    def wait_for_array(self, job: int, timeout_s: float, restarts: int = 0) -> list[dict[str, str]]:
+        """Every task's fields once all have ended (after ``restarts`` requeues) and no process of any is left."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            fields = self.job(job)
-            if fields["JobState"] in ENDED and int(fields["Restarts"]) >= restarts and not self.processes(job):
-                return fields
+            tasks = self.tasks(job)
+            if (all(t["JobState"] in ENDED and int(t["Restarts"]) >= restarts for t in tasks)
+                    and not self.processes(job)):
+                return tasks
             time.sleep(0.5)
-        raise AssertionError(f"job {job} did not end within {timeout_s:.0f} s: {self.job(job)}")
+        raise AssertionError(f"job {job} did not end within {timeout_s:.0f} s: {self.tasks(job)}")
 
     @staticmethod
     def processes(job: int) -> list[psutil.Process]:
-        """Every process of the job on this machine (both nodes are this machine): its environment names it."""
+        """Every process of the job (or of every task of the job array) on this machine, where both nodes
+        are: its environment names the job."""
         found = []
         for process in psutil.process_iter():
             try:
-                if process.environ().get("SLURM_JOB_ID") == str(job):
-                    found.append(process)
+                environ = process.environ()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+            if str(job) in (environ.get("SLURM_JOB_ID"), environ.get("SLURM_ARRAY_JOB_ID")):
+                found.append(process)
         return found
 
     def cancel_what_is_left(self) -> None:
