@@ -97,10 +97,7 @@ class Cluster:
         are: its environment names the job."""
         found = []
         for process in psutil.process_iter():
-            try:
-                environ = process.environ()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
+            environ = environ_of(process)
             if str(job) in (environ.get("SLURM_JOB_ID"), environ.get("SLURM_ARRAY_JOB_ID")):
                 found.append(process)
         return found
@@ -109,6 +106,14 @@ class Cluster:
         """After the tests: no job of theirs keeps running (a failed test may leave one behind)."""
         if self.submitted:
             self.command("scancel", *map(str, self.submitted), check=False)
+
+
+def environ_of(process: psutil.Process) -> dict[str, str]:
+    """The process's environment (SLURMD_NODENAME says its node), or {} once it has exited."""
+    try:
+        return process.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return {}
 
 
 def start_cluster() -> Cluster | str:

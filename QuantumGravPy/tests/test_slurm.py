@@ -25,7 +25,7 @@ import torch
 import QuantumGrav as QG
 from QuantumGrav.wandb_logger import read_offline_runs
 from conftest import TINY
-from slurm_jobs import ENDED
+from slurm_jobs import ENDED, environ_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -169,7 +169,7 @@ def cancelled(jobs):
     job = jobs.submit(*command, options=options)
     jobs.paused(job, 0)
     before_scancel = cluster.processes(job)
-    nodes = {p.environ().get("SLURMD_NODENAME") for p in before_scancel}
+    nodes = {environ_of(p).get("SLURMD_NODENAME") for p in before_scancel}
     cluster.command("scancel", str(job))
     cancel = cluster.wait_for_end(job, JOB_S)
     in_epoch = torch.load(runs / "named" / "checkpoints" / "last.pt", weights_only=True)["in_epoch"]
@@ -177,7 +177,7 @@ def cancelled(jobs):
     again = jobs.submit(*command, options=options)
     jobs.paused(again, 0)
     before_kill = cluster.processes(again)
-    (torchrun_n2,) = [p for p in before_kill if p.environ().get("SLURMD_NODENAME") == "n2"
+    (torchrun_n2,) = [p for p in before_kill if environ_of(p).get("SLURMD_NODENAME") == "n2"
                       and any(arg.endswith("torchrun") for arg in p.cmdline())]
     killed_at = time.monotonic()
     torchrun_n2.kill()
