@@ -37,8 +37,9 @@ ALL_RESULTS = {"training.figures": True, "testing.baselines": True}
 # The files that take longest (pytest --durations on a 2-core machine), heaviest first. `make test` hands whole
 # files to its workers in collection order (--dist loadfile --no-loadscope-reorder); a long file handed out
 # last would keep one worker busy while the others idle. Files not named here follow, in their own order.
-LONGEST_FIRST = ("test_restarts.py", "test_docs.py", "test_launchers.py", "05_fault_tolerance.ipynb", "test_tune.py",
-                 "test_ddp.py", "test_notebooks.py", "test_your_own_data.py", "test_teardown.py", "test_fault_tolerance.py")
+LONGEST_FIRST = ("test_slurm.py", "test_restarts.py", "test_docs.py", "test_launchers.py", "05_fault_tolerance.ipynb",
+                 "test_tune.py", "test_ddp.py", "test_notebooks.py", "test_your_own_data.py", "test_teardown.py",
+                 "test_fault_tolerance.py")
 
 
 def pytest_collection_modifyitems(items):
@@ -49,6 +50,21 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def data_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The local two-node SLURM cluster (slurm_jobs.py, scripts/local_slurm.sh), started once per test run if it
+    is not up. Skips without SLURM, with the reason; under CI (CI=true) a missing cluster fails instead."""
+    import slurm_jobs
+
+    cluster = slurm_jobs.start_cluster()
+    if isinstance(cluster, str):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true needs the local SLURM cluster (.ci/run starts it): {cluster}")
+        pytest.skip(cluster)
+    yield cluster
+    cluster.cancel_what_is_left()
 
 
 @pytest.fixture

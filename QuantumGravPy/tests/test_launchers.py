@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import QuantumGrav as QG
@@ -212,52 +213,45 @@ def _stand_ins(tmp_path: Path, scripts: dict[str, str]) -> str:
     return f"{bin_dir}:/usr/bin:/bin"
 
 
-def test_the_slurm_script_starts_one_torchrun_per_node_with_the_slurm_layout(tmp_path):
-    # Stand-ins for scontrol, srun (two nodes: runs its command with SLURM_NODEID 0 and 1) and torchrun.
+def test_on_gpu_nodes_the_slurm_script_starts_one_process_per_allocated_gpu(tmp_path):
+    """The part of configs/slurm_ddp.sbatch that the local cluster (test_slurm.py: CPU nodes, run for real)
+    cannot run here: processes per node from the GPUs SLURM allocated, and each torchrun's cores. Stand-ins
+    for scontrol, srun (two nodes: it runs its command with SLURM_NODEID 0 and 1), python (the config check)
+    and torchrun record what they are given."""
     stand_ins = {
         "scontrol": 'printf "gpu-a\\ngpu-b\\n"',
         "srun": 'while [ "${1#--}" != "$1" ]; do shift; done\n'
                 'for node in 0 1; do SLURM_NODEID=$node "$@" || exit $?; done',
+        "python": 'printf "%s\\n" "$@" > "$OUT/check.args"',
         "torchrun": 'printf "%s\\n" "$SRUN_CPUS_PER_TASK" "$@" > "$OUT/node$SLURM_NODEID.args"',
     }
     env = {"PATH": _stand_ins(tmp_path, stand_ins), "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-[a-b]",
            "SLURM_JOB_ID": "123456", "SLURM_NNODES": "2", "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "4",
            "CONFIG": "my configs/run 1.yaml"}
-    done = subprocess.run(["bash", str(REPO / "configs" / "slurm_ddp.sbatch")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(["bash", str(REPO / "configs" / "slurm_ddp.sbatch"), "--set", "training.num_epochs=3"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stderr
+    arguments = ["--config", "my configs/run 1.yaml", "--set", "training.num_epochs=3"]
+    assert (tmp_path / "check.args").read_text().splitlines() == ["-m", "QuantumGrav", "train", "--check",
+                                                                  "--nproc", "4", *arguments]
     for node in (0, 1):
         args = (tmp_path / f"node{node}.args").read_text().splitlines()
         assert args == ["16", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=4", "--master_addr=gpu-a",
                         "--master_port=13456", "--rdzv-id=quantumgrav-123456", "--max-restarts=1",
-                        "QuantumGravPy/examples/train_ddp_standalone.py",
-                        "--config", "my configs/run 1.yaml", "--set", "training.device=cuda"]
+                        "QuantumGravPy/examples/train_ddp_standalone.py", *arguments]
 
 
-def test_the_slurm_script_checkpoints_and_requeues_when_the_time_limit_is_near(tmp_path):
-    """SLURM's --signal=B:USR1 reaches the batch script: it passes SIGTERM to the job step (the ranks
-    checkpoint and exit) and requeues the job under the same id, which names the run to continue."""
-    import signal
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without a CUDA GPU says")
+def test_train_check_validates_the_config_and_this_machines_devices_without_training(tmp_path, capsys):
+    """What the SLURM script runs once before srun (``train --check``): ready, or the error with exit code 2."""
+    from QuantumGrav import cli
 
-    stand_ins = {
-        "scontrol": 'if [ "$1" = requeue ]; then echo "$@" > "$OUT/requeued"; else printf "gpu-a\\n"; fi',
-        # the job step: runs until SIGTERM, then exits as a checkpointed rank does
-        "srun": 'trap \'echo term > "$OUT/step_terminated"; kill $!; exit 143\' TERM\ntouch "$OUT/step_started"\n'
-                'sleep 60 >/dev/null 2>&1 & wait',
-        "torchrun": "exit 0",
-    }
-    env = {"PATH": _stand_ins(tmp_path, stand_ins), "OUT": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-a",
-           "SLURM_JOB_ID": "123456", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "4"}
-    script = subprocess.Popen(["bash", str(REPO / "configs" / "slurm_ddp.sbatch")], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "step_started").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        script.send_signal(signal.SIGUSR1)
-        output, _ = script.communicate(timeout=30)
-    finally:
-        script.kill()
-    assert script.returncode == 0, output
-    assert (tmp_path / "step_terminated").exists(), "the job step never got SIGTERM"
-    assert (tmp_path / "requeued").read_text().split() == ["requeue", "123456"]
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(QG.apply_overrides(TINY, {"training.path": str(tmp_path / "runs")})))
+    assert cli.main(["train", "--check", "--config", str(config), "--nproc", "3"]) == 0
+    assert capsys.readouterr().out == f"{config}: ready: 3 process(es) on cpu (gloo), 3 epochs\n"
+    assert cli.main(["train", "--check", "--config", str(config), "--set", "training.device=cuda"]) == 2
+    assert capsys.readouterr().err == ("error: training.device: 'cuda' was asked for but no CUDA GPU is visible; "
+                                       "use device: auto (the GPUs where there are some, else the CPU) or cpu, or "
+                                       "check CUDA_VISIBLE_DEVICES\n")
+    assert not (tmp_path / "runs").exists(), "nothing is written"

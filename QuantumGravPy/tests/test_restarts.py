@@ -1,9 +1,11 @@
 """A failure costs no epoch: restarted, requeued and preempted jobs continue the run they started.
 
-Each test runs real jobs (torchrun, the CLI) on tiny data, injects the fault (SIGTERM, a kill inside an
+Each test runs real jobs (the trainer, the CLI) on tiny data, injects the fault (SIGTERM, a kill inside an
 epoch), and checks the run directory: one run, every epoch once, and the same weights as a run that was
 never interrupted. ``kill -9`` of a worker under ``torchrun --max-restarts=1`` runs in
-notebooks/05_fault_tolerance.ipynb (under nbval, in the suite), whose cells assert the same of it.
+notebooks/05_fault_tolerance.ipynb (under nbval, in the suite), whose cells assert the same of it; a torchrun
+job on two nodes that SLURM stops and requeues (SIGTERM to every process, the job id as --rdzv-id) runs on the
+local SLURM cluster in test_slurm.py.
 """
 
 import csv
@@ -24,19 +26,7 @@ from QuantumGrav.config import resolve_pyobject
 import ddp_helpers
 from conftest import REPO, TINY
 
-SCRIPT = REPO / "QuantumGravPy" / "examples" / "train_ddp_standalone.py"
 EPOCHS = 6
-
-
-def _torchrun(config_path: Path, nproc: int, *args: str, rdzv_id: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
-    for variable in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
-        env.pop(variable, None)
-    run_id = [f"--rdzv-id={rdzv_id}"] if rdzv_id else []
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                             f"--master_port={QG.find_free_port()}", *run_id,
-                             str(SCRIPT), "--config", str(config_path), *args],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -51,34 +41,6 @@ def config_file(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_model(config_file) -> dict:
-    """Final weights of the job run on 2 processes without any fault: what every recovery must reproduce.
-    Run by QG.launch (its workers fork from a server that has imported torch already: seconds cheaper than
-    torchrun's fresh processes); the recoveries under torchrun must match it, launcher and all."""
-    result = QG.launch(QG.load_config(config_file, {"training.run_name": "uninterrupted"}), nproc=2)
-    return _final_model(Path(result["run_dir"]))
-
-
-@pytest.fixture
-def job(tmp_path, config_file):
-    """``job.torchrun(nproc, ...)`` runs the job with its run directories under this test's tmp_path."""
-
-    class Job:
-        runs = tmp_path / "runs"
-
-        @staticmethod
-        def torchrun(nproc: int, *args: str, **kwargs) -> subprocess.Popen:
-            return _torchrun(config_file, nproc, "--set", f"training.path={Job.runs}", *args, **kwargs)
-
-        @staticmethod
-        def run_dirs() -> list[Path]:
-            folders = Job.runs.iterdir() if Job.runs.exists() else []
-            return sorted(p for p in folders if p.is_dir() and p.name != ".jobs")
-
-    return Job
-
-
 def _assert_same_weights(expected: dict, got: dict) -> None:
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=1e-6, atol=1e-6, msg=name)
@@ -87,17 +49,6 @@ def _assert_same_weights(expected: dict, got: dict) -> None:
 def _epochs(run_dir: Path) -> list[int]:
     with open(run_dir / "metrics.csv", newline="") as f:
         return [int(row["epoch"]) for row in csv.DictReader(f)]
-
-
-def _wait_for_epochs(job, count: int, process: subprocess.Popen, timeout_s: float = 180.0) -> Path:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stdout.read()[-4000:]
-        dirs = job.run_dirs()
-        if dirs and (dirs[0] / "metrics.csv").exists() and len(_epochs(dirs[0])) >= count:
-            return dirs[0]
-        time.sleep(0.05)
-    raise AssertionError(f"no {count} epochs within {timeout_s} s")
 
 
 def _final_model(run_dir: Path) -> dict:
@@ -156,29 +107,6 @@ def test_a_run_continued_on_another_world_size_takes_this_jobs_batch_lr_and_sche
         epoch = int(row["epoch"])
         expected = 1e-2 * new_world * (1 + math.cos(math.pi * epoch / 4)) / 2
         assert float(row["lr"]) == pytest.approx(expected, rel=1e-6), epoch
-
-
-def test_sigterm_checkpoints_every_rank_and_the_requeued_job_continues(job, uninterrupted_model):
-    """SLURM's notice (SIGTERM to torchrun, which passes it to its workers); the requeued job is the same
-    command with the same --rdzv-id (the SLURM script passes the job id), and finds its run by it."""
-    preempted = job.torchrun(2, rdzv_id="slurm-4242")
-    try:
-        run_dir = _wait_for_epochs(job, 2, preempted)
-        time.sleep(0.35)  # somewhere inside the next epoch
-        preempted.send_signal(signal.SIGTERM)
-        output, _ = preempted.communicate(timeout=120)
-    finally:
-        preempted.kill()
-    assert "stopped on SIGTERM after checkpointing" in output, output[-5000:]
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
-    requeued = job.torchrun(2, rdzv_id="slurm-4242")
-    output, _ = requeued.communicate(timeout=240)
-    assert requeued.returncode == 0, output[-5000:]
-    assert job.run_dirs() == [run_dir]
-    assert _epochs(run_dir) == list(range(EPOCHS))
-    resumed_epoch = state["in_epoch"]["epoch"] if state["in_epoch"] else state["epoch"] + 1
-    assert f"resuming {run_dir} at epoch {resumed_epoch}" in output, output[-5000:]
-    _assert_same_weights(uninterrupted_model, _final_model(run_dir))
 
 
 def test_sigterm_to_the_launching_process_stops_every_worker_after_a_checkpoint(config_file, tmp_path):

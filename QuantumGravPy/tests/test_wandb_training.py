@@ -52,6 +52,20 @@ def test_resume_continues_the_same_wandb_run(tiny_config):
     assert {run["id"] for run in runs} == {run_id}
 
 
+def test_a_resumed_run_logs_the_epochs_that_a_stopped_service_had_not_written(tiny_config):
+    """SLURM stops a job (preemption, time limit, requeue) with SIGTERM to every process, W&B's service too,
+    which exits without writing what it held: the file it leaves has only its header (test_slurm.py, on a
+    real cluster). The resumed run logs those epochs from metrics.csv before its own."""
+    first = QG.launch(tiny_config({"logger": WANDB, "training.num_epochs": 2}), nproc=1)
+    (stopped,) = read_offline_runs(first["run_dir"])
+    sync_file = next(Path(stopped["dir"]).glob("run-*.wandb"))
+    sync_file.write_bytes(sync_file.read_bytes()[:7])
+    QG.launch(tiny_config({"logger": WANDB, "training.num_epochs": 3, "training.resume": first["run_dir"]}), nproc=1)
+    runs = read_offline_runs(first["run_dir"])
+    assert {run["id"] for run in runs if run["history"]} == {stopped["id"]}
+    _assert_history_equals_csv({"history": [row for run in runs for row in run["history"]]}, first["run_dir"])
+
+
 def test_training_carries_on_when_wandb_fails(tiny_config, monkeypatch):
     import wandb
 

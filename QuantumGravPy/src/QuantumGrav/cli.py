@@ -56,6 +56,10 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
     train.add_argument("--nproc", type=_int_at_least(1), default=None,
                        help="processes on this machine (default: parallel.world_size); ignored under torchrun")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    train.add_argument("--check", action="store_true",
+                       help="check the config, and this machine's GPUs for --nproc processes, then exit without "
+                            "training (0: ready; 2: the error). A batch script runs it once before it starts the "
+                            "job's processes (configs/slurm_ddp.sbatch)")
     # torch.distributed.launch (legacy) passes --local-rank / --local_rank to every worker.
     train.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, help=argparse.SUPPRESS)
     tune = commands.add_parser("tune", help="run, continue or join a hyperparameter study (Optuna); print its summary")
@@ -88,7 +92,7 @@ def _train(args: argparse.Namespace) -> int:
     import os
 
     from .config import load_config
-    from .launcher import run_from_entry_point
+    from .launcher import check_job, run_from_entry_point
     from .logging_utils import rank_zero_only
     from .run_records import summarise_run
 
@@ -97,6 +101,9 @@ def _train(args: argparse.Namespace) -> int:
     # The folder name as a quoted YAML string: 'runs/exp #3' or '2024' must not be read as YAML.
     overrides = list(args.overrides) + ([f"training.resume={json.dumps(args.resume)}"] if args.resume else [])
     config = load_config([args.config, *args.merge], overrides)
+    if args.check:
+        print(f"{args.config}: ready: {check_job(config, args.nproc)}")
+        return 0
     result = run_from_entry_point(config, args.nproc)
     if result is not None and result.get("test") is not None:
         rank_zero_only(print)(summarise_run(result))  # under torchrun every rank returns here

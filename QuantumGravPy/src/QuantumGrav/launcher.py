@@ -14,6 +14,7 @@ import pickle
 import queue as queue_module
 import shutil
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -28,7 +29,7 @@ from .checkpoint import has_checkpoint
 from .config import find_unimportable, resolve_config, with_world_size
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           cores_per_process, launched_by_torchrun, worker_context)
-from .errors import Preempted, UserError
+from .errors import ConfigError, Preempted, UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
@@ -102,9 +103,26 @@ def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
 def _check_devices(config: dict, nproc: int) -> None:
     if configured_device_type(config["training"]["device"]) == "cuda":
         visible = torch.cuda.device_count()
+        if visible == 0:  # only device: cuda gets here without a GPU ('auto' then means the CPU)
+            raise ConfigError("training.device: 'cuda' was asked for but no CUDA GPU is visible; use device: auto "
+                              "(the GPUs where there are some, else the CPU) or cpu, or check CUDA_VISIBLE_DEVICES")
         if nproc > visible:
             raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
                             f"use nproc <= {visible}, or check CUDA_VISIBLE_DEVICES")
+
+
+def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
+    """What can be known before a job's processes start, found by one process: the config is valid and this
+    machine can run ``nproc`` processes of it (default ``parallel.world_size``). Raises the ``UserError``
+    the workers would raise; returns a line saying what would run.
+
+    A batch script calls it (``python -m QuantumGrav train --check``) before it starts torchrun on every
+    node: torchrun restarts its workers after any failure, a bad config included, and exits with 1."""
+    config = load_config(config)
+    nproc = config["parallel"]["world_size"] if nproc is None else nproc
+    _check_devices(config, nproc)
+    device = configured_device_type(config["training"]["device"])
+    return f"{nproc} process(es) on {device} ({_backend(config)}), {config['training']['num_epochs']} epochs"
 
 
 def _backend(config: dict) -> str:
@@ -263,6 +281,7 @@ def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) ->
     if not launched_by_torchrun():
         return launch(config, nproc)
     # torchrun started one copy of us per process and exported RANK, WORLD_SIZE, ...
+    stop_when_the_agent_dies()
     setup_logging(int(os.environ["RANK"]))
     try:
         initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
@@ -272,6 +291,24 @@ def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) ->
         raise
     finally:
         cleanup_ddp()
+
+
+def stop_when_the_agent_dies() -> None:
+    """A torchrun worker gets SIGTERM when its torchrun (the agent, its parent) dies, and stops as on a
+    preemption: every rank checkpoints at the next step, or fails within parallel.timeout_s where a peer
+    is gone too. torchrun passes SIGTERM on to its workers when it is told to stop, but killed (``kill -9``,
+    the out-of-memory killer, a node's job step killed) it leaves them running: holding their GPUs, waiting
+    in a collective for ranks that are gone, and, under SLURM's proctrack/linuxproc, outliving the job.
+    Linux only (prctl); the request is the parent's thread's, and torchrun starts its workers from its
+    main thread."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() == 1:  # the agent died before the request was made: nothing would send it now
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _log_failure(err: BaseException) -> None:

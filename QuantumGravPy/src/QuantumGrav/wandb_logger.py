@@ -11,18 +11,21 @@ be uploaded later with ``wandb sync``; ``read_offline_runs`` reads them back loc
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import struct
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .callbacks import Callback
 from .distributed import is_main_process
 from .logging_utils import get_logger
+from .run_artifacts import MetricsCSV
 
 logger = get_logger("wandb")
 
@@ -74,6 +77,7 @@ class WandbLogger:
         self.mode = env_mode if env_mode in WANDB_MODES else self.cfg["mode"]
         self._run = None
         self._run_id: str | None = None
+        self._first_epoch_missing: int | None = None  # a resumed offline run: see _log_lost_epochs
         # Defensive: the trainer creates the logger on rank 0 only, but a second run per
         # job (one per rank) would split the metrics and multiply the uploads.
         if self.mode == "disabled" or not is_main_process():
@@ -112,6 +116,11 @@ class WandbLogger:
             self._disable(f"wandb.init failed ({type(err).__name__}: {err})")
             return
         self._run_id = self._run.id
+        if resume_id and offline:
+            try:
+                self._first_epoch_missing = 1 + max(_epochs_on_disk(self.run_dir, resume_id), default=-1)
+            except ValueError as err:  # a damaged file: what it lacks is unknown, so nothing is logged twice
+                logger.warning(f"W&B: cannot read the earlier offline runs ({err}); epochs they lack stay missing")
         where = f"{self.run_dir / 'wandb'}; upload later with `wandb sync`" if offline else self._run.url
         logger.info(f"W&B run {self._run_id} ({self.mode}{', resumed' if resume_id else ''}): {where}")
 
@@ -121,10 +130,8 @@ class WandbLogger:
                        f"Training continues; every metric is still written to {self.run_dir / 'metrics.csv'}.")
         run, self._run = self._run, None
         if run is not None:
-            try:
+            with contextlib.suppress(Exception):  # the run is already broken; nothing more to report
                 self._close(run, exit_code=1)
-            except Exception:  # noqa: BLE001 - the run is already broken; nothing more to report
-                pass
 
     def _close(self, run, exit_code: int | None = None) -> None:
         run.finish(exit_code=exit_code)
@@ -182,11 +189,31 @@ class WandbLogger:
     def log_epoch(self, metrics: dict[str, Any], epoch: int) -> None:
         """One history row: exactly ``metrics`` (the metrics.csv row) at step ``epoch``.
 
-        commit=True writes the row now (a crash loses nothing) and keeps the histograms of
-        wandb.watch, logged during the next epoch, on that epoch's step. With step = epoch,
-        a resumed run continues at the steps after its checkpoint.
+        commit=True hands the row to W&B's service now (what the service had not written to disk when
+        a job was stopped is logged again by the resumed run: ``_log_lost_epochs``) and keeps the histograms
+        of wandb.watch, logged during the next epoch, on that epoch's step. With step = epoch, a resumed run
+        continues at the steps after its checkpoint.
         """
+        if self._first_epoch_missing is not None:
+            self._log_lost_epochs(before=epoch)
         self._call(f"logging epoch {epoch}", lambda run: run.log(dict(metrics), step=epoch, commit=True))
+
+    def _log_lost_epochs(self, before: int) -> None:
+        """A resumed offline run logs first the rows of ``metrics.csv`` that the earlier attempts' files lack.
+
+        W&B's service writes its file every 15 s or so, and a job stopped by a scheduler loses what it had
+        not written: SLURM (preemption, the time limit, ``scancel``, a requeue) sends SIGTERM to every process
+        of the job, the service too, which exits at once, while the ranks still checkpoint. The epochs logged
+        in those seconds (or all of them, in a short attempt) are in the checkpointed ``metrics.csv`` only."""
+        first, self._first_epoch_missing = self._first_epoch_missing, None
+        lost = [row for row in MetricsCSV(self.run_dir / "metrics.csv").rows() if first <= int(row["epoch"]) < before]
+        if lost:
+            logger.info(f"W&B: epochs {first}..{before - 1} are not in the offline files of the earlier attempts "
+                        "(W&B's service was stopped with the job); logging them from metrics.csv")
+        for row in lost:
+            values = {key: _number(text) for key, text in row.items() if text != ""}
+            self._call(f"logging epoch {values['epoch']}",
+                       lambda run, values=values: run.log(values, step=values["epoch"], commit=True))
 
     def log_summary(self, summary: dict[str, Any]) -> None:
         self._call("updating the summary", lambda run: run.summary.update(_json_safe(summary)))
@@ -368,6 +395,20 @@ def _read_offline_run(path: Path) -> dict[str, Any]:
             _remove_items(record.summary.remove, run["summary"])
     run["config"], run["summary"] = _public(run["config"]), _public(run["summary"])
     return run
+
+
+def _number(text: str) -> int | float:
+    """A value of metrics.csv as it was logged (Python writes floats so that they read back exactly)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _epochs_on_disk(run_dir: Path, run_id: str) -> list[int]:
+    """The epochs that the offline files of W&B run ``run_id`` hold (all its attempts so far)."""
+    return [int(row["epoch"]) for run in read_offline_runs(run_dir) if run["id"] == run_id
+            for row in run["history"] if "epoch" in row]
 
 
 def read_offline_runs(run_dir: str | Path) -> list[dict[str, Any]]:
