@@ -69,6 +69,9 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
                       help="override a config value, tune.* included, e.g. --set tune.study=lr_scan (repeatable)")
     tune.add_argument("--trials", type=_int_at_least(1), default=None,
                       help="finished trials (COMPLETE or PRUNED) the study ends with (default: tune.trials)")
+    tune.add_argument("--check", action="store_true",
+                      help="check the study config, open its storage and check this machine's GPUs for --nproc "
+                           "processes per trial, then exit without training (batch scripts run it before torchrun)")
     tune.add_argument("--nproc", type=_int_at_least(1), default=None,
                       help="processes per trial (default: parallel.world_size); ignored under torchrun")
     generate = commands.add_parser("generate", help="generate the data cache of a config's data section in "
@@ -115,8 +118,11 @@ def _tune(args: argparse.Namespace) -> int:
 
     require_optuna()
     from .study_report import summarise_study
-    from .tuner import StudyFailed, tune
+    from .tuner import StudyFailed, check_study, tune
 
+    if args.check:
+        print(f"{args.config}: ready: {check_study(args.config, args.trials, args.nproc, args.overrides)}")
+        return 0
     try:
         summary = tune(args.config, trials=args.trials, nproc=args.nproc, overrides=args.overrides)
     except StudyFailed as err:

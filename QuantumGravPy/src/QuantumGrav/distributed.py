@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .callbacks import Decision
-from .errors import UserError
+from .errors import ConfigError, UserError
 
 
 def get_rank() -> int:
@@ -110,8 +110,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """The config's ``training.device`` for this process: 'auto' -> CUDA when present; each process drives
     GPU ``local_rank`` of its node (never the global rank)."""
     if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("training.device: 'cuda' was asked for but no CUDA GPU is visible; "
-                        "use device: cpu (or auto), or check CUDA_VISIBLE_DEVICES")
+        raise ConfigError("training.device: 'cuda' was asked for but no CUDA GPU is visible; use device: auto "
+                          "(the GPUs where there are some, else the CPU) or cpu, or check CUDA_VISIBLE_DEVICES")
     if configured_device_type(name) == "cuda":
         return torch.device("cuda", local_rank)
     return torch.device("cpu")

@@ -28,8 +28,8 @@ from .callbacks import Callback
 from .checkpoint import has_checkpoint
 from .config import find_unimportable, resolve_config, with_world_size
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
-                          cores_per_process, launched_by_torchrun, worker_context)
-from .errors import ConfigError, Preempted, UserError
+                          cores_per_process, launched_by_torchrun, resolve_device, worker_context)
+from .errors import Preempted, UserError
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
@@ -101,11 +101,8 @@ def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
 
 
 def _check_devices(config: dict, nproc: int) -> None:
-    if configured_device_type(config["training"]["device"]) == "cuda":
+    if resolve_device(config["training"]["device"]).type == "cuda":  # device: cuda without a GPU raises here
         visible = torch.cuda.device_count()
-        if visible == 0:  # only device: cuda gets here without a GPU ('auto' then means the CPU)
-            raise ConfigError("training.device: 'cuda' was asked for but no CUDA GPU is visible; use device: auto "
-                              "(the GPUs where there are some, else the CPU) or cpu, or check CUDA_VISIBLE_DEVICES")
         if nproc > visible:
             raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
                             f"use nproc <= {visible}, or check CUDA_VISIBLE_DEVICES")
@@ -118,7 +115,7 @@ def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
 
     A batch script calls it (``python -m QuantumGrav train --check``) before it starts torchrun on every
     node: torchrun restarts its workers after any failure, a bad config included, and exits with 1."""
-    config = load_config(config)
+    config = resolve_config(config)
     nproc = config["parallel"]["world_size"] if nproc is None else nproc
     _check_devices(config, nproc)
     device = configured_device_type(config["training"]["device"])

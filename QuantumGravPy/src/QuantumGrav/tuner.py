@@ -33,7 +33,7 @@ from .callbacks import Callback, Stop
 from .config import apply_overrides, validate_config
 from .distributed import launched_by_torchrun
 from .errors import ConfigError, Preempted, UserError
-from .launcher import TrainingFailed, check_spawnable, launch
+from .launcher import TrainingFailed, check_job, check_spawnable, launch
 from .logging_utils import get_logger, setup_logging
 from .search_space import short_text
 from .study_config import StudySettings, problem_lines, read_study_config
@@ -74,6 +74,20 @@ def tune(config: Any, trials: int | None = None, nproc: int | None = None,
             worker.finish()
             raise
         return worker.finish()
+
+
+def check_study(config: Any, trials: int | None = None, nproc: int | None = None,
+                overrides: list[str] | dict[str, Any] | None = None) -> str:
+    """What can be known before a study's workers start, found by one process: the study config is valid,
+    its storage opens and holds this study (or a study of the same metric and space), and this machine can
+    run ``nproc`` processes per trial. A batch script calls it (``tune --check``) before torchrun, so that a
+    config error ends the job once with exit code 2. Returns a line saying what would run."""
+    settings, base = read_study_config(config, overrides, trials)
+    with _quiet_optuna():
+        study = open_study(settings)
+    finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False))
+    return (f"study '{settings.study}' in {settings.storage}: {finished} of {settings.trials} trials finished; "
+            f"each trial: {check_job(base, nproc)}")
 
 
 @contextlib.contextmanager
