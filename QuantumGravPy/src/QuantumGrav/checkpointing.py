@@ -30,7 +30,7 @@ from .run_artifacts import CHECKPOINT_DIR, MetricsCSV
 if TYPE_CHECKING:
     from .training import Trainer
 
-logger = get_logger("training")
+logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 
 
 class Checkpointing(Callback):

@@ -20,7 +20,7 @@ from .logging_utils import get_logger, rank_zero_warn
 from .schedules import (build_scheduler, derive_hyperparameters, fast_forward, fit_schedule_to_num_epochs,
                         scheduler_steps_per_epoch)
 
-logger = get_logger("optimization")
+logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 
 
 def build_named(key: str, constructor: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
