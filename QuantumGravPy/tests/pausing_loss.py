@@ -8,8 +8,9 @@ The job's environment sets (without them it is plain cross-entropy)
 
 Each process of each attempt of a job (SLURM's requeues, torchrun's restarts) pauses once, at that step of
 its own, after writing ``<dir>/<attempt>.rank<r>`` (its rank, node and pid). It goes on when SIGTERM
-arrives (the job is being stopped: the library checkpoints at the next step and stops) or when
-``<dir>/<attempt>.go`` exists; never later than MAX_PAUSE_S.
+arrives (the job is being stopped: the ranks learn of it at the step after this one, checkpoint and stop;
+the process then writes ``<dir>/<attempt>.rank<r>.terminated``) or when ``<dir>/<attempt>.go`` exists;
+never later than MAX_PAUSE_S.
 """
 
 import os
@@ -56,5 +57,7 @@ def _pause(folder: Path) -> None:
         go = folder / f"{attempt()}.go"
         while not terminated and not go.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+        if terminated:
+            marker.with_name(marker.name + ".terminated").touch()
     finally:
         signal.signal(signal.SIGTERM, library_handler)

@@ -74,6 +74,14 @@ class Jobs:
         return {rank: (node, int(pid)) for rank, node, pid in (m.read_text().split() for m in markers)
                 for rank in [int(rank)]}
 
+    def wait_for_sigterm(self, job: int, restart: int, rank: int) -> None:
+        """Until the rank, held at its pause in the job's attempt ``restart``, has got SIGTERM."""
+        marker = self.pauses / f"{job}.{restart}.0.rank{rank}.terminated"
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline, f"rank {rank} of job {job} never got SIGTERM"
+            time.sleep(0.05)
+
     def release(self, job: int, restart: int) -> None:
         """The attempt ``restart`` goes on (or, not started yet, will not pause at all)."""
         (self.pauses / f"{job}.{restart}.0.go").touch()
@@ -135,8 +143,9 @@ def test_the_time_limit_notice_checkpoints_every_rank_then_the_job_requeues_itse
     assert output.count(f"time limit near: checkpointing, then requeueing job {requeued.job}") == 1
     epoch, batch = _stopped_at(output.split("restart=1")[0], rank=0)
     assert _stopped_at(output.split("restart=1")[0], rank=1) == (epoch, batch)
-    assert (epoch, batch) == (1, 1), "inside epoch 1, at the step after the pause"
-    assert f"resuming {requeued.run_dir} at epoch 1, batch 1" in output
+    # The signal came during the first batch of epoch 1 (the pause); the ranks learn of it at the next step.
+    assert (epoch, batch) == (1, 2), "inside epoch 1, at the step after the pause"
+    assert f"resuming {requeued.run_dir} at epoch 1, batch 2" in output
 
 
 def test_scontrol_requeue_inside_an_epoch_continues_the_run_with_every_epoch_once_and_one_wandb_run(requeued):
@@ -181,7 +190,10 @@ def cancelled(jobs):
                       and any(arg.endswith("torchrun") for arg in p.cmdline())]
     killed_at = time.monotonic()
     torchrun_n2.kill()
-    jobs.release(again, 0)  # the other ranks train on, as they would when a node goes down
+    # Its worker gets SIGTERM at once (it asked for it when its torchrun dies); once it has, the other ranks
+    # train on, as they would when a node goes down. (Released before, rank 1 could finish the epoch first.)
+    jobs.wait_for_sigterm(again, 0, rank=1)
+    jobs.release(again, 0)
     lost = cluster.wait_for_end(again, TIMEOUT_S + KILL_WAIT_S + 60)
     lost_after_s = time.monotonic() - killed_at
     lost_output = jobs.output(again)
@@ -198,12 +210,12 @@ def test_scancel_checkpoints_every_rank_and_leaves_no_process_on_either_node(can
     assert cancelled.cancel["JobState"] == "CANCELLED", cancelled.cancel
     assert {"n1", "n2"} <= cancelled.nodes, "the job ran on both nodes"
     assert [p for p in cancelled.before_scancel if p.is_running()] == []
-    assert _stopped_at(cancelled.cancel_output, rank=0) == _stopped_at(cancelled.cancel_output, rank=1) == (1, 1)
-    assert cancelled.in_epoch["epoch"] == 1 and cancelled.in_epoch["completed_batches"] == 1
+    assert _stopped_at(cancelled.cancel_output, rank=0) == _stopped_at(cancelled.cancel_output, rank=1) == (1, 2)
+    assert cancelled.in_epoch["epoch"] == 1 and cancelled.in_epoch["completed_batches"] == 2
 
 
 def test_the_same_command_continues_a_cancelled_run(cancelled):
-    assert f"resuming {cancelled.run_dir} at epoch 1, batch 1" in cancelled.lost_output
+    assert f"resuming {cancelled.run_dir} at epoch 1, batch 2" in cancelled.lost_output
 
 
 def test_a_lost_node_ends_the_job_in_bounded_time_and_a_requeue_finishes_the_run(cancelled):

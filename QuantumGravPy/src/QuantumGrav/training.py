@@ -118,9 +118,8 @@ class Trainer:
         return model  # TrainerDDP wraps it in DistributedDataParallel
 
     def _callbacks(self, users: Sequence[Callback]) -> list[Callback]:
-        """Early stopping first, then the users' callbacks (they see, and may extend, the epoch's record), then
-        the writers in the order their inputs need: test extras before the figures, the metrics row before
-        the checkpoint (a resume drops rows after its checkpoint), the summary before W&B logs it."""
+        """Early stopping, the users' (they may extend the epoch's record), then the writers in the order their
+        inputs need: metrics row before checkpoint (a resume drops later rows), summary before W&B."""
         wandb_cfg = (self.config["logger"] or {}).get("wandb")
         return [self.early_stopping, *configured_callbacks(self.config), *users,
                 *([Baselines()] if self.config["testing"]["baselines"] else []), DestroyedSetCurves(),
@@ -257,7 +256,8 @@ class Trainer:
 
     def _end_epoch(self, record: dict[str, Any]) -> Decision:
         self.optimization.end_epoch(record[self.early_stopping.metric])  # before the checkpoint: resumes continue it
-        votes = self.callbacks.votes("on_epoch_end", self, record) + self._sigterm.vote()
+        # No SIGTERM vote here: it is acted on at optimizer steps only, so a stopped job stands inside an epoch.
+        votes = self.callbacks.votes("on_epoch_end", self, record)
         self.history.append(record)
         decision = self.runtime.decide(votes)  # one all-gather of every rank's votes: all stop here, or none
         if decision.resumable:  # an interruption at the epoch's end: its checkpoint is written
