@@ -32,22 +32,23 @@ def smoke_test_enabled() -> bool:
     return os.environ.get(SMOKE_TEST_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _cap_from_file(raw: dict[str, Any], section: str, key: str, cap: int) -> dict[str, Any]:
+    """``raw`` with its ``section.key`` capped at ``cap`` when the switch is on."""
+    values = raw.get(section)
+    value = values.get(key) if isinstance(values, dict) else None
+    if not smoke_test_enabled() or not _is_int(value) or value <= cap:
+        return raw
+    return {**raw, section: {**values, key: cap}}
+
+
 def cap_file_epochs(raw: dict[str, Any]) -> dict[str, Any]:
     """A config read from a file, with its ``training.num_epochs`` capped when the switch is on."""
-    training = raw.get("training")
-    epochs = training.get("num_epochs") if isinstance(training, dict) else None
-    if not smoke_test_enabled() or not _is_int(epochs) or epochs <= SMOKE_EPOCHS:
-        return raw
-    return {**raw, "training": {**training, "num_epochs": SMOKE_EPOCHS}}
+    return _cap_from_file(raw, "training", "num_epochs", SMOKE_EPOCHS)
 
 
 def cap_file_trials(raw: dict[str, Any]) -> dict[str, Any]:
     """A study config read from a file, with its ``tune.trials`` capped when the switch is on."""
-    tune = raw.get("tune")
-    trials = tune.get("trials") if isinstance(tune, dict) else None
-    if not smoke_test_enabled() or not _is_int(trials) or trials <= SMOKE_TRIALS:
-        return raw
-    return {**raw, "tune": {**tune, "trials": SMOKE_TRIALS}}
+    return _cap_from_file(raw, "tune", "trials", SMOKE_TRIALS)
 
 
 def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:
