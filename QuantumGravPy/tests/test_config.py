@@ -215,3 +215,9 @@ def test_a_config_is_validated_once_per_process_on_the_cli_and_launch_paths(tmp_
     trainer = QG.Trainer(config)
     trainer.close()
     assert len(counted) == 2 and trainer.config["training"]["num_epochs"] == 2
+
+
+def test_a_study_config_given_to_train_says_to_run_it_with_tune(cli_in_process):
+    done = cli_in_process("train", "--config", str(REPO / "configs" / "tune.yaml"), cwd=REPO)
+    assert done.returncode == 2
+    assert "tune: unknown key; this is a study config: run it with python -m QuantumGrav tune" in done.stderr

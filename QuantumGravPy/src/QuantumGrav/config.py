@@ -515,6 +515,7 @@ def schema() -> dict[str, Any]:
 
 OPTIONAL_SECTIONS = {"logger.wandb"}
 DERIVED_SECTION = "derived"  # absent (or null) means: feature off
+STUDY_SECTION = "tune"  # a study config's own section (study_config.py), which a training config does not have
 
 
 # --------------------------------------------------------------------------- validation
@@ -526,6 +527,9 @@ def _walk(spec: Mapping[str, Any], given: Any, prefix: str, errors: list[str]) -
         if key not in spec:
             hint = difflib.get_close_matches(str(key), list(spec), n=1)
             suggestion = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(spec)}"
+            if f"{prefix}{key}" == STUDY_SECTION:  # a study config given to train
+                suggestion = ("; this is a study config: run it with python -m QuantumGrav tune --config ... (or "
+                              "QG.tune), or train one of its configurations (the study's best.yaml)")
             errors.append(f"{prefix}{key}: unknown key{suggestion}")
     resolved: dict[str, Any] = {}
     for key, item in spec.items():
