@@ -90,3 +90,11 @@ def test_a_callback_that_cannot_be_pickled_is_refused_before_any_rank_starts(tin
     with pytest.raises(QG.UserError, match="callbacks: QG.launch hands each rank a pickled copy of its callbacks"):
         QG.launch(config, nproc=2, callbacks=[HoldsALambda()])
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_decision_names_the_vote_it_follows():
+    votes = [(0, "EarlyStopping", QG.Stop("patience")), (1, "SIGTERM", QG.Stop("stopped on SIGTERM", resumable=True))]
+    decision = QG.Decision.from_votes(votes)
+    assert (decision.reason, decision.resumable, decision.stopped_by) == ("stopped on SIGTERM", True, "SIGTERM")
+    assert decision.voters == ("rank 0: EarlyStopping", "rank 1: SIGTERM")
+    assert not QG.Decision.from_votes([]).stop

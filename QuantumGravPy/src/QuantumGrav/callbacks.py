@@ -42,11 +42,13 @@ class Stop:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the votes of every rank decided: stop or not, why, and who asked (``"rank R: Callback"``)."""
+    """What the votes of every rank decided: stop or not, why, the callback whose vote gave the reason
+    (``stopped_by``) and every voter (``"rank R: Callback"``)."""
 
     stop: bool = False
     reason: str = ""
     resumable: bool = False
+    stopped_by: str = ""
     voters: tuple[str, ...] = ()
 
     @classmethod
@@ -56,13 +58,8 @@ class Decision:
         votes = list(votes)
         if not votes:
             return cls()
-        chosen = next((v for v in votes if v[2].resumable), votes[0])
-        return cls(True, chosen[2].reason, chosen[2].resumable, tuple(f"rank {r}: {name}" for r, name, _ in votes))
-
-    @property
-    def stopped_by(self) -> str:
-        """The callback class whose vote gave the reason (the first voter of the winning kind)."""
-        return self.voters[0].split(": ", 1)[1] if self.voters else ""
+        _, name, chosen = next((v for v in votes if v[2].resumable), votes[0])
+        return cls(True, chosen.reason, chosen.resumable, name, tuple(f"rank {r}: {n}" for r, n, _ in votes))
 
 
 class Callback:
