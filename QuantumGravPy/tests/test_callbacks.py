@@ -33,6 +33,14 @@ def test_callbacks_from_the_config_are_built_with_their_kwargs(tiny_config):
         trainer.close()
 
 
+def test_callback_kwargs_its_class_refuses_leave_nothing_on_disk(tiny_config):
+    config = tiny_config({"training.run_name": "refused", "callbacks": QG.config.load_yaml_text(
+        "[{type: !pyobject ddp_helpers.StopOnRank1, kwargs: {at_epoch: 0, when: later}}]")})
+    with pytest.raises(QG.ConfigError, match=r"callbacks.0.kwargs: StopOnRank1\(\*\*kwargs\) failed: .*'when'"):
+        QG.Trainer(config)
+    assert not (Path(config["training"]["path"]) / "refused").exists()
+
+
 @pytest.mark.parametrize("entry", ["{type: !pyobject subprocess.run}", "{kind: !pyobject ddp_helpers.StopOnRank1}"])
 def test_a_callbacks_entry_that_is_not_a_callback_class_is_refused(tiny_config, entry):
     with pytest.raises(QG.ConfigError, match=r"callbacks: item 0: expected \{type: !pyobject module.CallbackClass"):

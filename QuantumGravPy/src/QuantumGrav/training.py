@@ -89,6 +89,7 @@ class Trainer:
                                    self.config["validation"]["mode"],
                                    lambda: self.optimization.autocast(self.device.type))
         self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
+        from_config = configured_callbacks(self.config)  # built here: their constructors may refuse kwargs
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
         # above leaves nothing on disk.
         self.run_dir = open_run_dir(self.tcfg, self.runtime, self.job_token, continued)
@@ -99,7 +100,7 @@ class Trainer:
         self.progress = Progress(self)
         self.history: list[dict[str, Any]] = []
         self.summary: dict[str, Any] = {"run_dir": str(self.run_dir), **run_provenance(self.runtime.world_size)}
-        self.callbacks = CallbackList(self._callbacks(callbacks), self.runtime.is_main)
+        self.callbacks = CallbackList(self._callbacks([*from_config, *callbacks]), self.runtime.is_main)
         self._checked_unused_parameters = False
         if resume_state:
             restore(self, resume_state)
@@ -118,10 +119,10 @@ class Trainer:
         return model  # TrainerDDP wraps it in DistributedDataParallel
 
     def _callbacks(self, users: Sequence[Callback]) -> list[Callback]:
-        """Early stopping, the users' (they may extend the epoch's record), then the writers in the order their
-        inputs need: metrics row before checkpoint (a resume drops later rows), summary before W&B."""
+        """Early stopping, the users' (config's, then code's: they may extend the epoch's record), then writers
+        in the order their inputs need: metrics row before checkpoint (a resume drops later rows), summary, W&B."""
         wandb_cfg = (self.config["logger"] or {}).get("wandb")
-        return [self.early_stopping, *configured_callbacks(self.config), *users,
+        return [self.early_stopping, *users,
                 *([Baselines()] if self.config["testing"]["baselines"] else []), DestroyedSetCurves(),
                 *([Figures()] if self.tcfg["figures"] else []), RunRecords(self.run_dir), Checkpointing(),
                 *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
