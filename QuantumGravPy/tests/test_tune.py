@@ -80,6 +80,17 @@ def test_the_space_samples_ranges_choices_and_coupled_choices_as_overrides():
     assert space.overrides(trial.params) == overrides  # a finished trial's stored labels give its config back
 
 
+def test_a_log_range_takes_a_step_only_where_optuna_does_int_ranges_with_step_1():
+    float_log = {"low": 1e-4, "high": 1e-2, "log": True, "step": 1.0}  # Optuna refuses it at the first suggest
+    assert [p for p in SearchSpace({"training.optimizer_kwargs.lr": float_log}).problems] == [
+        "tune.space.training.optimizer_kwargs.lr: log and step cannot be combined (float range with log: true "
+        "takes no step)"]
+    int_log = SearchSpace({"training.batch_size": {"low": 8, "high": 64, "log": True, "step": 1}})
+    assert int_log.problems == []
+    trial = optuna.create_study().ask()
+    assert 8 <= int_log.suggest(trial)["training.batch_size"] <= 64
+
+
 def test_bad_study_configs_get_one_line_each_exit_2_and_leave_nothing(tmp_path, data_root, capsys):
     problems = {
         "model.convv": ({"choices": [1]}, ("tune.space.model.convv: unknown key 'model.convv'; did you mean "
@@ -160,6 +171,13 @@ def test_a_user_error_of_a_sampled_combination_fails_its_trial_with_one_line(tmp
     reason = table[0]["reason"]
     assert reason.startswith("model: ") and "heads" in reason and "\n" not in reason, reason
     assert table[0]["run_dir"] == ""  # refused before its run directory was made
+
+
+def test_a_worker_stopped_by_a_preemption_leaves_trials_csv_with_what_the_study_has(tmp_path, data_root):
+    interrupt = {"type": resolve_pyobject("ddp_helpers.InterruptAtEpoch"), "kwargs": {"epoch": 0}}
+    with pytest.raises(QG.errors.Preempted, match="a maintenance window"):
+        QG.tune(study(tmp_path, data_root, {"callbacks": {"choices": [[], [interrupt]]}}))
+    assert states(rows(tmp_path / "studies" / "s")) == ["COMPLETE", "FAIL", "WAITING"]  # its retry waits
 
 
 def test_under_torchrun_every_rank_obeys_the_pruner_and_a_failure_on_rank_1_fails_only_its_trial(tmp_path, data_root):

@@ -162,7 +162,7 @@ class SearchSpace:
             self._problem(name, f"empty range: low {low} > high {high}")
         elif dimension.log and low <= 0:
             self._problem(name, f"log: true needs low > 0 (a log scale has no 0 or negative values), got low {low}")
-        elif dimension.log and step not in (None, 1):
+        elif dimension.log and step is not None and not (dimension.integer and step == 1):  # as Optuna allows
             self._problem(name, f"log and step cannot be combined ({kind} range with log: true takes no step)")
         elif step is not None and step <= 0:
             self._problem(name, f"step: expected a number > 0, got {step}")

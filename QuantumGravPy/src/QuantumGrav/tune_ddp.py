@@ -37,11 +37,11 @@ import torch.distributed as dist
 
 from .distributed import _store_of_this_attempt, cleanup_ddp, configured_device_type, default_backend, get_local_rank
 from .errors import ConfigError, Preempted, UserError
-from .launcher import run_job
+from .launcher import run_job, stop_when_the_agent_dies
 from .logging_utils import get_logger
 from .study_config import StudySettings
 from .study_storage import open_study
-from .tuner import WAIT_POLL_S, Outcome, StudyWorker, one_line, outcome_of_run
+from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")
 KEEPALIVE_S = 60.0  # while rank 0 waits for other workers' trials, it still sends a command this often
@@ -91,6 +91,7 @@ class Channel:
 def run_distributed_worker(settings: StudySettings, base: dict[str, Any]) -> dict[str, Any] | None:
     """This rank's part of the study (every rank of the torchrun job calls it); rank 0 returns the summary."""
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    stop_when_the_agent_dies()  # a torchrun killed with kill -9 must not leave its tuner ranks running
     timeout_s = base["parallel"]["data_timeout_s"] + base["parallel"]["timeout_s"]
     store = _store_of_this_attempt(rank, world_size, datetime.timedelta(seconds=timeout_s))
     if store is None:
@@ -111,6 +112,7 @@ class Lead:
         self.round, self.last_sent = 0, time.monotonic()
 
     def run(self) -> dict[str, Any]:
+        worker = None
         try:
             worker = StudyWorker(self.settings, self.base, open_study(self.settings))
             while (action := worker.next_action()) != "done":
@@ -118,6 +120,8 @@ class Lead:
         except BaseException as err:  # the other ranks wait for a command: they raise the same
             self._send(("abort", isinstance(err, UserError), isinstance(err, Preempted), one_line(err)))
             self.channel.wait_for_acknowledgements(self.round - 1)
+            if worker is not None:
+                worker.finish_after_error()
             raise
         self._send(("done",))
         self.channel.wait_for_acknowledgements(self.round - 1)
@@ -163,7 +167,7 @@ def _follow(channel: Channel) -> None:
         if command[0] == "abort":
             _, user_error, preempted, message = command
             raise (UserError(message) if user_error else Preempted(message) if preempted
-                   else RuntimeError(f"rank 0 failed, so every rank stops: {message}"))
+                   else StudyFailed(f"rank 0 failed, so every rank stops: {message}"))
         if command[0] == "trial":
             _train_in_group(channel, round_, *command[1:])
         round_ += 1

@@ -47,7 +47,8 @@ CLAIMED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialStat
 
 
 class StudyFailed(RuntimeError):
-    """The last MAX_CONSECUTIVE_FAILURES trials of this worker failed, not all on bad input."""
+    """This worker cannot go on: its last MAX_CONSECUTIVE_FAILURES trials failed, not all on bad input, or
+    (under torchrun) rank 0 failed."""
 
 
 def tune(config: Any, trials: int | None = None, nproc: int | None = None,
@@ -70,8 +71,8 @@ def tune(config: Any, trials: int | None = None, nproc: int | None = None,
         worker = StudyWorker(settings, base, open_study(settings))
         try:
             worker.run_locally(nproc)
-        except (UserError, StudyFailed):  # too many failed trials: trials.csv says which and why
-            worker.finish()
+        except BaseException:  # failed, preempted or interrupted: trials.csv says what the study has so far
+            worker.finish_after_error()
             raise
         return worker.finish()
 
@@ -309,6 +310,13 @@ class StudyWorker:
         from .study_report import write_study_outputs
 
         return write_study_outputs(self.study, self.settings, self.base)
+
+    def finish_after_error(self) -> None:
+        """finish() on the way out of an error; its own failure is logged, not raised over the first one."""
+        try:
+            self.finish()
+        except Exception as err:
+            logger.warning(f"the study's files were not written: {one_line(err)}")
 
 
 def params_text(params: dict[str, Any]) -> str:
