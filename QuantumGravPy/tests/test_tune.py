@@ -333,3 +333,26 @@ def test_workers_opening_a_new_database_at_once_all_open_it(tmp_path):
     for round_ in range(8):
         outcomes = spawn_ranks(open_new_database, 3, str(tmp_path / f"study_{round_}.db"))
         assert sorted(outcome for _, outcome in outcomes) == ["opened"] * 3, outcomes
+
+
+def test_rank_0_waiting_for_other_workers_keeps_the_others_from_timing_out_however_short_their_wait(monkeypatch):
+    """The other ranks wait parallel.timeout_s + data_timeout_s for a command; rank 0 keeps them waiting
+    (command 'wait') well within that, also where it is shorter than the 60 s keep-alive."""
+    import datetime
+
+    from QuantumGrav import tune_ddp
+
+    class Commands:
+        timeout, sent = datetime.timedelta(seconds=8), []
+
+        def publish(self, round_, command):
+            self.sent.append(command)
+
+    monkeypatch.setattr(tune_ddp, "WAIT_POLL_S", 0.0)
+    lead = tune_ddp.Lead(Commands(), settings=None, base={})
+    lead.last_sent = time.monotonic() - 1.0
+    lead._wait()
+    assert Commands.sent == []  # 1 s since the last command: no need yet
+    lead.last_sent = time.monotonic() - 3.0
+    lead._wait()
+    assert Commands.sent == [("wait",)]  # 3 s > 8 s / 4

@@ -44,7 +44,8 @@ from .study_storage import open_study
 from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")
-KEEPALIVE_S = 60.0  # while rank 0 waits for other workers' trials, it still sends a command this often
+KEEPALIVE_S = 60.0  # while rank 0 waits for other workers' trials, it still sends a command this often (or
+# a quarter of the time the other ranks wait for one, where parallel.timeout_s + data_timeout_s is short)
 ACK_TIMEOUT_S = 60.0
 
 
@@ -133,7 +134,7 @@ class Lead:
 
     def _wait(self) -> None:
         time.sleep(WAIT_POLL_S)
-        if time.monotonic() - self.last_sent > KEEPALIVE_S:
+        if time.monotonic() - self.last_sent > min(KEEPALIVE_S, self.channel.timeout.total_seconds() / 4):
             self._send(("wait",))
 
     def _trial(self, worker: StudyWorker) -> None:
