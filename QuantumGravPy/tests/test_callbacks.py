@@ -106,3 +106,14 @@ def test_the_decision_names_the_vote_it_follows():
     assert (decision.reason, decision.resumable, decision.stopped_by) == ("stopped on SIGTERM", True, "SIGTERM")
     assert decision.voters == ("rank 0: EarlyStopping", "rank 1: SIGTERM")
     assert not QG.Decision.from_votes([]).stop
+
+
+def test_a_step_vote_to_end_the_run_is_refused_it_would_pass_for_a_preemption():
+    class EndsMidEpoch(QG.Callback):
+        def on_step_end(self, trainer, epoch, completed_batches):
+            return "enough"
+
+    callbacks = QG.callbacks.CallbackList([EndsMidEpoch()], is_main=True)
+    with pytest.raises(TypeError, match=r"EndsMidEpoch.on_step_end voted Stop\('enough'\); a step vote interrupts"):
+        callbacks.votes("on_step_end", None, 0, 1)
+    assert callbacks.votes("on_epoch_end", None, {}) == []  # the class has no epoch vote

@@ -100,12 +100,16 @@ class Callback:
 
 
 def _as_stop(vote: Any, callback: Callback, hook: str) -> Stop | None:
-    if vote is None or isinstance(vote, Stop):
-        return vote
     if isinstance(vote, str):  # a plain reason is a vote to stop
-        return Stop(vote)
-    raise TypeError(f"{type(callback).__qualname__}.{hook} returned {type(vote).__name__}; a hook returns "
-                    "None or QuantumGrav.Stop('why')")
+        vote = Stop(vote)
+    if vote is not None and not isinstance(vote, Stop):
+        raise TypeError(f"{type(callback).__qualname__}.{hook} returned {type(vote).__name__}; a hook returns "
+                        "None or QuantumGrav.Stop('why')")
+    if vote is not None and hook == "on_step_end" and not vote.resumable:  # it would end as a preemption
+        raise TypeError(f"{type(callback).__qualname__}.on_step_end voted Stop({vote.reason!r}); a step vote "
+                        "interrupts the run: return Stop('why', resumable=True), or vote from on_epoch_end "
+                        "to end it")
+    return vote
 
 
 class CallbackList:
