@@ -98,3 +98,12 @@ def test_a_failed_forward_pass_says_what_the_built_in_model_needs_and_what_the_i
                                              r"and edge_index \(long \[2, edges\]\) only, no edge features; the item has "
                                              r"x float32 \[3, 10\], edge_index int64 \[2, 2\], y int64 \[1\]$"):
         check_model_forward(build_model(config, NUM_FEATURES, 2), users_item(), MulticlassTask(2), config, CPU)
+
+
+def test_a_device_out_of_memory_in_the_first_forward_pass_is_not_called_a_config_error():
+    class Hungry(torch.nn.Module):
+        def forward(self, batch):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        check_model_forward(Hungry(), users_item(), MulticlassTask(2), {"type": Hungry}, CPU)

@@ -195,11 +195,13 @@ def check_model_forward(model: nn.Module, item, task, model_cfg: dict[str, Any],
     model.eval()
     try:
         outputs = model(graph)
-    except Exception as err:  # noqa: BLE001 - any failure here is a model that does not fit the data
+    except torch.OutOfMemoryError:  # the device, not the config: as it is
+        raise
+    except Exception as err:  # noqa: BLE001 - any other failure here is a model that does not fit the data
         needs = (f"the batch holds only {describe_item(graph)}" if custom is not None else
                  f"{_builtin_model_needs(model_cfg)}; the item has {describe_item(item)}")
         raise ConfigError(f"{name}: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
-                          f"{needs}") from None
+                          f"{needs}") from err  # Python callers keep the model's own traceback
     finally:
         model.train(was_training)
     expected = [1, task.output_width]
