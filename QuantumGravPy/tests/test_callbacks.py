@@ -117,3 +117,13 @@ def test_a_step_vote_to_end_the_run_is_refused_it_would_pass_for_a_preemption():
     with pytest.raises(TypeError, match=r"EndsMidEpoch.on_step_end voted Stop\('enough'\); a step vote interrupts"):
         callbacks.votes("on_step_end", None, 0, 1)
     assert callbacks.votes("on_epoch_end", None, {}) == []  # the class has no epoch vote
+
+
+def test_a_metric_a_callback_adds_from_a_later_epoch_gets_its_column(tmp_path):
+    from QuantumGrav.run_artifacts import MetricsCSV
+
+    metrics = MetricsCSV(tmp_path / "metrics.csv")
+    metrics.append({"epoch": 0, "val_loss": 0.5})
+    metrics.append({"epoch": 1, "val_loss": 0.4, "val_error": 0.1})  # e.g. a callback added on a resume
+    assert metrics.rows() == [{"epoch": "0", "val_loss": "0.5", "val_error": ""},
+                              {"epoch": "1", "val_loss": "0.4", "val_error": "0.1"}]

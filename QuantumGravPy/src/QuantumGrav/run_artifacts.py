@@ -77,7 +77,8 @@ def run_provenance(world_size: int) -> dict[str, Any]:
 
 
 class MetricsCSV:
-    """One row per epoch; the header is fixed by the first row written."""
+    """One row per epoch; a key first seen in a later row (a callback's, a resumed run's) adds a column, empty
+    in the earlier rows."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -90,8 +91,9 @@ class MetricsCSV:
 
     def append(self, row: dict[str, Any]) -> None:
         rows = self.rows()
-        columns = list(rows[0].keys()) if rows else list(row.keys())
-        self._write(columns, [*rows, {k: row.get(k, "") for k in columns}])
+        columns = list(rows[0].keys()) if rows else []
+        columns += [k for k in row if k not in columns]
+        self._write(columns, [*rows, row])
 
     def keep_epochs_before(self, epoch: int) -> None:
         """Drop rows of epochs >= ``epoch`` (written after the checkpoint a resume starts from)."""
