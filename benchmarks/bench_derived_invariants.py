@@ -1,6 +1,6 @@
 """Time per causal set to derive the order invariants from an edge index (``derived_invariants``); prints a table.
 
-    .venv/bin/python benchmarks/bench_derived_invariants.py [--sizes 64 96 128 1000] [--num 64] [--seed 0]
+    .venv/bin/python benchmarks/bench_derived_invariants.py [--sizes 64 96 128 1000] [--num 60] [--seed 0]
 
 For each N, ``--num`` causal sets (a third each: 2d and 4d sprinklings, random layered orders) are made with
 ``causal_sets`` and given as a user's dataset gives them: the links, past to future, as an edge index, and

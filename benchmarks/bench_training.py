@@ -7,7 +7,7 @@ cross-rank stop check costs per optimizer step, as tables.
 
 Each row of the first table is one job started with QG.launch (the launcher users call); graphs/s is the
 training throughput of the whole job averaged over the epochs after the first (which includes start-up
-costs), ms/step the wall time of an optimizer step (epoch time / steps per rank). A benchmark, not a test:
+costs), ms/step an epoch's wall time (training and validation) divided by its optimizer steps per rank. A benchmark, not a test:
 on a 2-core CPU machine DDP mostly shows its communication overhead; on GPUs it shows the scaling.
 
 The second table times the stop check alone in N processes, as the extra time per step of a loop of steps
@@ -56,15 +56,25 @@ def _work(milliseconds: float, gradients: torch.Tensor) -> None:
     dist.all_reduce(gradients)
 
 
-def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int, step_ms: float) -> None:
-    """``steps`` steps of ``step_ms`` of work and a gradient all-reduce (the default model's 62k parameters):
+def default_model_parameters() -> int:
+    """The parameters of configs/train.yaml's model on the generator's node features (5 classes)."""
+    from QuantumGrav import causal_sets
+    from QuantumGrav.models import build_model
+
+    model = build_model(QG.load_config("configs/train.yaml")["model"], len(causal_sets.NODE_FEATURES), 5)
+    return sum(p.numel() for p in model.parameters())
+
+
+def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int, step_ms: float,
+                     parameters: int) -> None:
+    """``steps`` steps of ``step_ms`` of work and a gradient all-reduce (of the default model's parameters):
     without a check, with the old blocking check after each, with StepVotes after each. The overhead of a
     check is its steps' time minus the unchecked steps' time."""
     QG.initialize_ddp(rank, world_size, master_port=port, backend="gloo")
     torch.set_num_threads(1)
     try:
         runtime = QG.distributed.Runtime(rank=rank, world_size=world_size, backend="gloo")
-        gradients = torch.zeros(62_000)
+        gradients = torch.zeros(parameters)
 
         def timed(check) -> float:
             dist.barrier()
@@ -91,7 +101,9 @@ def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int,
 def stop_check_table(nprocs: list[int], steps: int, step_ms: float) -> None:
     from QuantumGrav.distributed import worker_context
 
-    print(f"Stop check overhead per step of {step_ms:g} ms of work ({steps} steps; slowest rank):")
+    parameters = default_model_parameters()
+    print(f"Stop check overhead per step of {step_ms:g} ms of work and an all-reduce of {parameters:,} gradients "
+          f"({steps} steps; slowest rank):")
     print("| processes | blocking all-reduce + .item() (µs per step) | StepVotes (µs per step) |")
     print("|---:|---:|---:|")
     for nproc in nprocs:
@@ -99,7 +111,8 @@ def stop_check_table(nprocs: list[int], steps: int, step_ms: float) -> None:
             continue  # one process exchanges nothing
         context, port = worker_context(), QG.find_free_port()
         results = context.Queue()
-        processes = [context.Process(target=time_stop_checks, args=(r, nproc, port, results, steps, step_ms))
+        processes = [context.Process(target=time_stop_checks,
+                                     args=(r, nproc, port, results, steps, step_ms, parameters))
                      for r in range(nproc)]
         for process in processes:
             process.start()

@@ -62,7 +62,8 @@ def causal_matrix_of_edges(edge_index: torch.Tensor | np.ndarray, num_nodes: int
 
 
 def _describe_cycle(adjacency: np.ndarray, start: int) -> str:
-    """'its edges have a cycle (3 -> 7 -> 3)': the shortest cycle through ``start``, found breadth first."""
+    """'its edge_index has a cycle (3 -> 7 -> 3: a directed cycle)': the shortest cycle through ``start``,
+    found breadth first."""
     parent = {start: -1}
     frontier, closing = [start], None
     while closing is None:

@@ -36,7 +36,8 @@ __all__ = ["TrainerDDP", "initialize_ddp", "cleanup_ddp"]
 
 
 class TrainerDDP(Trainer):
-    """Distributed trainer: rank 0 validates, decides and writes; the decision is broadcast."""
+    """Distributed trainer: rank 0 validates and writes; every rank acts on one decision per epoch, gathered
+    from every rank's callback votes (training.py)."""
 
     def __init__(self, rank: int, config: dict | str | Path, dataset: Any = None, callbacks: Sequence[Callback] = ()):
         if not dist.is_initialized():
