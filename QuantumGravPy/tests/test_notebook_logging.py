@@ -65,7 +65,8 @@ def test_the_parameters_steer_the_run(executed):
     effective = PARAMETERS["batch_size"] * 2 * PARAMETERS["world_size"]
     assert summary["effective_batch_size"] == config["derived"]["effective_batch_size"] == effective == 48
     # lr_scaling linear (the notebook's default): the base LR of train_ddp.yaml times effective / batch_size.
-    assert config["derived"]["lr"] == pytest.approx(2.0e-3 * effective / PARAMETERS["batch_size"])
+    base_lr = QG.load_config(str(REPO / "configs" / "train_ddp.yaml"))["training"]["optimizer_kwargs"]["lr"]
+    assert config["derived"]["lr"] == pytest.approx(base_lr * effective / PARAMETERS["batch_size"])
     assert summary["lr"] == pytest.approx(config["derived"]["lr"])
 
     rank0_log = (run_dir / "logs" / "rank_0.log").read_text()

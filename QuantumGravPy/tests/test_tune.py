@@ -316,7 +316,8 @@ def test_world_size_2_kill_9_of_a_torchrun_job_then_two_torchrun_workers_finish_
     retry = int(killed["reason"].split("retried as trial ")[1].split()[0])
     assert killed["state"] == "FAIL" and table[retry]["model.pooling"] == killed["model.pooling"] == "mean"
     finished = [row for row in table if row["state"] == "COMPLETE"]
-    assert len(finished) == 3 and table[retry] in finished
+    reasons = [(row["number"], row["state"], row["worker"], row["reason"]) for row in table]
+    assert len(finished) == 3 and table[retry] in finished, reasons
     assert all(row["reason"].startswith("not run: ") for row in table[1:] if row["state"] == "FAIL")
     assert len({row["worker"] for row in finished}) == 2, "both torchrun jobs trained trials of the study"
     for row in finished:  # each trial trained once, on 2 processes
