@@ -357,3 +357,23 @@ def test_rank_0_waiting_for_other_workers_keeps_the_others_from_timing_out_howev
     lead.last_sent = time.monotonic() - 3.0
     lead._wait()
     assert Commands.sent == [("wait",)]  # 3 s > 8 s / 4
+
+
+def test_a_retry_is_not_taken_for_dead_before_its_first_heartbeat(tmp_path, monkeypatch):
+    """Optuna's retry copies the dead trial's system attributes, its last heartbeat among them: between
+    being asked for and its first beat, the retry looked dead already to any worker that looked (the
+    two-torchrun-workers test failed so under the suite's load)."""
+    from QuantumGrav import study_storage
+
+    storage = study_storage.open_storage(str(tmp_path / "study.journal"))
+    study = optuna.create_study(storage=storage)
+    dead = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    storage.set_trial_system_attr(dead._trial_id, study_storage.HEARTBEAT_ATTR, time.time() - 3 * HEARTBEAT_GRACE_S)
+    later = time.time() + 2 * HEARTBEAT_GRACE_S  # the worker died a while ago: its start is old too
+    with monkeypatch.context() as patched:
+        patched.setattr(study_storage.time, "time", lambda: later)
+        study_storage.fail_stale_trials(study)
+    retry = study.ask()  # the enqueued retry, RUNNING from now on, not beating yet
+    assert storage.get_trial(retry._trial_id).system_attrs["failed_trial"] == dead.number
+    study_storage.fail_stale_trials(study)  # another worker looks at once
+    assert study.trials[retry.number].state == optuna.trial.TrialState.RUNNING
