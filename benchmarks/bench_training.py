@@ -7,8 +7,9 @@ cross-rank stop check costs per optimizer step, as tables.
 
 Each row of the first table is one job started with QG.launch (the launcher users call); graphs/s is the
 training throughput of the whole job averaged over the epochs after the first (which includes start-up
-costs), ms/step an epoch's wall time (training and validation) divided by its optimizer steps per rank. A benchmark, not a test:
-on a 2-core CPU machine DDP mostly shows its communication overhead; on GPUs it shows the scaling.
+costs), ms/step an epoch's wall time (training and validation) divided by its optimizer steps per rank. A
+benchmark, not a test: on a 2-core CPU machine DDP mostly shows its communication overhead; on GPUs it shows
+the scaling.
 
 The second table times the stop check alone in N processes, as the extra time per step of a loop of steps
 that do ``--step-ms`` of work each: the blocking check the loop used (all-reduce a flag, read it with
@@ -59,10 +60,10 @@ def _work(milliseconds: float, gradients: torch.Tensor) -> None:
 def default_model_parameters() -> int:
     """The parameters of configs/train.yaml's model on the generator's node features (5 classes)."""
     from QuantumGrav import causal_sets
-    from QuantumGrav.models import build_model
+    from QuantumGrav.models import build_model, count_parameters
 
     model = build_model(QG.load_config("configs/train.yaml")["model"], len(causal_sets.NODE_FEATURES), 5)
-    return sum(p.numel() for p in model.parameters())
+    return count_parameters(model)["total_params"]
 
 
 def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int, step_ms: float,

@@ -100,12 +100,14 @@ class Callback:
 
 
 def _as_stop(vote: Any, callback: Callback, hook: str) -> Stop | None:
+    if vote is None:
+        return None
     if isinstance(vote, str):  # a plain reason is a vote to stop
         vote = Stop(vote)
-    if vote is not None and not isinstance(vote, Stop):
+    if not isinstance(vote, Stop):
         raise TypeError(f"{type(callback).__qualname__}.{hook} returned {type(vote).__name__}; a hook returns "
                         "None or QuantumGrav.Stop('why')")
-    if vote is not None and hook == "on_step_end" and not vote.resumable:  # it would end as a preemption
+    if hook == "on_step_end" and not vote.resumable:  # it would end as a preemption
         raise TypeError(f"{type(callback).__qualname__}.on_step_end voted Stop({vote.reason!r}); a step vote "
                         "interrupts the run: return Stop('why', resumable=True), or vote from on_epoch_end "
                         "to end it")

@@ -61,11 +61,12 @@ class JournalHeartbeatStorage(JournalStorage, BaseHeartbeat):
         """RUNNING trials whose last sign of life, their heartbeat or their start, is older than the grace. A
         retry carries the failed trial's system attributes, its old heartbeat too (Optuna's retry callback
         copies them): counted from its own start, it is not taken for dead before its first beat."""
+        def last_alive(trial) -> float:
+            return max(trial.system_attrs.get(HEARTBEAT_ATTR, 0.0), trial.datetime_start.timestamp())
+
         now = time.time()
         running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        last_alive = {t._trial_id: max(t.system_attrs.get(HEARTBEAT_ATTR, 0.0), t.datetime_start.timestamp())
-                      for t in running}
-        return [trial_id for trial_id, alive in last_alive.items() if now - alive > HEARTBEAT_GRACE_S]
+        return [t._trial_id for t in running if now - last_alive(t) > HEARTBEAT_GRACE_S]
 
     def get_heartbeat_interval(self) -> int:
         return HEARTBEAT_INTERVAL_S

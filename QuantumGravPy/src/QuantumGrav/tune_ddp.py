@@ -44,8 +44,7 @@ from .study_storage import open_study
 from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")
-KEEPALIVE_S = 60.0  # while rank 0 waits for other workers' trials, it still sends a command this often (or
-# a quarter of the time the other ranks wait for one, where parallel.timeout_s + data_timeout_s is short)
+KEEPALIVE_S = 60.0  # while rank 0 waits for other workers' trials, it still sends a command this often
 ACK_TIMEOUT_S = 60.0
 
 
@@ -111,6 +110,8 @@ class Lead:
     def __init__(self, channel: Channel, settings: StudySettings, base: dict[str, Any]):
         self.channel, self.settings, self.base = channel, settings, base
         self.round, self.last_sent = 0, time.monotonic()
+        # Within a quarter of the time the other ranks wait for a command (short where parallel timeouts are).
+        self.keepalive_s = min(KEEPALIVE_S, channel.timeout.total_seconds() / 4)
 
     def run(self) -> dict[str, Any]:
         worker = None
@@ -134,7 +135,7 @@ class Lead:
 
     def _wait(self) -> None:
         time.sleep(WAIT_POLL_S)
-        if time.monotonic() - self.last_sent > min(KEEPALIVE_S, self.channel.timeout.total_seconds() / 4):
+        if time.monotonic() - self.last_sent > self.keepalive_s:
             self._send(("wait",))
 
     def _trial(self, worker: StudyWorker) -> None:
