@@ -49,6 +49,21 @@ from .wandb_logger import WandbCallback
 logger = get_logger("training")
 
 
+def seed_step_generators(seed: int, device: torch.device) -> None:
+    """Seed what a training step on ``device`` draws from (dropout): the CPU's generator, and the GPU's on CUDA.
+
+    The same streams as ``torch.manual_seed(seed)`` on those generators, without its cost at every step: it
+    also seeds every other accelerator type, and where one is not initialised (MPS, XPU, and CUDA in a CPU
+    job) it queues the seed with a formatted Python stack, about 1 ms per call on a 2-core machine."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)  # the model is on it: CUDA is initialised
+    elif device.type != "cpu":
+        torch.manual_seed(seed)  # a device this loop was not written for: every generator, as before
+        return
+    torch.default_generator.manual_seed(seed)
+
+
 class Trainer:
     """Train, validate and test a GNN on causal sets in one process.
 
@@ -191,7 +206,8 @@ class Trainer:
     def _train_step(self, batch, epoch: int, step: int, num_batches: int, totals: torch.Tensor) -> torch.Tensor:
         accumulation = self.tcfg["accumulation_steps"]
         # Dropout differs per rank and step, yet a run resumed at any checkpoint replays it exactly.
-        torch.manual_seed((self.tcfg["seed"] * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank)
+        seed_step_generators((self.tcfg["seed"] * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank,
+                             self.device)
         group_start = step - step % accumulation
         group_size = min(accumulation, num_batches - group_start)
         last_micro_step = step == group_start + group_size - 1
