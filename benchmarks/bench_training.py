@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Training throughput for 1..N processes on this machine (CPU/gloo or CUDA/NCCL), and what the loop's
-cross-rank stop check costs per optimizer step, as tables.
+"""Training throughput for 1..N processes on this machine (CPU/gloo or CUDA/NCCL), what the loop's
+cross-rank stop check costs per optimizer step, and the loop side by side with a hand-written DDP loop and
+Lightning, as tables.
 
     python benchmarks/bench_training.py --nproc 1 2 --epochs 3 --samples 800
     python benchmarks/bench_training.py --tables stop-check --nproc 2 --steps 1000
+    OMP_NUM_THREADS=1 python benchmarks/bench_training.py --tables compare --nproc 1 2 3 --epochs 3 --repetitions 5
 
 Each row of the first table is one job started with QG.launch (the launcher users call); graphs/s is the
 training throughput of the whole job averaged over the epochs after the first (which includes start-up
@@ -16,11 +18,26 @@ that do ``--step-ms`` of work each: the blocking check the loop used (all-reduce
 .item() at every step) against ``distributed.StepVotes`` (an asynchronous all-reduce on a gloo group, read
 one step later). On CUDA the blocking check also synchronised the host with the GPU at every step, which
 this CPU timing does not show.
+
+The third (``--tables compare``) trains the job of ``--config`` (configs/train.yaml: the default job, its
+model as the config says) with QuantumGrav, with the loop of PyTorch's DDP tutorial written out below, and
+with Lightning where it is installed (it is not a dependency: ``pip install lightning`` to include it), on
+the same model, data, split, batch, optimizer and seed, gloo and one thread per process. Each repetition runs
+every contender once in an order rotated per repetition, so that a slow spell of a shared machine does not
+always fall on the same one; the ratios of one repetition were measured minutes apart. The numbers are stored
+as JSON (``--json``) with the command and the machine's load average.
 """
 
 import argparse
+import datetime
+import importlib.util
+import json
+import logging
 import math
+import os
+import platform
 import statistics
+import sys
 import tempfile
 import time
 
@@ -125,20 +142,237 @@ def stop_check_table(nprocs: list[int], steps: int, step_ms: float) -> None:
         print(f"| {nproc} | {blocking:.1f} | {asynchronous:.1f} |")
 
 
+# --------------------------------------------------------------------------- side by side: QG, by hand, Lightning
+CONTENDERS = ("QuantumGrav", "hand-written DDP", "Lightning")
+
+
+def lightning_installed() -> bool:
+    return importlib.util.find_spec("lightning") is not None
+
+
+def comparison_config(epochs: int, samples: int | None, workdir: str, config_path: str) -> dict:
+    """The job of ``config_path`` (its model whatever it is now) for ``epochs`` epochs, on ``samples`` sets if
+    given; what runs outside the training epochs (figures, early stopping) is off: it is not timed."""
+    overrides = {"training.num_epochs": epochs, "training.path": f"{workdir}/runs", "training.progress_bar": False,
+                 "training.figures": False, "early_stopping.enabled": False, "data.root": f"{workdir}/data"}
+    return QG.load_config(config_path, {**overrides, **({"data.num_samples": samples} if samples else {})})
+
+
+def _join_group(rank: int, world_size: int, port: int) -> None:
+    """What each contender's process does first: one thread (as torchrun sets OMP_NUM_THREADS=1), and the
+    rendezvous address for a process group that the contender itself creates."""
+    torch.set_num_threads(1)
+    # OMP_NUM_THREADS too: Lightning, not finding it, would give each process its share of the cores instead.
+    os.environ.update(OMP_NUM_THREADS="1", MASTER_ADDR="localhost", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world_size), NODE_RANK="0")
+
+
+def _run_quantumgrav(rank: int, world_size: int, config: dict) -> list[float]:
+    """The library as a user runs it: each rank runs QG.launch's per-process job (Trainer, or TrainerDDP on
+    a gloo group). Its records' graphs/s: all ranks' training graphs over rank 0's training-loop time."""
+    from QuantumGrav.launcher import run_job
+
+    QG.setup_logging(rank, level="WARNING")  # as the benchmark's own process: no per-epoch lines
+    if world_size > 1:
+        QG.initialize_ddp(rank, world_size, master_port=int(os.environ["MASTER_PORT"]), backend="gloo")
+    try:
+        return [record["graphs_per_s"] for record in run_job(config)["history"]]
+    finally:
+        QG.cleanup_ddp()
+
+
+def _run_data(config: dict):
+    """The job's data as QuantumGrav splits it: (training sets, number of classes)."""
+    from QuantumGrav import data_sources
+
+    data = data_sources.load_run_data(config, QG.distributed.Runtime())
+    return data_sources.subset(data.dataset, data.split["train"]), data.task.output_width
+
+
+def _plain_model(config: dict, num_classes: int, train_set) -> torch.nn.Module:
+    from QuantumGrav.models import build_model
+
+    torch.manual_seed(config["training"]["seed"])
+    return build_model(config["model"], train_set[0].x.size(1), num_classes)
+
+
+def _plain_loader(config: dict, train_set, rank: int, world_size: int):
+    from torch.utils.data.distributed import DistributedSampler
+    from torch_geometric.loader import DataLoader
+
+    sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=config["training"]["seed"])
+    return DataLoader(train_set, batch_size=config["training"]["batch_size"], sampler=sampler)
+
+
+def _run_hand_written(rank: int, world_size: int, config: dict) -> list[float]:
+    """The loop of PyTorch's DDP tutorial on the same model, data, batch, optimizer and seed: no checkpoints,
+    no stop votes, no records. Timed as QuantumGrav times itself: the epoch's training loop on rank 0."""
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    if world_size > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    train_set, num_classes = _run_data(config)
+    model = _plain_model(config, num_classes, train_set)
+    ddp_model = DistributedDataParallel(model) if world_size > 1 else model
+    tcfg = config["training"]
+    optimizer = tcfg["optimizer_type"](model.parameters(), **tcfg["optimizer_kwargs"])
+    loader = _plain_loader(config, train_set, rank, world_size)
+    rates = []
+    for epoch in range(tcfg["num_epochs"]):
+        loader.sampler.set_epoch(epoch)
+        ddp_model.train()
+        graphs, started = 0, time.perf_counter()
+        for batch in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(ddp_model(batch), batch.y.view(-1))
+            loss.backward()
+            optimizer.step()
+            graphs += batch.num_graphs
+        rates.append(graphs * world_size / (time.perf_counter() - started))  # every rank has as many (padding)
+    if world_size > 1:
+        dist.destroy_process_group()
+    return rates
+
+
+def _run_lightning(rank: int, world_size: int, config: dict) -> list[float]:
+    """The same model, data, batch, optimizer and seed in a LightningModule, trained by lightning.Trainer
+    (DDP on gloo over the processes started here; no validation, logger, checkpoints or progress bar)."""
+    import lightning as L
+    import torch.nn.functional as F
+    from lightning.pytorch.plugins.environments import LightningEnvironment
+    from lightning.pytorch.strategies import DDPStrategy
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its start-up tips and banners
+    train_set, num_classes = _run_data(config)
+    tcfg = config["training"]
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = _plain_model(config, num_classes, train_set)
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.model(batch), batch.y.view(-1))
+
+        def configure_optimizers(self):
+            return tcfg["optimizer_type"](self.parameters(), **tcfg["optimizer_kwargs"])
+
+    class EpochTimer(L.Callback):
+        def __init__(self):
+            self.rates: list[float] = []
+
+        def on_train_epoch_start(self, trainer, module):
+            self.graphs, self.started = 0, time.perf_counter()
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):  # after the optimizer step
+            self.graphs += batch.num_graphs
+            self.ended = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, module):
+            self.rates.append(self.graphs * world_size / (self.ended - self.started))
+
+    timer = EpochTimer()
+    strategy = (DDPStrategy(cluster_environment=LightningEnvironment(), process_group_backend="gloo")
+                if world_size > 1 else "auto")
+    trainer = L.Trainer(accelerator="cpu", devices=world_size, strategy=strategy, max_epochs=tcfg["num_epochs"],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, use_distributed_sampler=False, callbacks=[timer])
+    trainer.fit(Module(), train_dataloaders=_plain_loader(config, train_set, rank, world_size))
+    if world_size > 1:
+        dist.destroy_process_group()
+    return timer.rates
+
+
+def _contender_process(name: str, rank: int, world_size: int, port: int, config: dict, results) -> None:
+    _join_group(rank, world_size, port)
+    run = {"QuantumGrav": _run_quantumgrav, "hand-written DDP": _run_hand_written, "Lightning": _run_lightning}[name]
+    try:
+        results.put((rank, run(rank, world_size, config), None))
+    except BaseException as err:  # noqa: BLE001 - the parent reports it
+        results.put((rank, None, f"{type(err).__name__}: {err}"))
+        raise
+
+
+def run_contender(name: str, world_size: int, config: dict) -> list[float]:
+    """Train the job with ``name`` in ``world_size`` fresh processes; rank 0's graphs/s of every epoch."""
+    from QuantumGrav.distributed import worker_context
+
+    context, port = worker_context(), QG.find_free_port()
+    results = context.Queue()
+    processes = [context.Process(target=_contender_process, args=(name, r, world_size, port, config, results))
+                 for r in range(world_size)]
+    for process in processes:
+        process.start()
+    rows = dict((rank, (rates, error)) for rank, rates, error in (results.get(timeout=1800) for _ in processes))
+    for process in processes:
+        process.join()
+    failed = [f"rank {rank}: {error}" for rank, (_, error) in sorted(rows.items()) if error]
+    if failed:
+        raise RuntimeError(f"{name} at world size {world_size} failed: " + "; ".join(failed))
+    return rows[0][0]
+
+
+def compare(nprocs: list[int], repetitions: int, epochs: int, samples: int | None, config_path: str) -> list[dict]:
+    """Each repetition trains every contender once, in an order rotated per repetition (so that a slow spell
+    of a shared machine does not always hit the same one); a contender's figure for one job is the median
+    over its epochs after the first (start-up), the table's the median over repetitions."""
+    contenders = [c for c in CONTENDERS if c != "Lightning" or lightning_installed()]
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        config = comparison_config(epochs, samples, workdir, config_path)
+        QG.CausalSetDataset.from_config(config["data"])  # generated once, outside every timing
+        for world_size in nprocs:
+            runs: dict[str, list[float]] = {c: [] for c in contenders}
+            for repetition in range(repetitions):
+                shift = repetition % len(contenders)
+                for name in contenders[shift:] + contenders[:shift]:
+                    rates = run_contender(name, world_size, config)
+                    runs[name].append(statistics.median(rates[1:] or rates))
+            rows.append({"nproc": world_size, "graphs_per_s": runs})
+    return rows
+
+
+def print_comparison(rows: list[dict]) -> None:
+    print("Training graphs/s side by side (median over repetitions; per repetition the median of the epochs "
+          "after the first), and QuantumGrav's ratio to each (median, and every repetition's):")
+    print("| processes | QuantumGrav | hand-written DDP | Lightning | QG / hand-written | QG / Lightning |")
+    print("|---:|---:|---:|---:|---|---|")
+    for row in rows:
+        runs = row["graphs_per_s"]
+        cells = [f"{statistics.median(runs[name]):.1f}" if name in runs else "not installed" for name in CONTENDERS]
+        ratios = []
+        for other in CONTENDERS[1:]:
+            if other not in runs:
+                ratios.append("-")
+                continue
+            each = [q / o for q, o in zip(runs["QuantumGrav"], runs[other])]
+            ratios.append(f"{statistics.median(runs['QuantumGrav']) / statistics.median(runs[other]):.3f} "
+                          f"({', '.join(f'{r:.3f}' for r in each)})")
+        print(f"| {row['nproc']} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--samples", type=int, default=800)
-    parser.add_argument("--tables", nargs="+", choices=("throughput", "stop-check"), default=["throughput", "stop-check"],
+    parser.add_argument("--samples", type=int, default=None,
+                        help="causal sets generated (default: 800 for throughput, the config's for compare)")
+    parser.add_argument("--tables", nargs="+", choices=("throughput", "stop-check", "compare"),
+                        default=["throughput", "stop-check"],
                         help="which tables (throughput alone also runs against an older QuantumGrav)")
     parser.add_argument("--steps", type=int, default=1000, help="steps timed per stop check (second table)")
     parser.add_argument("--step-ms", type=float, default=5.0, help="work per step in the second table")
+    parser.add_argument("--repetitions", type=int, default=3, help="jobs per contender and world size (compare)")
+    parser.add_argument("--config", default="configs/train.yaml", help="the job compared (compare)")
+    parser.add_argument("--json", default="benchmarks/results_training_comparison.json",
+                        help="where the comparison's numbers are stored")
     args = parser.parse_args()
     QG.setup_logging(level="WARNING")
     if "throughput" in args.tables:
         with tempfile.TemporaryDirectory() as workdir:
-            rows = [measure(n, args.epochs, args.samples, workdir) for n in args.nproc]
+            rows = [measure(n, args.epochs, args.samples or 800, workdir) for n in args.nproc]
         print("| processes | graphs/s (train) | ms/step | epoch (s) | job wall time (s) | final val accuracy |")
         print("|---:|---:|---:|---:|---:|---:|")
         for r in rows:
@@ -147,7 +381,17 @@ def main() -> None:
         print()
     if "stop-check" in args.tables:
         stop_check_table(args.nproc, args.steps, args.step_ms)
-
+    if "compare" in args.tables:
+        load_before = os.getloadavg()
+        rows = compare(args.nproc, args.repetitions, args.epochs, args.samples, args.config)
+        print_comparison(rows)
+        with open(args.json, "w") as out:
+            json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+                       "machine": {"cpus": os.cpu_count(), "load_average_before": load_before,
+                                   "load_average_after": os.getloadavg(), "platform": platform.platform(),
+                                   "torch": torch.__version__},
+                       "lightning": importlib.util.find_spec("lightning") is not None, "rows": rows}, out, indent=1)
+        print(f"\nstored in {args.json}")
 
 if __name__ == "__main__":
     main()
