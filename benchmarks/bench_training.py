@@ -314,23 +314,28 @@ def run_contender(name: str, world_size: int, config: dict) -> list[float]:
     return rows[0][0]
 
 
-def compare(nprocs: list[int], repetitions: int, epochs: int, samples: int | None, config_path: str) -> list[dict]:
+def compare(nprocs: list[int], repetitions: int, epochs: int, samples: int | None, config_path: str,
+            store) -> list[dict]:
     """Each repetition trains every contender once, in an order rotated per repetition (so that a slow spell
     of a shared machine does not always hit the same one); a contender's figure for one job is the median
-    over its epochs after the first (start-up), the table's the median over repetitions."""
+    over its epochs after the first (start-up), the table's the median over repetitions. ``store(rows)`` is
+    called after every job, so that an interrupted run keeps what it measured."""
     contenders = [c for c in CONTENDERS if c != "Lightning" or lightning_installed()]
-    rows = []
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as workdir:
         config = comparison_config(epochs, samples, workdir, config_path)
         QG.CausalSetDataset.from_config(config["data"])  # generated once, outside every timing
         for world_size in nprocs:
             runs: dict[str, list[float]] = {c: [] for c in contenders}
+            rows.append({"nproc": world_size, "graphs_per_s": runs})
             for repetition in range(repetitions):
                 shift = repetition % len(contenders)
                 for name in contenders[shift:] + contenders[:shift]:
                     rates = run_contender(name, world_size, config)
                     runs[name].append(statistics.median(rates[1:] or rates))
-            rows.append({"nproc": world_size, "graphs_per_s": runs})
+                    print(f"world size {world_size}, repetition {repetition + 1}: {name} {runs[name][-1]:.1f} "
+                          f"graphs/s (epochs: {', '.join(f'{r:.1f}' for r in rates)})", file=sys.stderr, flush=True)
+                    store(rows)
     return rows
 
 
@@ -383,14 +388,16 @@ def main() -> None:
         stop_check_table(args.nproc, args.steps, args.step_ms)
     if "compare" in args.tables:
         load_before = os.getloadavg()
-        rows = compare(args.nproc, args.repetitions, args.epochs, args.samples, args.config)
-        print_comparison(rows)
-        with open(args.json, "w") as out:
-            json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
-                       "machine": {"cpus": os.cpu_count(), "load_average_before": load_before,
-                                   "load_average_after": os.getloadavg(), "platform": platform.platform(),
-                                   "torch": torch.__version__},
-                       "lightning": importlib.util.find_spec("lightning") is not None, "rows": rows}, out, indent=1)
+
+        def store(rows: list[dict]) -> None:
+            with open(args.json, "w") as out:
+                json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+                           "machine": {"cpus": os.cpu_count(), "load_average_before": load_before,
+                                       "load_average_now": os.getloadavg(), "platform": platform.platform(),
+                                       "torch": torch.__version__},
+                           "lightning": lightning_installed(), "rows": rows}, out, indent=1)
+
+        print_comparison(compare(args.nproc, args.repetitions, args.epochs, args.samples, args.config, store))
         print(f"\nstored in {args.json}")
 
 if __name__ == "__main__":
