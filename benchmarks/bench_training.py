@@ -167,7 +167,23 @@ def _join_group(rank: int, world_size: int, port: int) -> None:
                       WORLD_SIZE=str(world_size), NODE_RANK="0")
 
 
-def _run_quantumgrav(rank: int, world_size: int, config: dict) -> list[float]:
+def cpu_ms_per_step(marks: list[tuple[int, float]]) -> float:
+    """The median CPU time between consecutive optimizer steps of one epoch, epochs after the first, from
+    (epoch, time.process_time()) at each step's end: the process's work per step (all its threads, the
+    collectives' too), far less disturbed than wall time by other processes on a shared machine."""
+    later = [m for m in marks if m[0] > marks[0][0]] or marks
+    return 1000 * statistics.median(b - a for (e, a), (f, b) in zip(later, later[1:]) if e == f)
+
+
+class _StepClock(QG.Callback):
+    def __init__(self):
+        self.marks: list[tuple[int, float]] = []
+
+    def on_step_end(self, trainer, epoch, completed_batches):
+        self.marks.append((epoch, time.process_time()))
+
+
+def _run_quantumgrav(rank: int, world_size: int, config: dict) -> dict:
     """The library as a user runs it: each rank runs QG.launch's per-process job (Trainer, or TrainerDDP on
     a gloo group). Its records' graphs/s: all ranks' training graphs over rank 0's training-loop time."""
     from QuantumGrav.launcher import run_job
@@ -176,7 +192,10 @@ def _run_quantumgrav(rank: int, world_size: int, config: dict) -> list[float]:
     if world_size > 1:
         QG.initialize_ddp(rank, world_size, master_port=int(os.environ["MASTER_PORT"]), backend="gloo")
     try:
-        return [record["graphs_per_s"] for record in run_job(config)["history"]]
+        clock = _StepClock()
+        history = run_job(config, callbacks=[clock])["history"]
+        return {"graphs_per_s": [record["graphs_per_s"] for record in history],
+                "cpu_ms_per_step": cpu_ms_per_step(clock.marks)}
     finally:
         QG.cleanup_ddp()
 
@@ -205,7 +224,7 @@ def _plain_loader(config: dict, train_set, rank: int, world_size: int):
     return DataLoader(train_set, batch_size=config["training"]["batch_size"], sampler=sampler)
 
 
-def _run_hand_written(rank: int, world_size: int, config: dict) -> list[float]:
+def _run_hand_written(rank: int, world_size: int, config: dict) -> dict:
     """The loop of PyTorch's DDP tutorial on the same model, data, batch, optimizer and seed: no checkpoints,
     no stop votes, no records. Timed as QuantumGrav times itself: the epoch's training loop on rank 0."""
     import torch.nn.functional as F
@@ -219,7 +238,7 @@ def _run_hand_written(rank: int, world_size: int, config: dict) -> list[float]:
     tcfg = config["training"]
     optimizer = tcfg["optimizer_type"](model.parameters(), **tcfg["optimizer_kwargs"])
     loader = _plain_loader(config, train_set, rank, world_size)
-    rates = []
+    rates, marks = [], []
     for epoch in range(tcfg["num_epochs"]):
         loader.sampler.set_epoch(epoch)
         ddp_model.train()
@@ -230,13 +249,14 @@ def _run_hand_written(rank: int, world_size: int, config: dict) -> list[float]:
             loss.backward()
             optimizer.step()
             graphs += batch.num_graphs
+            marks.append((epoch, time.process_time()))
         rates.append(graphs * world_size / (time.perf_counter() - started))  # every rank has as many (padding)
     if world_size > 1:
         dist.destroy_process_group()
-    return rates
+    return {"graphs_per_s": rates, "cpu_ms_per_step": cpu_ms_per_step(marks)}
 
 
-def _run_lightning(rank: int, world_size: int, config: dict) -> list[float]:
+def _run_lightning(rank: int, world_size: int, config: dict) -> dict:
     """The same model, data, batch, optimizer and seed in a LightningModule, trained by lightning.Trainer
     (DDP on gloo over the processes started here; no validation, logger, checkpoints or progress bar)."""
     import lightning as L
@@ -262,6 +282,7 @@ def _run_lightning(rank: int, world_size: int, config: dict) -> list[float]:
     class EpochTimer(L.Callback):
         def __init__(self):
             self.rates: list[float] = []
+            self.marks: list[tuple[int, float]] = []
 
         def on_train_epoch_start(self, trainer, module):
             self.graphs, self.started = 0, time.perf_counter()
@@ -269,6 +290,7 @@ def _run_lightning(rank: int, world_size: int, config: dict) -> list[float]:
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):  # after the optimizer step
             self.graphs += batch.num_graphs
             self.ended = time.perf_counter()
+            self.marks.append((trainer.current_epoch, time.process_time()))
 
         def on_train_epoch_end(self, trainer, module):
             self.rates.append(self.graphs * world_size / (self.ended - self.started))
@@ -282,7 +304,7 @@ def _run_lightning(rank: int, world_size: int, config: dict) -> list[float]:
     trainer.fit(Module(), train_dataloaders=_plain_loader(config, train_set, rank, world_size))
     if world_size > 1:
         dist.destroy_process_group()
-    return timer.rates
+    return {"graphs_per_s": timer.rates, "cpu_ms_per_step": cpu_ms_per_step(timer.marks)}
 
 
 def _contender_process(name: str, rank: int, world_size: int, port: int, config: dict, results) -> None:
@@ -295,8 +317,9 @@ def _contender_process(name: str, rank: int, world_size: int, port: int, config:
         raise
 
 
-def run_contender(name: str, world_size: int, config: dict) -> list[float]:
-    """Train the job with ``name`` in ``world_size`` fresh processes; rank 0's graphs/s of every epoch."""
+def run_contender(name: str, world_size: int, config: dict) -> dict:
+    """Train the job with ``name`` in ``world_size`` fresh processes; rank 0's graphs/s of every epoch and
+    CPU ms per step."""
     from QuantumGrav.distributed import worker_context
 
     context, port = worker_context(), QG.find_free_port()
@@ -327,35 +350,53 @@ def compare(nprocs: list[int], repetitions: int, epochs: int, samples: int | Non
         QG.CausalSetDataset.from_config(config["data"])  # generated once, outside every timing
         for world_size in nprocs:
             runs: dict[str, list[float]] = {c: [] for c in contenders}
-            rows.append({"nproc": world_size, "graphs_per_s": runs})
+            cpu: dict[str, list[float]] = {c: [] for c in contenders}
+            rows.append({"nproc": world_size, "graphs_per_s": runs, "cpu_ms_per_step": cpu})
             for repetition in range(repetitions):
                 shift = repetition % len(contenders)
                 for name in contenders[shift:] + contenders[:shift]:
-                    rates = run_contender(name, world_size, config)
+                    measured = run_contender(name, world_size, config)
+                    rates = measured["graphs_per_s"]
                     runs[name].append(statistics.median(rates[1:] or rates))
+                    cpu[name].append(measured["cpu_ms_per_step"])
                     print(f"world size {world_size}, repetition {repetition + 1}: {name} {runs[name][-1]:.1f} "
-                          f"graphs/s (epochs: {', '.join(f'{r:.1f}' for r in rates)})", file=sys.stderr, flush=True)
+                          f"graphs/s (epochs: {', '.join(f'{r:.1f}' for r in rates)}), {cpu[name][-1]:.1f} CPU ms "
+                          "per step", file=sys.stderr, flush=True)
                     store(rows)
     return rows
 
 
+def _ratio_cells(values: dict[str, list[float]], invert: bool) -> list[str]:
+    """QuantumGrav's ratio to each other contender: of the medians, and of every repetition (as speeds:
+    a time per step is inverted, so that above 1 means QuantumGrav is faster in both tables)."""
+    cells = []
+    for other in CONTENDERS[1:]:
+        if other not in values:
+            cells.append("-")
+            continue
+        pairs = [(o, q) if invert else (q, o) for q, o in zip(values["QuantumGrav"], values[other])]
+        medians = (statistics.median(values[other]), statistics.median(values["QuantumGrav"]))
+        medians = medians if invert else medians[::-1]
+        cells.append(f"{medians[0] / medians[1]:.3f} ({', '.join(f'{a / b:.3f}' for a, b in pairs)})")
+    return cells
+
+
 def print_comparison(rows: list[dict]) -> None:
-    print("Training graphs/s side by side (median over repetitions; per repetition the median of the epochs "
-          "after the first), and QuantumGrav's ratio to each (median, and every repetition's):")
-    print("| processes | QuantumGrav | hand-written DDP | Lightning | QG / hand-written | QG / Lightning |")
-    print("|---:|---:|---:|---:|---|---|")
-    for row in rows:
-        runs = row["graphs_per_s"]
-        cells = [f"{statistics.median(runs[name]):.1f}" if name in runs else "not installed" for name in CONTENDERS]
-        ratios = []
-        for other in CONTENDERS[1:]:
-            if other not in runs:
-                ratios.append("-")
-                continue
-            each = [q / o for q, o in zip(runs["QuantumGrav"], runs[other])]
-            ratios.append(f"{statistics.median(runs['QuantumGrav']) / statistics.median(runs[other]):.3f} "
-                          f"({', '.join(f'{r:.3f}' for r in each)})")
-        print(f"| {row['nproc']} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    for key, title, invert in (
+            ("graphs_per_s", "Training graphs/s (rank 0's training loop; per repetition the median of the epochs "
+                             "after the first)", False),
+            ("cpu_ms_per_step", "CPU ms per optimizer step (rank 0, all its threads; median over the steps of "
+                                "the epochs after the first)", True)):
+        print(f"{title}, median over repetitions, and QuantumGrav's speed relative to each (median, and every "
+              "repetition's; above 1: QuantumGrav faster):")
+        print("| processes | QuantumGrav | hand-written DDP | Lightning | QG vs hand-written | QG vs Lightning |")
+        print("|---:|---:|---:|---:|---|---|")
+        for row in rows:
+            values = {name: v for name, v in row[key].items() if v}
+            cells = [f"{statistics.median(values[name]):.1f}" if name in values else "not installed"
+                     for name in CONTENDERS]
+            print(f"| {row['nproc']} | {' | '.join(cells)} | {' | '.join(_ratio_cells(values, invert))} |")
+        print()
 
 
 def main() -> None:
