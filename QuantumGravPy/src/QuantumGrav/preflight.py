@@ -150,8 +150,7 @@ def measure_peak(run: Callable[[], None], device: torch.device) -> tuple[float, 
     return sampled[0], before, "peak RSS, sampled"
 
 
-def forward_backward(model: torch.nn.Module, criterion: Callable, task: Any, batch: Batch, amp: str,
-                     device: torch.device) -> Callable[[], None]:
+def forward_backward(model: torch.nn.Module, batch: Batch, amp: str, device: torch.device) -> Callable[[], None]:
     """One training step's forward and backward on ``batch`` (no optimizer step), leaving no trace: the random
     state, the normalisation statistics and the gradients are as they were."""
     def run() -> None:
@@ -162,8 +161,10 @@ def forward_backward(model: torch.nn.Module, criterion: Callable, task: Any, bat
             model.train()
             dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
             with torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext():
-                loss = criterion(model(batch.to(device)), task.target(batch.y.to(device)))
-            loss.backward()
+                outputs = model(batch.to(device))
+            # The sum, not the configured loss: the same backward through the model, whose memory this is,
+            # without calling the user's loss outside training (it may count or log its calls).
+            outputs.float().sum().backward()
         model.zero_grad(set_to_none=True)
         model.train(was_training)
         with torch.no_grad():
@@ -185,12 +186,12 @@ def device_limit(device: torch.device, memory_limit_mb: float | None, local_proc
                    f"for {local_processes} process(es)")
 
 
-def estimate(model: torch.nn.Module, criterion: Callable, task: Any, train: Any, train_sizes: np.ndarray,
+def estimate(model: torch.nn.Module, train: Any, train_sizes: np.ndarray,
              positions: list[int], training: dict[str, Any], device: torch.device,
              local_processes: int) -> MemoryEstimate:
     """Measure the batch of the training items at ``positions`` against this process's limit."""
     batch = Batch.from_data_list([train[i] for i in positions])
-    peak, before, measured = measure_peak(forward_backward(model, criterion, task, batch, training["amp"], device),
+    peak, before, measured = measure_peak(forward_backward(model, batch, training["amp"], device),
                                           device)
     del batch
     limit, source = device_limit(device, training["memory_limit_mb"], local_processes)
@@ -204,12 +205,12 @@ def local_processes(runtime: Runtime) -> int:
     return int(os.environ.get("LOCAL_WORLD_SIZE", runtime.world_size))
 
 
-def run_preflight(model: torch.nn.Module, criterion: Callable, task: Any, train: Any, train_sizes: np.ndarray,
+def run_preflight(model: torch.nn.Module, train: Any, train_sizes: np.ndarray,
                   train_batches: DistributedBudgetBatchSampler | None, training: dict[str, Any],
                   runtime: Runtime) -> MemoryEstimate:
     """Every rank: measure the largest training batch; return the estimate of the rank with the least room."""
     positions = largest_batch(train_sizes, training, train_batches)
-    mine = estimate(model, criterion, task, train, train_sizes, positions, training, runtime.device,
+    mine = estimate(model, train, train_sizes, positions, training, runtime.device,
                     local_processes(runtime))
     return worst_across_ranks(mine, runtime)
 
@@ -231,3 +232,27 @@ def refuse_if_too_large(found: MemoryEstimate, training: dict[str, Any]) -> None
     if not found.fits:
         raise UserError(f"training.preflight: {found.line()}; {found.advice(training)} "
                         "(training.preflight: false skips this check)")
+
+
+def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
+    """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
+    data (generated and cached if missing), its model, its largest training batch."""
+    from . import data_sources
+    from .config import resolve_config
+    from .distributed import resolve_device
+    from .models import build_model
+    from .optimization import build_named
+
+    config = resolve_config(config)
+    training = config["training"]
+    runtime = Runtime(device=resolve_device(training["device"]))
+    data = data_sources.load_run_data(config, runtime)
+    sizes = data_sources.split_sizes(data.dataset, data.split, runtime)
+    train_batches = data_sources.training_batches(sizes, config, runtime)
+    torch.manual_seed(training["seed"])
+    key = "model.kwargs" if config["model"]["type"] is not None else "model"
+    model = build_named(key, build_model, config["model"], data.first.x.size(1), data.task.output_width)
+    train = data_sources.subset(data.dataset, data.split["train"])
+    positions = largest_batch(sizes["train"], training, train_batches)
+    return estimate(model.to(runtime.device), train, sizes["train"], positions, training, runtime.device, nproc)
+

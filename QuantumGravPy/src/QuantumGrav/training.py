@@ -85,9 +85,9 @@ class Trainer:
         self.train_batches = data_sources.training_batches(self.sizes, self.config, self.runtime) \
             if self.sizes is not None else None
         self.core_model = self._build_model(data.first)
-        self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
         self.memory_estimate = self._preflight()  # before DDP wraps the model: its hooks would take this backward
         self.model = self._wrap_model(self.core_model)
+        self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
         num_batches = len(self.train_batches) if self.train_batches is not None else \
             batches_per_epoch(self.config, len(self.split["train"]), self.runtime.world_size)
         self.optimization = Optimization(self.config, self.core_model, self.runtime.world_size, num_batches)
@@ -103,7 +103,7 @@ class Trainer:
         self._run_lock = RunLock.acquire(self.run_dir, self.job_token) if self.runtime.is_main else None
         setup_logging(self.runtime.rank, self.run_dir)
         if self.memory_estimate is not None:
-            logger.info(f"preflight: {self.memory_estimate.line()}")
+            logger.debug(f"preflight: {self.memory_estimate.line()}")
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.progress = Progress(self)
         self.history: list[dict[str, Any]] = []
@@ -128,7 +128,7 @@ class Trainer:
         if not self.tcfg["preflight"]:
             return None
         train = data_sources.subset(self.dataset, self.split["train"])
-        found = run_preflight(self.core_model, self.criterion, self.task, train, self.sizes["train"],
+        found = run_preflight(self.core_model, train, self.sizes["train"],
                               self.train_batches, self.tcfg, self.runtime)
         refuse_if_too_large(found, self.tcfg)
         return found
