@@ -137,11 +137,13 @@ def test_an_item_larger_than_the_budget_is_refused_with_the_budget_that_fits(tin
         QG.Trainer(tiny_config({"training.batch_budget": {"nodes": 20}}))
 
 
-def test_a_budget_without_nodes_or_edges_and_drop_last_with_a_budget_are_config_errors(tiny_config):
+def test_a_budget_without_nodes_or_edges_or_with_drop_last_or_lr_scaling_is_a_config_error(tiny_config):
     with pytest.raises(QG.ConfigError, match="training.batch_budget: expected nodes, edges or both"):
         tiny_config({"training.batch_budget": {"graphs": 4}})
     with pytest.raises(QG.ConfigError, match="training.drop_last: batches packed by training.batch_budget"):
         tiny_config({"training.batch_budget": {"edges": 100}, "training.drop_last": True})
+    with pytest.raises(QG.ConfigError, match="training.lr_scaling: 'linear' scales the LR with the effective batch"):
+        tiny_config({"training.batch_budget": {"edges": 100}, "training.lr_scaling": "linear"})
 
 
 # --------------------------------------------------------------------------- training with a budget

@@ -589,6 +589,10 @@ def _cross_checks(cfg: dict, errors: list[str]) -> None:
     if budget is not None and budget["nodes"] is None and budget["edges"] is None:
         errors.append(f"training.batch_budget: expected nodes, edges or both (a bound on the batch's size), got "
                       f"{budget}; for a fixed number of graphs per batch use training.batch_size instead")
+    if budget is not None and cfg["training"]["lr_scaling"] != "none":
+        errors.append(f"training.lr_scaling: '{cfg['training']['lr_scaling']}' scales the LR with the effective batch "
+                      "size, which training.batch_budget does not fix (its batches hold different numbers of "
+                      "graphs); set lr_scaling: none and the LR for the budget")
     if budget is not None and cfg["training"]["drop_last"]:
         errors.append("training.drop_last: batches packed by training.batch_budget have no incomplete last batch "
                       "to drop; set drop_last: false")
