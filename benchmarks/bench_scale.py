@@ -36,11 +36,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------- balance (issue 24 §2)
-def balance_config(workdir: str, samples: int, n_min: int, n_max: int) -> dict:
+SPRINKLINGS = ["minkowski_2d", "minkowski_3d", "minkowski_4d"]
+
+
+def balance_config(workdir: str, samples: int, n_min: int, n_max: int, classes: list[str]) -> dict:
     return QG.load_config(REPO / "configs/train.yaml", {
         "training.device": "cpu", "training.path": f"{workdir}/runs", "data.root": f"{workdir}/data",
         "data.num_samples": samples, "data.n_min": n_min, "data.n_max": n_max, "data.storage": "disk",
-        "data.split": [0.9, 0.05, 0.05]})
+        "data.classes": classes, "data.split": [0.9, 0.05, 0.05]})
 
 
 def _peak_rss_mb() -> float:
@@ -61,9 +64,36 @@ def _balance_loader(dataset, sizes, mode: str, batch_size: int, edge_budget: int
     return DataLoader(dataset, batch_sampler=batches), batches
 
 
-def _balance_worker(rank: int, world: int, port: int, results, config: dict, mode: str, batch_size: int,
-                    edge_budget: int, epochs: int) -> None:
-    """One rank: ``epochs`` epochs, each step's own work and its gradient all-reduce timed apart."""
+def _balance_epoch(model, optimizer, loader, world: int) -> dict:
+    """One epoch; each step's own work (loading, forward, backward, optimizer) and its all-reduce timed apart."""
+    work = wait = 0.0
+    graphs = edges = steps = 0
+    started = last = time.perf_counter()
+    for batch in loader:
+        loss = torch.nn.functional.cross_entropy(model(batch), batch.y.view(-1))
+        loss.backward()
+        computed = time.perf_counter()
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        dist.all_reduce(flat)  # what DDP's backward does: every rank waits here for the slowest
+        reduced = time.perf_counter()
+        offset = 0
+        for p in model.parameters():
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p) / world)
+            offset += p.numel()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        work, wait = work + (computed - last), wait + (reduced - computed)
+        last = time.perf_counter()
+        work += last - reduced
+        graphs, edges, steps = graphs + batch.num_graphs, edges + batch.edge_index.size(1), steps + 1
+    return {"steps": steps, "graphs": graphs, "edges": edges, "work_s": work, "wait_s": wait,
+            "wall_s": time.perf_counter() - started}
+
+
+def _balance_worker(rank: int, world: int, port: int, results, config: dict, batch_size: int, edge_budget: int,
+                    epochs: int) -> None:
+    """One rank: each epoch once with fixed-count batches and once with the budget, alternating, so that a
+    change of the machine's load falls on both alike."""
     from QuantumGrav.batching import graph_sizes
     from QuantumGrav.distributed import Runtime
     from QuantumGrav.models import build_model
@@ -75,38 +105,17 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, mod
         dataset = QG.CausalSetDataset.from_config(config["data"])
         train = dataset.index_select(QG.split_indices(len(dataset), config["data"]["split"], 0)[0])
         sizes = graph_sizes(train, Runtime(rank=rank, world_size=world))
-        loader, sampler = _balance_loader(train, sizes, mode, batch_size, edge_budget, rank, world, training["seed"])
         torch.manual_seed(training["seed"])
         model = build_model(config["model"], train[0].x.size(1), dataset.num_classes)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        epochs_out = []
+        loaders = {mode: _balance_loader(train, sizes, mode, batch_size, edge_budget, rank, world, training["seed"])
+                   for mode in ("fixed", "budget")}
+        measured: dict[str, list] = {mode: [] for mode in loaders}
         for epoch in range(epochs):
-            sampler.set_epoch(epoch)
-            work = wait = 0.0
-            graphs = edges = steps = 0
-            started = last = time.perf_counter()
-            for batch in loader:
-                loss = torch.nn.functional.cross_entropy(model(batch), batch.y.view(-1))
-                loss.backward()
-                computed = time.perf_counter()
-                flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-                dist.all_reduce(flat)  # what DDP's backward does: every rank waits here for the slowest
-                reduced = time.perf_counter()
-                flat /= world
-                offset = 0
-                for p in model.parameters():
-                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                work += computed - last
-                wait += reduced - computed
-                last = time.perf_counter()
-                work += last - reduced
-                graphs, edges, steps = graphs + batch.num_graphs, edges + batch.edge_index.size(1), steps + 1
-            epochs_out.append({"epoch": epoch, "steps": steps, "graphs": graphs, "edges": edges,
-                               "work_s": work, "wait_s": wait, "wall_s": time.perf_counter() - started})
-        results.put((rank, {"epochs": epochs_out, "peak_rss_mb": _peak_rss_mb()}))
+            for mode, (loader, sampler) in loaders.items():
+                sampler.set_epoch(epoch)
+                measured[mode].append({"epoch": epoch, **_balance_epoch(model, optimizer, loader, world)})
+        results.put((rank, {"epochs": measured, "peak_rss_mb": _peak_rss_mb()}))
     except Exception as err:  # noqa: BLE001 - the parent prints it
         results.put((rank, {"error": f"{type(err).__name__}: {err}"}))
     finally:
@@ -131,21 +140,21 @@ def _spawn(target, world: int, *args) -> dict[int, dict]:
 
 
 def measure_balance(nproc: int, samples: int, n_min: int, n_max: int, batch_size: int, epochs: int,
-                    workdir: str) -> dict:
+                    workdir: str, classes: list[str]) -> dict:
     """Both modes on the same data: per-rank work and all-reduce wait per epoch, graphs/s, peak RSS."""
     from QuantumGrav.batching import BatchBudget, pack_by_size
 
-    config = balance_config(workdir, samples, n_min, n_max)
+    config = balance_config(workdir, samples, n_min, n_max, classes)
     dataset = QG.CausalSetDataset.from_config(config["data"])  # generate once, outside the timing
     sizes = dataset.graph_sizes()[QG.split_indices(len(dataset), config["data"]["split"], 0)[0]]
     # The budget: batch_size sets of mean size, or the largest set if that is more (every set must fit);
     # the fixed count: the budget's mean graphs per batch, so that both modes take about the same steps.
     edge_budget = max(int(batch_size * sizes[:, 1].mean()), int(sizes[:, 1].max()))
     fixed_batch = max(1, round(len(sizes) / len(pack_by_size(sizes, BatchBudget(edges=edge_budget), 0))))
+    ranks = _spawn(_balance_worker, nproc, config, fixed_batch, edge_budget, epochs)
     rows = []
     for mode in ("fixed", "budget"):
-        ranks = _spawn(_balance_worker, nproc, config, mode, fixed_batch, edge_budget, epochs)
-        per_epoch = [[ranks[r]["epochs"][e] for r in range(nproc)] for e in range(epochs)]
+        per_epoch = [[ranks[r]["epochs"][mode][e] for r in range(nproc)] for e in range(epochs)]
         rows.append({
             "mode": mode, "batch": f"{fixed_batch} graphs" if mode == "fixed" else f"edges <= {edge_budget}",
             "steps_per_rank": per_epoch[0][0]["steps"],
@@ -156,12 +165,12 @@ def measure_balance(nproc: int, samples: int, n_min: int, n_max: int, batch_size
             "work_s_per_rank_epoch": [statistics.mean(per_epoch[e][r]["work_s"] for e in range(epochs))
                                       for r in range(nproc)],
             "epoch_s": statistics.mean(max(r["wall_s"] for r in ep) for ep in per_epoch),
-            "peak_rss_mb": [ranks[r]["peak_rss_mb"] for r in range(nproc)],
             "epochs": per_epoch})
-    return {"nproc": nproc, "samples": samples, "n_min": n_min, "n_max": n_max, "fixed_batch": fixed_batch,
+    return {"nproc": nproc, "samples": samples, "n_min": n_min, "n_max": n_max, "classes": classes,
+            "fixed_batch": fixed_batch,
             "edge_budget": edge_budget, "epochs": epochs, "set_edges": {"mean": float(sizes[:, 1].mean()),
                                                                           "max": int(sizes[:, 1].max())},
-            "rows": rows}
+            "peak_rss_mb": [ranks[r]["peak_rss_mb"] for r in range(nproc)], "rows": rows}
 
 
 def print_balance(result: dict) -> None:
@@ -169,14 +178,14 @@ def print_balance(result: dict) -> None:
           f"{result['n_max']} (edges per set: mean {result['set_edges']['mean']:.0f}, max "
           f"{result['set_edges']['max']}), default model, mean of {result['epochs']} epochs")
     print(f"| {'batches':<20} | steps/rank | graphs/s | epoch s | wait at all-reduce s per rank | "
-          f"own work s per rank | peak RSS MB per rank |")
-    print("|---|---:|---:|---:|---|---|---|")
+          f"own work s per rank |")
+    print("|---|---:|---:|---:|---|---|")
     for row in result["rows"]:
         listed = [" / ".join(f"{v:.1f}" for v in row[key]) for key in ("wait_s_per_rank_epoch",
                                                                           "work_s_per_rank_epoch")]
-        rss = " / ".join(f"{v:.0f}" for v in row["peak_rss_mb"])
         print(f"| {row['mode'] + ': ' + row['batch']:<20} | {row['steps_per_rank']} | {row['graphs_per_s']:.2f} | "
-              f"{row['epoch_s']:.1f} | {listed[0]} | {listed[1]} | {rss} |")
+              f"{row['epoch_s']:.1f} | {listed[0]} | {listed[1]} |")
+    print("peak RSS per process (both modes): " + " / ".join(f"{v:.0f} MB" for v in result["peak_rss_mb"]))
 
 
 def main() -> None:
@@ -188,6 +197,9 @@ def main() -> None:
     parser.add_argument("--n-max", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--classes", nargs="+", default=SPRINKLINGS,
+                        help="generator classes (default: the sprinklings; destroyed and layered sets of N <= 1,024 "
+                             "reached 114,636 links; a fixed batch of 8 sets of all classes peaked at 6.7 GB)")
     parser.add_argument("--workdir", default=None, help="keep the data here (default: a temporary folder)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results_scale_balance.json"))
     args = parser.parse_args()
@@ -195,7 +207,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or tmp
         result = measure_balance(args.nproc, args.samples, args.n_min, args.n_max, args.batch_size, args.epochs,
-                                 workdir)
+                                 workdir, args.classes)
     print_balance(result)
     Path(args.out).write_text(json.dumps({"balance": result, "load_average": os.getloadavg(),
                                           "command": "python benchmarks/bench_scale.py " + " ".join(
