@@ -240,13 +240,18 @@ def test_the_preflight_refuses_an_oversized_batch_in_one_line_and_writes_nothing
 
 def test_the_preflight_suggests_the_budget_or_batch_size_that_fits():
     measured = MemoryEstimate(graphs=8, nodes=4000, edges=40_000, peak_mb=1500, before_mb=500, limit_mb=1000,
-                              limit_source="training.memory_limit_mb", measured="peak RSS")
+                              limit_source="training.memory_limit_mb", measured="peak RSS", largest_set=(600, 6000))
     assert not measured.fits
     # the batch took 1,000 MB; 500 MB of room, 0.8 of it used: 0.4 x the batch
     assert "set training.batch_size to 12 " in measured.advice({"batch_size": 32, "batch_budget": None})
     assert "{nodes: 1600, edges: 16000}" in measured.advice(
         {"batch_size": 32, "batch_budget": {"nodes": 5000, "edges": 50_000, "graphs": None}})
     assert "even one batch of the largest sets" in measured.advice({"batch_size": 2, "batch_budget": None})
+    one_large_set = MemoryEstimate(graphs=1, nodes=1010, edges=15605, peak_mb=708, before_mb=360, limit_mb=600,
+                                   limit_source="training.memory_limit_mb", measured="peak RSS",
+                                   largest_set=(1010, 15605))
+    assert "even the largest set alone (1010 nodes, 15605 edges) would not fit" in one_large_set.advice(
+        {"batch_size": 2, "batch_budget": {"nodes": None, "edges": 15605, "graphs": None}})
 
 
 def test_the_preflight_leaves_no_trace_in_the_weights_statistics_or_random_state(tiny_config):

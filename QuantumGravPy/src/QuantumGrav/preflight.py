@@ -43,13 +43,14 @@ class MemoryEstimate:
     limit_mb: float
     limit_source: str
     measured: str  # "CUDA peak allocation on cuda:0" or "peak RSS"
+    largest_set: tuple[int, int] = (0, 0)  # (nodes, edges) of the training split's largest set
 
     @property
     def fits(self) -> bool:
         return self.peak_mb <= self.limit_mb
 
     def batch_text(self) -> str:
-        return f"{self.graphs} graphs, {self.nodes} nodes, {self.edges} edges"
+        return f"{self.graphs} graph{'s' if self.graphs != 1 else ''}, {self.nodes} nodes, {self.edges} edges"
 
     def line(self) -> str:
         return (f"the largest training batch ({self.batch_text()}) peaks at {self.peak_mb:.0f} MB ({self.measured}, "
@@ -72,6 +73,9 @@ class MemoryEstimate:
             suggested = BatchBudget(*(None if v is None else max(1, math.floor(m * factor))
                                       for v, m in ((budget.nodes, self.nodes), (budget.edges, self.edges))),
                                     budget.graphs)
+            if not suggested.fits(*self.largest_set, 1):  # a budget must hold every set on its own
+                return (f"even the largest set alone ({self.largest_set[0]} nodes, {self.largest_set[1]} edges) "
+                        "would not fit: use a smaller model, a device with more memory, or raise the limit")
             return f"set training.batch_budget to {suggested.describe()} (measured to fit), or raise the limit"
         batch_size = math.floor(training["batch_size"] * factor)
         if batch_size < 1:
@@ -196,8 +200,9 @@ def estimate(model: torch.nn.Module, train: Any, train_sizes: np.ndarray,
     del batch
     limit, source = device_limit(device, training["memory_limit_mb"], local_processes)
     chosen = train_sizes[np.asarray(positions, dtype=np.int64)]
+    largest_set = (int(train_sizes[:, NODES].max()), int(train_sizes[:, EDGES].max()))
     return MemoryEstimate(len(positions), int(chosen[:, NODES].sum()), int(chosen[:, EDGES].sum()), peak, before,
-                          limit, source, measured)
+                          limit, source, measured, largest_set)
 
 
 def local_processes(runtime: Runtime) -> int:
@@ -225,7 +230,8 @@ def worst_across_ranks(mine: MemoryEstimate, runtime: Runtime) -> MemoryEstimate
     worst = int(torch.argmax(rows[:, 0] - rows[:, 2]))
     peak, before, limit = rows[worst].tolist()
     source = mine.limit_source if worst == runtime.rank else f"{mine.limit_source}, rank {worst}"
-    return MemoryEstimate(mine.graphs, mine.nodes, mine.edges, peak, before, limit, source, mine.measured)
+    return MemoryEstimate(mine.graphs, mine.nodes, mine.edges, peak, before, limit, source, mine.measured,
+                          mine.largest_set)
 
 
 def refuse_if_too_large(found: MemoryEstimate, training: dict[str, Any]) -> None:
