@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -48,12 +48,6 @@ class BatchBudget:
     def fits(self, nodes: int, edges: int, graphs: int) -> bool:
         return ((self.nodes is None or nodes <= self.nodes) and (self.edges is None or edges <= self.edges)
                 and (self.graphs is None or graphs <= self.graphs))
-
-    def scaled(self, factor: float) -> "BatchBudget":
-        """This budget with its node and edge bounds times ``factor`` (what a smaller memory allows)."""
-        def scale(value: int | None) -> int | None:
-            return None if value is None else max(1, math.floor(value * factor))
-        return BatchBudget(scale(self.nodes), scale(self.edges), self.graphs)
 
     def describe(self) -> str:
         parts = [f"{name}: {value}" for name, value in (("nodes", self.nodes), ("edges", self.edges),
@@ -92,15 +86,15 @@ def _sizes_from_slices(dataset: Any) -> np.ndarray | None:
     return np.stack([nodes, edges], axis=1).astype(np.int64) if len(nodes) == len(dataset) else None
 
 
-def check_items_fit(sizes: np.ndarray, budget: BatchBudget, positions: Sequence[int]) -> None:
-    """One ConfigError naming the largest item that no batch within ``budget`` could hold, and the budget that
-    would (an item is never skipped: every item is in exactly one batch per epoch)."""
-    too_big = [p for p, (nodes, edges) in zip(positions, sizes) if not budget.fits(int(nodes), int(edges), 1)]
+def check_items_fit(sizes: np.ndarray, budget: BatchBudget, part: str) -> None:
+    """One ConfigError if a set of the ``part`` split is larger than any batch within ``budget`` may be, naming
+    the budget that would hold it (a set is never skipped: every set is in exactly one batch per epoch)."""
+    too_big = sum(not budget.fits(int(nodes), int(edges), 1) for nodes, edges in sizes)
     if too_big:
         need_nodes, need_edges = (int(v) for v in sizes.max(axis=0))
-        raise ConfigError(f"training.batch_budget: {len(too_big)} item(s) are larger than one batch may be "
-                          f"({budget.describe()}), e.g. item {too_big[0]}; every item must fit into a batch on "
-                          f"its own: raise the budget to at least nodes: {need_nodes}, edges: {need_edges}")
+        raise ConfigError(f"training.batch_budget: {too_big} set(s) of the {part} split are larger than one batch "
+                          f"may be ({budget.describe()}); every set must fit into a batch on its own: raise the "
+                          f"budget to at least nodes: {need_nodes}, edges: {need_edges}")
 
 
 # --------------------------------------------------------------------------- packing

@@ -204,7 +204,7 @@ def training_batches(sizes: dict[str, np.ndarray], config: dict[str, Any], runti
     if budget is None:
         return None
     for name in ("train", "val", "test"):
-        check_items_fit(sizes[name], budget, list(range(len(sizes[name]))))
+        check_items_fit(sizes[name], budget, name)
     return DistributedBudgetBatchSampler(sizes["train"], budget, runtime.rank, runtime.world_size, tcfg["seed"],
                                          shuffle=tcfg["shuffle"])
 
