@@ -97,8 +97,9 @@ def test_config_advice_names_the_key_to_change(tiny_config):
 
 
 def test_memory_is_logged_every_n_steps_and_in_the_csv_and_the_limit_warns_once(tiny_config):
+    # preflight off: it would refuse to start under a 1 MB limit (test_batching.py)
     trainer = _run(tiny_config({"training.log_every_n_steps": 2, "training.memory_limit_mb": 1.0,
-                                "training.num_epochs": 2}))
+                                "training.preflight": False, "training.num_epochs": 2}))
     log = (trainer.run_dir / "logs" / "rank_0.log").read_text()
     assert "epoch 0 step 1: loss" in log and "RSS" in log
     assert log.count("above the limit of 1 MB (training.memory_limit_mb)") == 1

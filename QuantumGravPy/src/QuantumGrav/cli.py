@@ -85,6 +85,10 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
     doctor.add_argument("--nproc", type=_int_at_least(1), default=2, help="processes you plan to run (default: 2)")
     doctor.add_argument("--num-workers", type=_int_at_least(0), default=0, help="DataLoader workers per process")
     doctor.add_argument("--port", type=_port, default=None, help="rendezvous port to check (default: a free one)")
+    doctor.add_argument("--config", default=None, help="also run this training config's memory preflight: its "
+                                                        "largest batch once, forward and backward, against the limit")
+    doctor.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a value of --config (repeatable)")
     for command in (train, tune, generate, doctor):
         command.set_defaults(command_parser=command)
     return parser
@@ -164,9 +168,11 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
         if unknown:  # argparse would name the top-level program; the command's parser names what the user ran
             args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command == "doctor":
+            from .config import load_config
             from .doctor import run_doctor
 
-            return run_doctor(nproc=args.nproc, num_workers=args.num_workers, port=args.port)
+            config = load_config(args.config, args.overrides) if args.config else None
+            return run_doctor(nproc=args.nproc, num_workers=args.num_workers, port=args.port, config=config)
         if args.command == "generate":
             return _generate(args)
         if args.command == "tune":

@@ -372,6 +372,20 @@ def schema() -> dict[str, Any]:
         "run_name": Field(plain_name, None, nullable=True, doc="run directory name (null: run-<timestamp>-<random>)"),
         "num_epochs": Field(integer(1), 20, doc="upper bound; early stopping may end sooner"),
         **_loader_fields(32, 0),
+        "batch_budget": {
+            "nodes": Field(integer(1), None, nullable=True,
+                           doc="batches by size instead of batch_size: at most this many nodes per batch, per "
+                               "process (training, validation and testing); with edges, graphs or both"),
+            "edges": Field(integer(1), None, nullable=True,
+                           doc="at most this many edges per batch; similar sizes share a batch, every rank runs "
+                               "the same number of steps and each step's batches hold about the same edges "
+                               "(docs/large_data.md); a set larger than the budget is an error"),
+            "graphs": Field(integer(1), None, nullable=True, doc="at most this many graphs per batch (null: any)"),
+        },
+        "preflight": Field(boolean, True,
+                           doc="before training, run the largest batch once (forward and backward) and refuse to "
+                               "start (exit 2) if its peak memory passes memory_limit_mb or the device's memory; "
+                               "doctor --config prints the same estimate"),
         "drop_last": Field(boolean, False, doc="drop each epoch's incomplete last training batch"),
         "shuffle": Field(boolean, True, doc="reshuffle the training set every epoch (DistributedSampler.set_epoch)"),
         "optimizer_type": Field(
@@ -411,7 +425,9 @@ def schema() -> dict[str, Any]:
             integer(1), None, nullable=True,
             doc="also checkpoint last.pt every N optimizer steps: a restart resumes mid-epoch at the next batch"),
         "memory_limit_mb": Field(
-            number(0.0, exclusive_min=True), None, nullable=True, doc="warn once when RSS (or CUDA memory) passes it"
+            number(0.0, exclusive_min=True), None, nullable=True,
+            doc="warn once when RSS (or CUDA memory) passes it; the preflight refuses a largest batch "
+                "whose peak would pass it"
         ),
         "log_every_n_steps": Field(
             integer(1), 50, doc="log loss, throughput and memory every N batches (and at each epoch end)"
@@ -513,7 +529,7 @@ def schema() -> dict[str, Any]:
     }
 
 
-OPTIONAL_SECTIONS = {"logger.wandb"}
+OPTIONAL_SECTIONS = {"logger.wandb", "training.batch_budget"}
 DERIVED_SECTION = "derived"  # absent (or null) means: feature off
 STUDY_SECTION = "tune"  # a study config's own section (study_config.py), which a training config does not have
 
@@ -569,6 +585,17 @@ def _cross_checks(cfg: dict, errors: list[str]) -> None:
         # Always a mistake, often made by overriding the metric of an already resolved config.
         errors.append(f"early_stopping.mode: '{es['mode']}' but {es['metric']} improves towards "
                       f"'{metric_mode(es['metric'])}'; set mode to null (it then follows the metric)")
+    budget = cfg["training"]["batch_budget"]
+    if budget is not None and budget["nodes"] is None and budget["edges"] is None:
+        errors.append(f"training.batch_budget: expected nodes, edges or both (a bound on the batch's size), got "
+                      f"{budget}; for a fixed number of graphs per batch use training.batch_size instead")
+    if budget is not None and cfg["training"]["lr_scaling"] != "none":
+        errors.append(f"training.lr_scaling: '{cfg['training']['lr_scaling']}' scales the LR with the effective batch "
+                      "size, which training.batch_budget does not fix (its batches hold different numbers of "
+                      "graphs); set lr_scaling: none and the LR for the budget")
+    if budget is not None and cfg["training"]["drop_last"]:
+        errors.append("training.drop_last: batches packed by training.batch_budget have no incomplete last batch "
+                      "to drop; set drop_last: false")
     lr = cfg["training"]["optimizer_kwargs"].get("lr")
     if lr is not None:
         try:

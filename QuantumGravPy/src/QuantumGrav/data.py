@@ -292,6 +292,16 @@ class CausalSetDataset(InMemoryDataset):
                     flip_fraction=torch.tensor([float(item["flip_fraction"])], dtype=torch.float32),
                     num_nodes=int(item["num_nodes"]))
 
+    def graph_sizes(self) -> np.ndarray:
+        """(nodes, edges) of every set, int64 [len, 2], read from the cache's index: no graph is loaded
+        (``training.batch_budget`` packs batches by these)."""
+        if self._reader is not None:
+            nodes, edges = self._reader.index["num_nodes"], self._reader.index["num_edges"]
+        else:
+            nodes, edges = np.diff(self.slices["x"].numpy()), np.diff(self.slices["edge_index"].numpy())
+        sizes = np.stack([nodes, edges], axis=1).astype(np.int64)
+        return sizes if self._indices is None else sizes[np.asarray(self.indices(), dtype=np.int64)]
+
     # ------------------------------------------------------------------ labels
     @property
     def generation_params(self) -> dict[str, Any]:

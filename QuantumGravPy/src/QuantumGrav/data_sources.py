@@ -7,8 +7,8 @@ sequence of ``Data`` with ``x`` (float, nodes x features), ``edge_index`` (2 x e
 other attributes are passed through to the model untouched.
 
 Then the split (the same on every rank: ``split_indices`` depends on ``data.split_seed`` only), the
-samplers (training: a ``DistributedSampler`` reshuffled per epoch; validation: disjoint shards) and the
-loaders.
+samplers (training: a ``DistributedSampler`` reshuffled per epoch; validation: disjoint shards; or, under
+``training.batch_budget``, batches packed by size: ``batching``) and the loaders.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DistributedSampler, Sampler, Subset
 from torch_geometric.data import Dataset as PyGDataset
 from torch_geometric.loader import DataLoader
 
 from . import tasks
+from .batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
+                       graph_sizes)
 from .config import pyobject_path
 from .data import CausalSetDataset, generate_share, split_indices
 from .derived_invariants import with_order_invariants
@@ -172,23 +175,57 @@ def subset(dataset: Any, indices: list[int]):
     return dataset.index_select(indices) if isinstance(dataset, PyGDataset) else Subset(dataset, indices)
 
 
-def make_loader(dataset, loader_cfg: dict[str, Any], sampler: Sampler | None, device: torch.device) -> DataLoader:
-    extra = ({"prefetch_factor": loader_cfg["prefetch_factor"]}
-             if loader_cfg["num_workers"] and loader_cfg["prefetch_factor"] else {})
+def make_loader(dataset, loader_cfg: dict[str, Any], sampler: Sampler | None, device: torch.device,
+                batch_sampler: Sampler | None = None) -> DataLoader:
+    """A loader of ``loader_cfg``'s batch size over ``sampler``, or of the batches ``batch_sampler`` yields."""
     workers = loader_cfg["num_workers"]
-    return DataLoader(dataset, batch_size=loader_cfg["batch_size"], sampler=sampler, shuffle=False,
-                      num_workers=workers, pin_memory=loader_cfg["pin_memory"] and device.type == "cuda",
-                      drop_last=loader_cfg.get("drop_last", False), persistent_workers=workers > 0, **extra)
+    extra: dict[str, Any] = {"prefetch_factor": loader_cfg["prefetch_factor"]} \
+        if workers and loader_cfg["prefetch_factor"] else {}
+    if batch_sampler is None:
+        extra.update(batch_size=loader_cfg["batch_size"], sampler=sampler, drop_last=loader_cfg.get("drop_last", False))
+    else:
+        extra.update(batch_sampler=batch_sampler)
+    return DataLoader(dataset, shuffle=False, num_workers=workers,
+                      pin_memory=loader_cfg["pin_memory"] and device.type == "cuda",
+                      persistent_workers=workers > 0, **extra)
 
 
-def prepare_dataloaders(dataset, split: dict[str, list[int]], config: dict[str, Any], runtime: Runtime
-                        ) -> tuple[DataLoader, DataLoader, DataLoader]:
-    """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
+def split_sizes(dataset, split: dict[str, list[int]], runtime: Runtime) -> dict[str, np.ndarray]:
+    """(nodes, edges) of the items of each part of the split (``batching.graph_sizes``: read once per run)."""
+    sizes = graph_sizes(dataset, runtime)
+    return {name: sizes[np.asarray(indices, dtype=np.int64)] for name, indices in split.items()}
+
+
+def training_batches(sizes: dict[str, np.ndarray], config: dict[str, Any], runtime: Runtime
+                     ) -> DistributedBudgetBatchSampler | None:
+    """This rank's training batches under ``training.batch_budget`` (None without one: fixed batch_size)."""
+    tcfg = config["training"]
+    budget = BatchBudget.from_config(tcfg)
+    if budget is None:
+        return None
+    for name in ("train", "val", "test"):
+        check_items_fit(sizes[name], budget, name)
+    return DistributedBudgetBatchSampler(sizes["train"], budget, runtime.rank, runtime.world_size, tcfg["seed"],
+                                         shuffle=tcfg["shuffle"])
+
+
+def prepare_dataloaders(dataset, split: dict[str, list[int]], config: dict[str, Any], runtime: Runtime,
+                        sizes: dict[str, np.ndarray] | None = None) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole).
+    Under ``training.batch_budget`` all three are packed by size (``batching``); ``sizes``: ``split_sizes``'s
+    result, if the caller has it already."""
     rank, world, device = runtime.rank, runtime.world_size, runtime.device
     train, val, test = (subset(dataset, split[name]) for name in ("train", "val", "test"))
-    tcfg = config["training"]
+    tcfg, vcfg, sharded = config["training"], config["validation"], config["validation"]["mode"] == "sharded"
+    budget = BatchBudget.from_config(tcfg)
+    if budget is not None:
+        sizes = sizes if sizes is not None else split_sizes(dataset, split, runtime)
+        val_batches = ShardedBudgetBatches(sizes["val"], budget, rank if sharded else 0, world if sharded else 1)
+        return (make_loader(train, tcfg, None, device, training_batches(sizes, config, runtime)),
+                make_loader(val, vcfg, None, device, val_batches),
+                make_loader(test, config["testing"], None, device, ShardedBudgetBatches(sizes["test"], budget, 0, 1)))
     train_sampler = make_train_sampler(train, rank, world, tcfg["shuffle"], tcfg["seed"])
-    val_sampler = ShardSampler(len(val), rank, world) if config["validation"]["mode"] == "sharded" else None
+    val_sampler = ShardSampler(len(val), rank, world) if sharded else None
     return (make_loader(train, tcfg, train_sampler, device),
-            make_loader(val, config["validation"], val_sampler, device),
+            make_loader(val, vcfg, val_sampler, device),
             make_loader(test, config["testing"], None, device))

@@ -2,7 +2,8 @@
 
 One line per check, starting with ``[ok]``, ``[warn]`` or ``[fail]``; warnings and
 failures say what to do. It ends with a real two-process gloo all-reduce on localhost,
-the smallest thing that proves DDP works here. Nothing contacts the network.
+the smallest thing that proves DDP works here, and, given ``--config``, that job's memory preflight
+(its largest training batch run once: ``preflight``). Nothing contacts the network.
 """
 
 from __future__ import annotations
@@ -217,14 +218,32 @@ def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
     return Check("ok", f"{what}: sum {expected:g} on every rank in {elapsed:.1f} s")
 
 
+def check_memory_preflight(config: dict, nproc: int) -> Check:
+    """The training preflight of ``config`` (``preflight``): its largest batch, run once here, against the limit."""
+    from .errors import UserError
+    from .preflight import estimate_for_config
+
+    try:
+        found = estimate_for_config(config, nproc)
+    except UserError as err:
+        return Check("fail", f"memory preflight: the config cannot be prepared: {err}", "fix the config")
+    if found.fits:
+        return Check("ok", f"memory preflight: {found.line()}")
+    return Check("fail", f"memory preflight: {found.line()}", found.advice(config["training"]))
+
+
 # --------------------------------------------------------------------------- entry point
-def run_doctor(nproc: int = 2, num_workers: int = 0, port: int | None = None, out: TextIO | None = None) -> int:
-    """Print one line per check (to ``out``, default: sys.stdout at call time); return 1 if any failed, else 0."""
+def run_doctor(nproc: int = 2, num_workers: int = 0, port: int | None = None, out: TextIO | None = None,
+               config: dict | None = None) -> int:
+    """Print one line per check (to ``out``, default: sys.stdout at call time); return 1 if any failed, else 0.
+    With a (loaded) training ``config``, its memory preflight too."""
     out = out or sys.stdout
     checks: list[Callable[[], Check]] = [
         check_versions, lambda: check_cuda(nproc), check_nccl, check_gloo, lambda: check_port(port),
         lambda: check_cpus(nproc, num_workers), check_wandb, check_ddp_smoke_test,
     ]
+    if config is not None:
+        checks.append(lambda: check_memory_preflight(config, nproc))
     failed = False
     for check in checks:
         try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import torch
 
 from .advice import config_advice
+from .batching import BatchBudget
 from .logging_utils import PACKAGE_LOGGER, get_logger
 from .models import count_parameters
 
@@ -43,8 +44,7 @@ class Progress:
             f"run directory     {t.run_dir}",
             f"processes         world_size={rt.world_size}  backend={rt.backend or 'none (single process)'}"
             f"  device={t.device}",
-            f"batch size        {tcfg['batch_size']} per process x {tcfg['accumulation_steps']} accumulation x "
-            f"{rt.world_size} processes = {d['effective_batch_size']} effective",
+            self._batch_line(d),
             f"learning rate     {t.optimization.lr:.3g} at the first step (peak {d['lr']:.3g}, base {d['base_lr']:.3g},"
             f" scaling {tcfg['lr_scaling']}, warmup {d['warmup_epochs']} epochs)  amp={tcfg['amp']}",
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
@@ -57,6 +57,16 @@ class Progress:
         logger.info("training set-up\n  " + "\n  ".join(lines))
         for advice in config_advice(t.config, rt.world_size, t.device.type):
             logger.warning(f"config advice: {advice}")
+
+    def _batch_line(self, derived: dict[str, Any]) -> str:
+        t, tcfg = self.trainer, self.trainer.tcfg
+        if t.train_batches is None:
+            return (f"batch size        {tcfg['batch_size']} per process x {tcfg['accumulation_steps']} accumulation x "
+                    f"{t.runtime.world_size} processes = {derived['effective_batch_size']} effective")
+        graphs = [len(batch) for batch in t.train_batches.batches]
+        return (f"batches by size   within training.batch_budget {BatchBudget.from_config(tcfg).describe()}: "
+                f"{len(graphs)} batches of {min(graphs)} to {max(graphs)} graphs, {len(t.train_batches)} steps "
+                f"per process and epoch x {tcfg['accumulation_steps']} accumulation x {t.runtime.world_size} processes")
 
     @contextlib.contextmanager
     def bar(self, batches: Iterable, epoch: int, total: int) -> Iterator[Iterable]:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from torch.utils.data import DistributedSampler
 from torch_geometric.loader import DataLoader
 
 from . import data_sources, tasks
@@ -38,6 +37,7 @@ from .figures import Figures
 from .logging_utils import close_run_log, get_logger, setup_logging
 from .memory import MemoryMonitor
 from .models import build_model, check_model_forward
+from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
 from .preemption import sigterm_requests_a_stop
 from .progress import Progress
@@ -94,12 +94,18 @@ class Trainer:
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
         data = data_sources.load_run_data(self.config, self.runtime, dataset)
         self.dataset, self.task, self.split = data.dataset, data.task, data.split
+        # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
+        self.sizes = data_sources.split_sizes(self.dataset, self.split, self.runtime) \
+            if self.tcfg["batch_budget"] is not None or self.tcfg["preflight"] else None
+        self.train_batches = data_sources.training_batches(self.sizes, self.config, self.runtime) \
+            if self.sizes is not None else None
         self.core_model = self._build_model(data.first)
+        self.memory_estimate = self._preflight()  # before DDP wraps the model: its hooks would take this backward
         self.model = self._wrap_model(self.core_model)
         self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
-        self.optimization = Optimization(self.config, self.core_model, self.runtime.world_size,
-                                         batches_per_epoch(self.config, len(self.split["train"]),
-                                                           self.runtime.world_size))
+        num_batches = len(self.train_batches) if self.train_batches is not None else \
+            batches_per_epoch(self.config, len(self.split["train"]), self.runtime.world_size)
+        self.optimization = Optimization(self.config, self.core_model, self.runtime.world_size, num_batches)
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime,
                                    self.config["validation"]["mode"],
                                    lambda: self.optimization.autocast(self.device.type))
@@ -111,6 +117,8 @@ class Trainer:
         # One job per run; a restart of this job (same token) takes over the lock its first attempt left.
         self._run_lock = RunLock.acquire(self.run_dir, self.job_token) if self.runtime.is_main else None
         setup_logging(self.runtime.rank, self.run_dir)
+        if self.memory_estimate is not None:
+            logger.debug(f"preflight: {self.memory_estimate.line()}")
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
         self.progress = Progress(self)
         self.history: list[dict[str, Any]] = []
@@ -129,6 +137,16 @@ class Trainer:
         model = model.to(self.device)  # move to the device *before* any DDP wrapping
         check_model_forward(model, first, self.task, model_cfg, self.device)
         return model
+
+    def _preflight(self) -> MemoryEstimate | None:
+        """The largest training batch, run once: a UserError (one line, exit 2) if it would not fit in memory."""
+        if not self.tcfg["preflight"]:
+            return None
+        train = data_sources.subset(self.dataset, self.split["train"])
+        found = run_preflight(self.core_model, train, self.sizes["train"],
+                              self.train_batches, self.tcfg, self.runtime)
+        refuse_if_too_large(found, self.tcfg)
+        return found
 
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return model  # TrainerDDP wraps it in DistributedDataParallel
@@ -152,7 +170,7 @@ class Trainer:
 
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
-        return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime)
+        return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime, self.sizes)
 
     # ------------------------------------------------------------------ the loop
     @names_stalled_ranks  # a collective timeout says which rank did not arrive
@@ -182,9 +200,10 @@ class Trainer:
 
     def _train_one_epoch(self, loader: DataLoader, epoch: int) -> dict[str, float]:
         self.model.train()
-        if isinstance(loader.sampler, DistributedSampler):
-            # Without set_epoch every epoch would replay the same permutation on every rank.
-            loader.sampler.set_epoch(epoch)
+        for sampler in (loader.sampler, loader.batch_sampler):  # DistributedSampler, or batches by size
+            if hasattr(sampler, "set_epoch"):
+                # Without set_epoch every epoch would replay the same permutation on every rank.
+                sampler.set_epoch(epoch)
         # A mid-epoch checkpoint resumes after its batches, with its partial loss sums (every rank
         # starts from the same batch: the permutation depends on the seed and the epoch only).
         first_batch, partial = self.resume_in_epoch if epoch == self.start_epoch else (0, None)
