@@ -5,7 +5,7 @@ notebook's ``parameters`` cell. These tests check that the parameters really ste
 and that what they teach still holds for other values: a different data set size, model width,
 number of epochs, early-stopping patience and validation mode. Each notebook prints a one-line
 JSON summary in its last cell; the tests read it from the executed copy (written to tmp_path),
-and look at the files the runs left behind. Notebook 05 (ten processes, torchrun restarts) runs once,
+and look at the files the runs left behind. Notebook 06 (ten processes, torchrun restarts) runs once,
 under nbval: its cells assert what it teaches in terms of its parameters, and test_restarts.py
 continues runs on other world sizes than its default.
 """
@@ -94,7 +94,7 @@ def test_single_process_notebook_with_a_narrower_model_and_fewer_epochs(tmp_path
 
 def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("03_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1, min_delta=10.0,
+    notebook = run_notebook("04_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1, min_delta=10.0,
                             validation_mode="rank0", data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
@@ -122,7 +122,7 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
 def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(NOTEBOOKS))  # the run's config names my_causal_sets classes
     runs = tmp_path / "runs"
-    notebook = run_notebook("06_your_own_data.ipynb", tmp_path, num_sets=90, num_epochs=2, launch_epochs=2,
+    notebook = run_notebook("07_your_own_data.ipynb", tmp_path, num_sets=90, num_epochs=2, launch_epochs=2,
                             hidden=16, threshold=0.4, seed=3, runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
@@ -145,7 +145,7 @@ def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, 
 
 def test_hyperparameter_search_notebook_on_one_process_with_fewer_trials(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("07_hyperparameter_search.ipynb", tmp_path, trials=3, nproc=1, num_epochs=2,
+    notebook = run_notebook("08_hyperparameter_search.ipynb", tmp_path, trials=3, nproc=1, num_epochs=2,
                             num_samples=90, n_min=12, n_max=20, data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
