@@ -12,8 +12,10 @@ continues runs on other world sizes than its default.
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,61 @@ def test_hyperparameter_search_notebook_on_one_process_with_fewer_trials(tmp_pat
     assert best["training"]["num_epochs"] == 2 and best["data"]["num_samples"] == 90
     (retrained,) = [run for run in runs.iterdir() if run.name.startswith("run-")]  # the retrained best trial
     assert (retrained / "summary.json").exists()
+
+
+def test_ddp_by_hand_notebook_on_three_processes(tmp_path, data_root):
+    notebook = run_notebook("03_ddp_by_hand.ipynb", tmp_path, world_size=3, num_samples=110, epochs=2, hang_timeout_s=4,
+                            data_root=str(data_root))
+    summary = last_cell_summary(notebook)
+
+    train, val, _ = QG.split_indices(110, (0.7, 0.15, 0.15), 42)
+    assert summary["world_size"] == 3 and summary["train_graphs"] == len(train)
+    assert summary["val_shards"] == [len(val[rank::3]) for rank in range(3)] and len(set(summary["val_shards"])) > 1
+    assert summary["graphs_per_rank"] == -(-len(train) // 3)  # padded up to a whole number per rank
+    assert summary["ranks_left_together"] and summary["same_metrics_on_every_rank"]
+    assert summary["exact_equals_one_process"] and summary["set_epoch_reshuffles"] and summary["no_set_epoch_replays"]
+    assert summary["strict_rule_together"] == {"0": 1, "1": 1, "2": 1}
+    assert summary["hang"]["failed_rank"] in (1, 2) and summary["hang"]["timed_out"]
+    assert summary["hang"]["where"].startswith("in train_one_epoch: loss.backward()")
+    assert summary["seed_bug_3"]["failed_rank"] in (1, 2) and summary["seed_bug_3"]["error"] == "IndexError"
+
+
+def _ddp_by_hand_hazard_table() -> list[tuple[str, str]]:
+    """(handled in, proven by) of each row of notebook 03's table of hazards."""
+    cell = next(cell for cell in nbformat.read(NOTEBOOKS / "03_ddp_by_hand.ipynb", as_version=4).cells
+                if "| hazard | handled in" in cell.source)
+    rows = [line.split("|")[2:4] for line in cell.source.splitlines()
+            if line.startswith("| ") and not line.startswith(("| hazard", "|---"))]
+    return [(handled.strip(), proven.strip()) for handled, proven in rows]
+
+
+def _names_by_file(column: str) -> list[tuple[str, str]]:
+    """'`a.py`: `f`, `C.m`; `b.py`: `g`' -> [("a.py", "f"), ("a.py", "C.m"), ("b.py", "g")]."""
+    pairs = []
+    for part in column.split(";"):
+        file, names = part.split(":", 1)
+        pairs += [(file.strip().strip("`"), name) for name in re.findall(r"`([\w.]+)`", names)]
+    return pairs
+
+
+def _defines(path: Path, dotted: str) -> bool:
+    scope = ast.parse(path.read_text()).body
+    for name in dotted.split("."):
+        found = [node for node in scope if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name]
+        if not found:
+            return False
+        scope = found[0].body
+    return True
+
+
+def test_the_ddp_by_hand_table_names_library_code_and_tests_that_exist():
+    rows = _ddp_by_hand_hazard_table()
+    assert len(rows) >= 10
+    library, tests = REPO / "QuantumGravPy" / "src" / "QuantumGrav", REPO / "QuantumGravPy" / "tests"
+    for handled, proven in rows:
+        code, checks = _names_by_file(handled), _names_by_file(proven)
+        assert code and checks, (handled, proven)
+        for file, name in code:
+            assert _defines(library / file, name), f"{file} defines no {name}"
+        for file, name in checks:
+            assert name.startswith("test_") and _defines(tests / file, name), f"{file} has no test {name}"
