@@ -1,4 +1,4 @@
-"""A callback of one's own, for notebook 04.
+"""A callback of one's own, for notebook 05.
 
 ``QG.launch`` hands every rank a pickled copy of each callback, and a worker process can import a class
 only from a module: so the class lives here, next to the notebook, not in the notebook itself.

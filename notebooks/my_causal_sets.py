@@ -1,4 +1,4 @@
-"""Your own causal sets and your own model, as notebooks/06_your_own_data.ipynb writes them.
+"""Your own causal sets and your own model, as notebooks/07_your_own_data.ipynb writes them.
 
 They live in a module, not in the notebook, because ``QG.launch`` starts fresh worker processes that
 import every class of the config by name (``data.type: !pyobject my_causal_sets.MyCausalSets``); a class

@@ -1,7 +1,7 @@
-"""The loss of notebook 05: cross-entropy that takes a moment longer, so that a tiny job runs long
+"""The loss of notebook 06: cross-entropy that takes a moment longer, so that a tiny job runs long
 enough to be interrupted in the middle. torchrun and spawned workers import it by name
 (``criterion: !pyobject slow_losses.cross_entropy_slowly``): a function defined in the notebook
-could not be imported by them (notebook 03, section 6)."""
+could not be imported by them (notebook 04, section 6)."""
 
 import os
 import time

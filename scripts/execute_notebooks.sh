@@ -2,7 +2,7 @@
 # Re-execute the tutorial notebooks in place, so that their stored outputs match the library.
 # Run it after changing the library (then check `make test` and commit the notebooks):
 #   scripts/execute_notebooks.sh                                  # every notebooks/NN_*.ipynb
-#   scripts/execute_notebooks.sh notebooks/03_train_ddp.ipynb     # just these
+#   scripts/execute_notebooks.sh notebooks/04_train_ddp.ipynb     # just these
 # Each notebook runs with its default parameters, with notebooks/ as working directory (as nbval
 # and Jupyter do) and the "python3" kernel of .venv. Outputs are kept; execution timings are not
 # recorded, so a re-run changes only what really changed.

@@ -1,4 +1,4 @@
-"""Notebook 04 (logging, W&B, memory, AMP, accumulation) through papermill with NON-default parameters.
+"""Notebook 05 (logging, W&B, memory, AMP, accumulation) through papermill with NON-default parameters.
 
 ``pytest notebooks --nbval`` compares the stored outputs, made with the defaults of the notebook's
 ``parameters`` cell (amp off, no accumulation). Here it runs with bf16 autocast, 2 accumulation
@@ -26,7 +26,7 @@ import QuantumGrav as QG  # noqa: E402
 from QuantumGrav.wandb_logger import read_offline_runs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOK = REPO / "notebooks" / "04_logging_and_wandb.ipynb"
+NOTEBOOK = REPO / "notebooks" / "05_logging_and_wandb.ipynb"
 
 PARAMETERS = {"world_size": 2, "num_epochs": 3, "amp": "bf16", "accumulation_steps": 2, "batch_size": 12,
               "num_samples": 100, "n_min": 16, "n_max": 24}

@@ -5,15 +5,17 @@ notebook's ``parameters`` cell. These tests check that the parameters really ste
 and that what they teach still holds for other values: a different data set size, model width,
 number of epochs, early-stopping patience and validation mode. Each notebook prints a one-line
 JSON summary in its last cell; the tests read it from the executed copy (written to tmp_path),
-and look at the files the runs left behind. Notebook 05 (ten processes, torchrun restarts) runs once,
+and look at the files the runs left behind. Notebook 06 (ten processes, torchrun restarts) runs once,
 under nbval: its cells assert what it teaches in terms of its parameters, and test_restarts.py
 continues runs on other world sizes than its default.
 """
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -94,7 +96,7 @@ def test_single_process_notebook_with_a_narrower_model_and_fewer_epochs(tmp_path
 
 def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("03_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1, min_delta=10.0,
+    notebook = run_notebook("04_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1, min_delta=10.0,
                             validation_mode="rank0", data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
@@ -122,7 +124,7 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
 def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(NOTEBOOKS))  # the run's config names my_causal_sets classes
     runs = tmp_path / "runs"
-    notebook = run_notebook("06_your_own_data.ipynb", tmp_path, num_sets=90, num_epochs=2, launch_epochs=2,
+    notebook = run_notebook("07_your_own_data.ipynb", tmp_path, num_sets=90, num_epochs=2, launch_epochs=2,
                             hidden=16, threshold=0.4, seed=3, runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
@@ -145,7 +147,7 @@ def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, 
 
 def test_hyperparameter_search_notebook_on_one_process_with_fewer_trials(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("07_hyperparameter_search.ipynb", tmp_path, trials=3, nproc=1, num_epochs=2,
+    notebook = run_notebook("08_hyperparameter_search.ipynb", tmp_path, trials=3, nproc=1, num_epochs=2,
                             num_samples=90, n_min=12, n_max=20, data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
@@ -162,3 +164,61 @@ def test_hyperparameter_search_notebook_on_one_process_with_fewer_trials(tmp_pat
     assert best["training"]["num_epochs"] == 2 and best["data"]["num_samples"] == 90
     (retrained,) = [run for run in runs.iterdir() if run.name.startswith("run-")]  # the retrained best trial
     assert (retrained / "summary.json").exists()
+
+
+def test_ddp_by_hand_notebook_on_three_processes(tmp_path, data_root):
+    notebook = run_notebook("03_ddp_by_hand.ipynb", tmp_path, world_size=3, num_samples=110, epochs=2, hang_timeout_s=4,
+                            data_root=str(data_root))
+    summary = last_cell_summary(notebook)
+
+    train, val, _ = QG.split_indices(110, (0.7, 0.15, 0.15), 42)
+    assert summary["world_size"] == 3 and summary["train_graphs"] == len(train)
+    assert summary["val_shards"] == [len(val[rank::3]) for rank in range(3)] and len(set(summary["val_shards"])) > 1
+    assert summary["graphs_per_rank"] == -(-len(train) // 3)  # padded up to a whole number per rank
+    assert summary["ranks_left_together"] and summary["same_metrics_on_every_rank"]
+    assert summary["exact_equals_one_process"] and summary["set_epoch_reshuffles"] and summary["no_set_epoch_replays"]
+    assert summary["strict_rule_together"] == {"0": 1, "1": 1, "2": 1}
+    assert summary["hang"]["failed_rank"] in (1, 2) and summary["hang"]["timed_out"]
+    assert summary["hang"]["where"].startswith("in train_one_epoch: loss.backward()")
+    assert summary["seed_bug_3"]["failed_rank"] in (1, 2) and summary["seed_bug_3"]["error"] == "IndexError"
+
+
+def _ddp_by_hand_hazard_table() -> list[tuple[str, str]]:
+    """(handled in, proven by) of each row of notebook 03's table of hazards."""
+    cell = next(cell for cell in nbformat.read(NOTEBOOKS / "03_ddp_by_hand.ipynb", as_version=4).cells
+                if "| hazard | handled in" in cell.source)
+    rows = [line.split("|")[2:4] for line in cell.source.splitlines()
+            if line.startswith("| ") and not line.startswith(("| hazard", "|---"))]
+    return [(handled.strip(), proven.strip()) for handled, proven in rows]
+
+
+def _names_by_file(column: str) -> list[tuple[str, str]]:
+    """'`a.py`: `f`, `C.m`; `b.py`: `g`' -> [("a.py", "f"), ("a.py", "C.m"), ("b.py", "g")]."""
+    pairs = []
+    for part in column.split(";"):
+        file, names = part.split(":", 1)
+        pairs += [(file.strip().strip("`"), name) for name in re.findall(r"`([\w.]+)`", names)]
+    return pairs
+
+
+def _defines(path: Path, dotted: str) -> bool:
+    scope = ast.parse(path.read_text()).body
+    for name in dotted.split("."):
+        found = [node for node in scope if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name]
+        if not found:
+            return False
+        scope = found[0].body
+    return True
+
+
+def test_the_ddp_by_hand_table_names_library_code_and_tests_that_exist():
+    rows = _ddp_by_hand_hazard_table()
+    assert len(rows) >= 10
+    library, tests = REPO / "QuantumGravPy" / "src" / "QuantumGrav", REPO / "QuantumGravPy" / "tests"
+    for handled, proven in rows:
+        code, checks = _names_by_file(handled), _names_by_file(proven)
+        assert code and checks, (handled, proven)
+        for file, name in code:
+            assert _defines(library / file, name), f"{file} defines no {name}"
+        for file, name in checks:
+            assert name.startswith("test_") and _defines(tests / file, name), f"{file} has no test {name}"

@@ -3,7 +3,7 @@
 Each test runs real jobs (the trainer, the CLI) on tiny data, injects the fault (SIGTERM, a kill inside an
 epoch), and checks the run directory: one run, every epoch once, and the same weights as a run that was
 never interrupted. ``kill -9`` of a worker under ``torchrun --max-restarts=1`` runs in
-notebooks/05_fault_tolerance.ipynb (under nbval, in the suite), whose cells assert the same of it; a torchrun
+notebooks/06_fault_tolerance.ipynb (under nbval, in the suite), whose cells assert the same of it; a torchrun
 job on two nodes that SLURM stops and requeues (SIGTERM to every process, the job id as --rdzv-id) runs on the
 local SLURM cluster in test_slurm.py.
 """

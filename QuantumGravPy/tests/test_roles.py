@@ -149,7 +149,7 @@ ACCEPTED = [
     ("criterion", "torch.nn.functional.mse_loss"),
     ("criterion", "torch.nn.CrossEntropyLoss"),
     ("criterion", "ddp_helpers.loss_failing_on_rank_1"),
-    ("criterion", "slow_losses.cross_entropy_slowly"),  # notebook 05's, next to the notebook
+    ("criterion", "slow_losses.cross_entropy_slowly"),  # notebook 06's, next to the notebook
 ]
 
 
