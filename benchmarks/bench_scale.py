@@ -1,0 +1,300 @@
+"""The default model on large causal sets: peak memory, training graphs/s and the share of matrix products,
+with PyG's TransformerConv ("before") and QuantumGrav's SparseTransformerConv ("after"); prints tables and
+stores them in benchmarks/results_bench_scale.json (one key per table; other tables in the file are kept).
+
+    nice .venv/bin/python benchmarks/bench_scale.py                          # every table, default sizes
+    nice .venv/bin/python benchmarks/bench_scale.py --tables scale --sizes 128 512 --sources generator
+
+Tables (``--tables``, each a self-contained function that returns its rows):
+
+- ``peak``: this machine's matrix-product peak, float32 (a 4096 x 4096 matmul, best of 5, ``--threads``).
+- ``scale``: for each N and data source (``generator``: ``CausalSetDataset`` sets of exactly N elements, the
+  five default classes; ``zarr``: 4d sprinklings in a QuantumGrav.jl-layout store read by
+  ``QuantumGravJLDataset``), the model of configs/train.yaml (3 x 128, 2 heads averaged, both directions,
+  invariants in the head) trained with AdamW for ``--steps`` steps after one warm-up step, each
+  measurement in a fresh process: peak memory (RSS on CPU, peak allocation on CUDA), the growth over the
+  process before the first step (model and one batch loaded), graphs/s (batch / median step time), the share
+  of one profiled step (torch.profiler) in matrix products (dense mm/addmm and the sparse SDDMM/SpMM),
+  and the achieved FLOP rate (the model's multiply-adds, counted from its layers' shapes and the batch's
+  edges; the same count for both layers, which compute the same function).
+
+"before" runs PyG's layer at ``--before-batch`` (at N >= 1,024 the default batch of 32 takes over 23 GB);
+its growth per graph is given so that the batch of 32 can be estimated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results_bench_scale.json"
+LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.sparse_attention.SparseTransformerConv"}
+BEFORE_BATCH = {128: 32, 512: 16, 1024: 4, 2048: 1}  # PyG's layer under ~6 GB on the shared 24 GB machine
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::sparse_sampled_addmm",
+              "aten::_sparse_csr_mm", "aten::_sparse_mm")
+POLYNOMIAL = 1  # cset_type_encoder code in QuantumGrav.jl/examples/produce_data.jl
+
+
+# --------------------------------------------------------------------------- table: peak
+def table_peak(args) -> list[dict]:
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    a, b = torch.randn(4096, 4096, device=device), torch.randn(4096, 4096, device=device)
+    times = []
+    for _ in range(6):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    best = min(times[1:])
+    return [{"device": str(device), "threads": args.threads, "size": 4096, "gflops": 2 * 4096 ** 3 / best / 1e9}]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------- table: scale
+def table_scale(args) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as folder:
+        for source in args.sources:
+            for n in args.sizes:
+                data = prepare_data(source, n, args.batch, Path(folder))
+                for variant in ("before", "after"):
+                    batch = min(args.batch, args.before_batch.get(n, 1)) if variant == "before" else args.batch
+                    spec = {"source": source, "n": n, "batch": batch, "variant": variant, "data": data,
+                            "steps": args.steps, "threads": args.threads, "device": args.device}
+                    row = run_worker(spec)
+                    print(_scale_line(row), flush=True)
+                    rows.append(row)
+    return rows
+
+
+def prepare_data(source: str, n: int, batch: int, folder: Path) -> str:
+    """Writes ``batch`` causal sets of N elements once (features cached), for the workers to read."""
+    if source == "generator":
+        from QuantumGrav.data import CausalSetDataset
+        CausalSetDataset(folder / "generator", num_samples=batch, n_min=n, n_max=n, seed=0, workers=1)
+        return str(folder / "generator")
+    from QuantumGrav import causal_sets as cs
+    from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
+    rng = np.random.default_rng(0)
+    matrices = [cs.sprinkle_diamond(n, 4, rng)[1] for _ in range(batch)]
+    store = write_julia_store(folder / f"sprinklings_n{n}.zarr", matrices, [POLYNOMIAL] * batch,
+                              [True] * (batch // 2) + [False] * (batch - batch // 2))
+    dataset = QuantumGravJLDataset(store)
+    for index in range(len(dataset)):  # fills the feature cache: the workers time training, not features
+        dataset[index]
+    return str(store)
+
+
+def run_worker(spec: dict) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"])}
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        return {**{k: spec[k] for k in ("source", "n", "batch", "variant")}, "error": done.stderr.strip()[-600:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def load_items(spec: dict) -> tuple[list, int]:
+    if spec["source"] == "generator":
+        from QuantumGrav.data import CausalSetDataset
+        dataset = CausalSetDataset(spec["data"], num_samples=spec["batch"], n_min=spec["n"], n_max=spec["n"], seed=0,
+                                   workers=1)
+        return [dataset[i] for i in range(spec["batch"])], dataset.num_classes
+    from QuantumGrav.zarr_store import QuantumGravJLDataset
+    dataset = QuantumGravJLDataset(spec["data"])
+    return [dataset[i] for i in range(spec["batch"])], 2
+
+
+def worker(spec: dict) -> dict:
+    """One measurement in this fresh process; prints one JSON line."""
+    import QuantumGrav as QG
+    from QuantumGrav.config import resolve_pyobject
+    from torch_geometric.data import Batch
+
+    torch.set_num_threads(spec["threads"])
+    device = torch.device(spec["device"])
+    items, num_classes = load_items(spec)
+    batch = Batch.from_data_list(items).to(device)
+    model_cfg = {**QG.load_config(REPO / "configs" / "train.yaml")["model"],
+                 "conv": resolve_pyobject(LAYERS[spec["variant"]])}
+    torch.manual_seed(0)
+    model = QG.build_model(model_cfg, batch.x.size(1), num_classes).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=4.46e-3)
+    flops = count_flops(model, batch)
+
+    def step() -> float:
+        _sync(device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(batch), batch.y.view(-1))
+        loss.backward()
+        optimizer.step()
+        _sync(device)
+        return time.perf_counter() - start
+
+    rss_before = _rss_mb()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    step()  # warm-up: the optimizer's state, the allocator's pools
+    times = [step() for _ in range(spec["steps"])]
+    peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else _peak_rss_mb())
+    matmul_share, profiled_s = profile_step(step, device)
+    step_s = statistics.median(times)
+    return {**{k: spec[k] for k in ("source", "n", "batch", "variant", "threads", "device")},
+            "edges_per_set": batch.edge_index.size(1) / spec["batch"], "peak_mb": peak,
+            "growth_mb": peak - (0 if device.type == "cuda" else rss_before),
+            "growth_mb_per_graph": (peak - (0 if device.type == "cuda" else rss_before)) / spec["batch"],
+            "step_s": step_s, "graphs_per_s": spec["batch"] / step_s, "matmul_share": matmul_share,
+            "profiled_step_s": profiled_s, "gflop_per_step": flops / 1e9, "gflops": flops / step_s / 1e9}
+
+
+def profile_step(step, device: torch.device) -> tuple[float, float]:
+    """The share of one step's wall time spent in matrix-product operators (their self time)."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        seconds = step()
+    attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    matmul_us = sum(getattr(event, attribute) for event in prof.key_averages() if event.key in MATMUL_OPS)
+    return matmul_us / 1e6 / seconds, seconds
+
+
+def count_flops(model: torch.nn.Module, batch) -> float:
+    """Multiply-adds x 2 of one training step (forward and backward: 3 x the forward's products): every
+    Linear's rows x in x out, and each attention layer's scores and aggregation (2 x edges x heads x channels
+    each). Elementwise work is not counted: this is the work a matrix-product unit would do."""
+    from torch_geometric.nn import TransformerConv
+    forward_flops = 0.0
+
+    def linear_hook(module, inputs, output):
+        nonlocal forward_flops
+        forward_flops += 2 * inputs[0].numel() * module.weight.size(0)
+
+    def attention_hook(module, inputs, output):
+        nonlocal forward_flops
+        edges = batch.edge_index.size(1)
+        forward_flops += 2 * (2 * edges * module.heads * module.out_channels)
+
+    hooks = [m.register_forward_hook(linear_hook) for m in model.modules()
+             if type(m).__name__ == "Linear" and getattr(m, "weight", None) is not None and m.weight.dim() == 2]
+    hooks += [m.register_forward_hook(attention_hook) for m in model.modules() if isinstance(m, TransformerConv)]
+    with torch.no_grad():
+        model(batch)
+    for hook in hooks:
+        hook.remove()
+    return 3 * forward_flops
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _scale_line(row: dict) -> str:
+    if "error" in row:
+        return f"  {row['source']} N={row['n']} {row['variant']} batch {row['batch']}: FAILED {row['error']}"
+    return (f"  {row['source']} N={row['n']} {row['variant']} batch {row['batch']}: {row['graphs_per_s']:.2f} "
+            f"graphs/s, peak {row['peak_mb']:.0f} MB, matmul {100 * row['matmul_share']:.0f}%")
+
+
+# --------------------------------------------------------------------------- printing and storing
+def print_peak(rows: list[dict]) -> None:
+    for row in rows:
+        print(f"\nmatrix-product peak ({row['device']}, {row['threads']} thread(s), float32 {row['size']}^2 matmul): "
+              f"{row['gflops']:.1f} GFLOP/s")
+
+
+def print_scale(rows: list[dict], peak_gflops: float | None) -> None:
+    print("\n| source | N | links/set | layer | batch | peak MB | growth MB/graph | graphs/s | matmul share "
+          "| GFLOP/s | of peak |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if "error" in row:
+            print(f"| {row['source']} | {row['n']} | | {row['variant']} | {row['batch']} | failed | | | | | |")
+            continue
+        of_peak = f"{100 * row['gflops'] / peak_gflops:.0f}%" if peak_gflops else ""
+        print(f"| {row['source']} | {row['n']} | {row['edges_per_set']:,.0f} | {row['variant']} | {row['batch']} "
+              f"| {row['peak_mb']:,.0f} | {row['growth_mb_per_graph']:,.1f} | {row['graphs_per_s']:.2f} "
+              f"| {100 * row['matmul_share']:.0f}% | {row['gflops']:.1f} | {of_peak} |")
+
+
+def store(results: dict, path: Path) -> None:
+    """Merges this run's tables into ``path`` (other tables in it stay), written atomically."""
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    stored.update(results)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(stored, indent=1) + "\n")
+    temporary.replace(path)
+
+
+TABLES = {"peak": table_peak, "scale": table_scale}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", nargs="+", choices=sorted(TABLES), default=sorted(TABLES))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512, 1024, 2048])
+    parser.add_argument("--sources", nargs="+", choices=["generator", "zarr"], default=["generator", "zarr"])
+    parser.add_argument("--batch", type=int, default=32, help="graphs per step (default 32, the default job's)")
+    parser.add_argument("--before-batch", type=json.loads, default=BEFORE_BATCH,
+                        help=f"JSON {{N: batch}} for PyG's layer (default {json.dumps(BEFORE_BATCH)})")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.before_batch = {int(k): int(v) for k, v in args.before_batch.items()}
+    if args.batch < 1 or args.steps < 1 or args.threads < 1 or min(args.sizes) < 2:
+        parser.error("--batch, --steps and --threads must be >= 1 and every size >= 2")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    meta = {"command": " ".join(sys.argv), "load_average": os.getloadavg(), "torch": torch.__version__,
+            "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    results = {}
+    if "peak" in args.tables:
+        results["peak"] = {"meta": meta, "rows": table_peak(args)}
+        print_peak(results["peak"]["rows"])
+    if "scale" in args.tables:
+        results["scale"] = {"meta": meta, "rows": table_scale(args)}
+        stored_peak = results.get("peak") or (json.loads(args.json.read_text()).get("peak") if args.json.exists()
+                                              else None)
+        peak = stored_peak["rows"][0]["gflops"] if stored_peak else None
+        print_scale(results["scale"]["rows"], peak if peak and math.isfinite(peak) else None)
+    results_meta_end = os.getloadavg()
+    for table in results.values():
+        table["meta"]["load_average_end"] = results_meta_end
+    store(results, args.json)
+
+
+if __name__ == "__main__":
+    main()
