@@ -115,6 +115,16 @@ def test_attention_weights_come_back_in_the_callers_edge_order():
     torch.testing.assert_close(alpha_ours, alpha_theirs, **TOL)
 
 
+def test_mixed_precision_runs_and_stays_close_to_float32():
+    theirs, ours = pair({"heads": 2, "concat": False})
+    batch = graphs_of_different_sizes()
+    reference, _ = outputs_and_gradients(theirs, batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = outputs_and_gradients(ours, batch)
+    torch.testing.assert_close(out.float(), reference, rtol=0.05, atol=0.05)
+    assert all(torch.isfinite(grad).all() for grad in grads.values())
+
+
 def test_edge_features_are_refused_with_a_pointer_to_pygs_class():
     with pytest.raises(ValueError, match="edge_dim is not supported.*torch_geometric.nn.TransformerConv"):
         SparseTransformerConv(6, 8, edge_dim=3)

@@ -103,14 +103,27 @@ def _csr(rowptr: Tensor, col: Tensor, values: Tensor, num_nodes: int) -> Tensor:
 def _sddmm(adjacency: Adjacency, left: Tensor, right: Tensor) -> Tensor:
     """[E, H] in CSR order: <left[i, h], right[j, h]> for every edge j -> i, per head, without [E, H, C]."""
     mask = adjacency.matrix(left.new_zeros(adjacency.col.numel()))
-    return torch.stack([torch.sparse.sampled_addmm(mask, left[:, h], right[:, h].T, beta=0.0).values()
-                        for h in range(left.size(1))], dim=1)
+    with _in_float32(left):
+        return torch.stack([torch.sparse.sampled_addmm(mask, left[:, h].contiguous(), right[:, h].contiguous().T,
+                                                       beta=0.0).values()
+                            for h in range(left.size(1))], dim=1)
 
 
 def _spmm(adjacency: Adjacency, weights: Tensor, dense: Tensor, transposed: bool = False) -> Tensor:
     """[N, H, C]: per head, the CSR matrix of ``weights`` [E, H] (or its transpose) times ``dense`` [N, H, C]."""
-    return torch.stack([adjacency.matrix(weights[:, h].contiguous(), transposed) @ dense[:, h]
-                        for h in range(dense.size(1))], dim=1)
+    with _in_float32(dense):
+        return torch.stack([adjacency.matrix(weights[:, h].contiguous(), transposed) @ dense[:, h].contiguous()
+                            for h in range(dense.size(1))], dim=1)
+
+
+def _in_float32(tensor: Tensor):
+    """Autocast off around the sparse products: it would cast CSR @ dense to half precision, which the CSR
+    kernels do not take (MKL: no bfloat16); the inputs are float32 already (``_at_least_float32``)."""
+    return torch.autocast(device_type=tensor.device.type, enabled=False)
+
+
+def _at_least_float32(tensor: Tensor) -> Tensor:
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
 
 
 class _SampledDot(torch.autograd.Function):
@@ -177,9 +190,10 @@ class SparseTransformerConv(TransformerConv):
         adjacency = (edge_index if isinstance(edge_index, Adjacency)
                      else Adjacency.from_edge_index(edge_index, x.size(0)))
         heads, channels = self.heads, self.out_channels
-        query = self.lin_query(x).view(-1, heads, channels)
-        key = self.lin_key(x).view(-1, heads, channels)
-        value = self.lin_value(x).view(-1, heads, channels)
+        # under autocast the projections come out in half precision; the sparse kernels take float32 on
+        # every device (cuSPARSE's SDDMM has no bfloat16), and the scores' softmax wants it anyway
+        query, key, value = (_at_least_float32(lin(x).view(-1, heads, channels))
+                             for lin in (self.lin_query, self.lin_key, self.lin_value))
 
         scores = _SampledDot.apply(query, key, adjacency) / math.sqrt(channels)
         alpha = softmax(scores, adjacency.target(), num_nodes=adjacency.num_nodes)
