@@ -5,7 +5,7 @@ stores them in benchmarks/results_bench_scale.json (one key per table; other tab
     nice .venv/bin/python benchmarks/bench_scale.py                          # every table, default sizes
     nice .venv/bin/python benchmarks/bench_scale.py --tables scale --sizes 128 512 --sources generator
 
-Tables (``--tables``, each a self-contained function that returns its rows):
+Tables (``--tables``, each a self-contained function that returns its rows; ``TABLES`` lists them):
 
 - ``peak``: this machine's matrix-product peak, float32 (a 4096 x 4096 matmul, best of 5, ``--threads``).
 - ``scale``: for each N and data source (``generator``: ``CausalSetDataset`` sets of exactly N elements, the
@@ -16,17 +16,21 @@ Tables (``--tables``, each a self-contained function that returns its rows):
   process before the first step (model and one batch loaded), graphs/s (batch / median step time), the share
   of one profiled step (torch.profiler) in matrix products (dense mm/addmm and the sparse SDDMM/SpMM),
   and the achieved FLOP rate (the model's multiply-adds, counted from its layers' shapes and the batch's
-  edges; the same count for both layers, which compute the same function).
+  edges; the same count for both layers, which compute the same function) against the matrix-product
+  peak measured in the same process just before (a 2048^2 matmul: on a shared machine the load moves).
 
-"before" runs PyG's layer at ``--before-batch`` (at N >= 1,024 the default batch of 32 takes over 23 GB);
-its growth per graph is given so that the batch of 32 can be estimated.
+- ``convs``: every convolution of configs/tune.yaml's study in the default model at N <= 512, batch 4: the
+  memory per link and channel tells which layers keep [edges, channels] tensors.
+
+"before" runs PyG's layer at ``--before-batch`` (at N >= 1,024 the default batch of 32 takes over 23 GB):
+the first sets of the same data, which for the generator's mixed classes hold fewer links than the 32; compare
+per link (KB/link: the growth over the process before its first step per link; links/s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import statistics
@@ -45,6 +49,11 @@ LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.
 BEFORE_BATCH = {128: 32, 512: 16, 1024: 4, 2048: 1}  # PyG's layer under ~6 GB on the shared 24 GB machine
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::sparse_sampled_addmm",
               "aten::_sparse_csr_mm", "aten::_sparse_mm")
+STUDY_CONVS = {  # configs/tune.yaml's convolution choices, and the layer that replaces TransformerConv
+    "torch_geometric.nn.GraphConv": {}, "torch_geometric.nn.GINConv": {},
+    "torch_geometric.nn.GATv2Conv": {"heads": 2, "concat": False},
+    "torch_geometric.nn.TransformerConv": {"heads": 2, "concat": False},
+    "QuantumGrav.sparse_attention.SparseTransformerConv": {"heads": 2, "concat": False}}
 POLYNOMIAL = 1  # cset_type_encoder code in QuantumGrav.jl/examples/produce_data.jl
 
 
@@ -52,16 +61,20 @@ POLYNOMIAL = 1  # cset_type_encoder code in QuantumGrav.jl/examples/produce_data
 def table_peak(args) -> list[dict]:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    a, b = torch.randn(4096, 4096, device=device), torch.randn(4096, 4096, device=device)
+    return [{"device": str(device), "threads": args.threads, "size": 4096, "gflops": matmul_gflops(device, 4096)}]
+
+
+def matmul_gflops(device: torch.device, size: int, repeats: int = 5) -> float:
+    """The float32 matrix-product rate of this process's threads: the best of ``repeats`` size^2 products."""
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
     times = []
-    for _ in range(6):
+    for _ in range(repeats + 1):
         _sync(device)
         start = time.perf_counter()
         a @ b
         _sync(device)
         times.append(time.perf_counter() - start)
-    best = min(times[1:])
-    return [{"device": str(device), "threads": args.threads, "size": 4096, "gflops": 2 * 4096 ** 3 / best / 1e9}]
+    return 2 * size ** 3 / min(times[1:]) / 1e9
 
 
 def _sync(device: torch.device) -> None:
@@ -104,9 +117,28 @@ def prepare_data(source: str, n: int, batch: int, folder: Path) -> str:
     return str(store)
 
 
+# --------------------------------------------------------------------------- table: convs
+def table_convs(args) -> list[dict]:
+    """Every convolution of configs/tune.yaml's study space in the default model (3 x 128, both directions) at
+    the largest of ``--sizes`` up to 512, at a small batch: which ones grow with edges x channels."""
+    n = max([size for size in args.sizes if size <= 512] or [min(args.sizes)])
+    batch = min(args.batch, 4)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as folder:
+        data = prepare_data("generator", n, batch, Path(folder))
+        for conv, conv_kwargs in STUDY_CONVS.items():
+            spec = {"source": "generator", "n": n, "batch": batch, "variant": conv.rsplit(".", 1)[1], "conv": conv,
+                    "conv_kwargs": conv_kwargs, "data": data, "steps": 1, "threads": args.threads,
+                    "device": args.device}
+            row = run_worker(spec)
+            print(_scale_line(row), flush=True)
+            rows.append(row)
+    return rows
+
+
 def run_worker(spec: dict) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"])}
-    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], check=False, env=env, capture_output=True,
                           text=True)
     if done.returncode != 0:
         return {**{k: spec[k] for k in ("source", "n", "batch", "variant")}, "error": done.stderr.strip()[-600:]}
@@ -135,7 +167,9 @@ def worker(spec: dict) -> dict:
     items, num_classes = load_items(spec)
     batch = Batch.from_data_list(items).to(device)
     model_cfg = {**QG.load_config(REPO / "configs" / "train.yaml")["model"],
-                 "conv": resolve_pyobject(LAYERS[spec["variant"]])}
+                 "conv": resolve_pyobject(spec.get("conv") or LAYERS[spec["variant"]])}
+    if "conv_kwargs" in spec:
+        model_cfg["conv_kwargs"] = spec["conv_kwargs"]
     torch.manual_seed(0)
     model = QG.build_model(model_cfg, batch.x.size(1), num_classes).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=4.46e-3)
@@ -151,6 +185,8 @@ def worker(spec: dict) -> dict:
         _sync(device)
         return time.perf_counter() - start
 
+    # the peak again, in this process just before its steps: the machine's load changes between rows
+    peak_here = matmul_gflops(device, 2048, repeats=3)
     rss_before = _rss_mb()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -164,7 +200,8 @@ def worker(spec: dict) -> dict:
             "growth_mb": peak - (0 if device.type == "cuda" else rss_before),
             "growth_mb_per_graph": (peak - (0 if device.type == "cuda" else rss_before)) / spec["batch"],
             "step_s": step_s, "graphs_per_s": spec["batch"] / step_s, "matmul_share": matmul_share,
-            "profiled_step_s": profiled_s, "gflop_per_step": flops / 1e9, "gflops": flops / step_s / 1e9}
+            "profiled_step_s": profiled_s, "gflop_per_step": flops / 1e9, "gflops": flops / step_s / 1e9,
+            "matmul_peak_gflops": peak_here}
 
 
 def profile_step(step, device: torch.device) -> tuple[float, float]:
@@ -227,17 +264,32 @@ def print_peak(rows: list[dict]) -> None:
               f"{row['gflops']:.1f} GFLOP/s")
 
 
-def print_scale(rows: list[dict], peak_gflops: float | None) -> None:
-    print("\n| source | N | links/set | layer | batch | peak MB | growth MB/graph | graphs/s | matmul share "
-          "| GFLOP/s | of peak |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+def print_convs(rows: list[dict]) -> None:
+    print("\n| convolution (default model, both directions) | N | batch | links/set | growth MB/graph "
+          "| bytes per link and channel | graphs/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         if "error" in row:
-            print(f"| {row['source']} | {row['n']} | | {row['variant']} | {row['batch']} | failed | | | | | |")
+            print(f"| {row['variant']} | {row['n']} | {row['batch']} | | failed | | |")
             continue
-        of_peak = f"{100 * row['gflops'] / peak_gflops:.0f}%" if peak_gflops else ""
+        per_link = row["growth_mb_per_graph"] * 2**20 / row["edges_per_set"] / 128
+        print(f"| {row['variant']} | {row['n']} | {row['batch']} | {row['edges_per_set']:,.0f} "
+              f"| {row['growth_mb_per_graph']:,.1f} | {per_link:.1f} | {row['graphs_per_s']:.2f} |")
+
+
+def print_scale(rows: list[dict]) -> None:
+    print("\n| source | N | links/set | layer | batch | peak MB | growth MB/graph | KB/link | graphs/s | links/s "
+          "| matmul share | GFLOP/s | of the matmul peak |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if "error" in row:
+            print(f"| {row['source']} | {row['n']} | | {row['variant']} | {row['batch']} | failed | | | | | | | |")
+            continue
+        of_peak = f"{100 * row['gflops'] / row['matmul_peak_gflops']:.0f}%"
         print(f"| {row['source']} | {row['n']} | {row['edges_per_set']:,.0f} | {row['variant']} | {row['batch']} "
-              f"| {row['peak_mb']:,.0f} | {row['growth_mb_per_graph']:,.1f} | {row['graphs_per_s']:.2f} "
+              f"| {row['peak_mb']:,.0f} | {row['growth_mb_per_graph']:,.1f} "
+              f"| {row['growth_mb_per_graph'] * 1024 / row['edges_per_set']:.1f} | {row['graphs_per_s']:.2f} "
+              f"| {row['graphs_per_s'] * row['edges_per_set']:,.0f} "
               f"| {100 * row['matmul_share']:.0f}% | {row['gflops']:.1f} | {of_peak} |")
 
 
@@ -250,12 +302,12 @@ def store(results: dict, path: Path) -> None:
     temporary.replace(path)
 
 
-TABLES = {"peak": table_peak, "scale": table_scale}
+TABLES = {"peak": table_peak, "scale": table_scale, "convs": table_convs}
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", nargs="+", choices=sorted(TABLES), default=sorted(TABLES))
+    parser.add_argument("--tables", nargs="+", choices=sorted(TABLES), default=["peak", "scale", "convs"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512, 1024, 2048])
     parser.add_argument("--sources", nargs="+", choices=["generator", "zarr"], default=["generator", "zarr"])
     parser.add_argument("--batch", type=int, default=32, help="graphs per step (default 32, the default job's)")
@@ -286,10 +338,10 @@ def main() -> None:
         print_peak(results["peak"]["rows"])
     if "scale" in args.tables:
         results["scale"] = {"meta": meta, "rows": table_scale(args)}
-        stored_peak = results.get("peak") or (json.loads(args.json.read_text()).get("peak") if args.json.exists()
-                                              else None)
-        peak = stored_peak["rows"][0]["gflops"] if stored_peak else None
-        print_scale(results["scale"]["rows"], peak if peak and math.isfinite(peak) else None)
+        print_scale(results["scale"]["rows"])
+    if "convs" in args.tables:
+        results["convs"] = {"meta": meta, "rows": table_convs(args)}
+        print_convs(results["convs"]["rows"])
     results_meta_end = os.getloadavg()
     for table in results.values():
         table["meta"]["load_average_end"] = results_meta_end
