@@ -1,20 +1,37 @@
-#!/usr/bin/env python3
-"""Training at real sizes (issue 24). This file holds the ``balance`` table (batches by size, issue 24 §2):
+"""The default model on large causal sets: peak memory, training graphs/s and the share of matrix products,
+with PyG's TransformerConv ("before") and QuantumGrav's SparseTransformerConv ("after"); prints tables and
+stores them in benchmarks/results_bench_scale.json (one key per table; other tables in the file are kept).
 
-    python benchmarks/bench_scale.py --tables balance --nproc 2 --samples 64 --batch-size 2 --epochs 2
+    nice .venv/bin/python benchmarks/bench_scale.py                          # every table, default sizes
+    nice .venv/bin/python benchmarks/bench_scale.py --tables scale --sizes 128 512 --sources generator
 
-On causal sets whose N ranges from ``--n-min`` to ``--n-max`` (64 to 1,024), ``--nproc`` gloo processes train the
-default model (configs/train.yaml) for ``--epochs`` epochs, once with ``training.batch_budget`` (edges: ``--batch-size``
-times the data's mean edges per set, or the largest set's if that is more: every set must fit) and once with
-fixed-count batches (DistributedSampler) of the budget's mean graphs per batch, so that both take about the same
-steps. Each step is timed in two parts: the rank's own
-work (loading, forward, backward) and its gradient all-reduce, done explicitly after the backward (the same reduce
-DDP does inside it): the time in the all-reduce is the time the rank waited for the slowest rank of the step, plus
-the transfer itself. graphs/s: the job's training graphs (padding included) over the slowest rank's epoch time.
-The peak RSS of each process is measured too (keep it under your machine's memory / nproc: the default model's
-TransformerConv needs about 0.7 GB per 1,024-element set in a batch on the CPU).
+Tables (``--tables``, each a self-contained function that returns its rows; ``TABLES`` lists them):
 
-Results are printed as a table and stored as JSON (``--out``).
+- ``peak``: this machine's matrix-product peak, float32 (a 4096 x 4096 matmul, best of 5, ``--threads``).
+- ``scale``: for each N and data source (``generator``: ``CausalSetDataset`` sets of exactly N elements, the
+  five default classes; ``zarr``: 4d sprinklings in a QuantumGrav.jl-layout store read by
+  ``QuantumGravJLDataset``), the model of configs/train.yaml (3 x 128, 2 heads averaged, both directions,
+  invariants in the head) trained with AdamW for ``--steps`` steps after one warm-up step, each
+  measurement in a fresh process: peak memory (RSS on CPU, peak allocation on CUDA), the growth over the
+  process before the first step (model and one batch loaded), graphs/s (batch / median step time), the share
+  of one profiled step (torch.profiler) in matrix products (dense mm/addmm and the sparse SDDMM/SpMM),
+  and the achieved FLOP rate (the model's multiply-adds, counted from its layers' shapes and the batch's
+  edges; the same count for both layers, which compute the same function) against the matrix-product
+  peak measured in the same process just before (a 2048^2 matmul: on a shared machine the load moves).
+
+- ``balance``: batches by size (``training.batch_budget``) against fixed-count batches under DDP, at
+  ``--nproc`` gloo processes on ``--samples`` sprinkled sets of N from ``--n-min`` to ``--n-max``: the time each
+  rank waits at the gradient all-reduce per epoch, and graphs/s (see ``measure_balance``); stored in
+  benchmarks/results_scale_balance.json.
+
+    nice .venv/bin/python benchmarks/bench_scale.py --tables balance --nproc 2 --samples 64 --balance-batch 2
+
+- ``convs``: every convolution of configs/tune.yaml's study in the default model at N <= 512, batch 4: the
+  memory per link and channel tells which layers keep [edges, channels] tensors.
+
+"before" runs PyG's layer at ``--before-batch`` (at N >= 1,024 the default batch of 32 takes over 23 GB):
+the first sets of the same data, which for the generator's mixed classes hold fewer links than the 32; compare
+per link (KB/link: the growth over the process before its first step per link; links/s).
 """
 
 from __future__ import annotations
@@ -22,17 +39,278 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 import QuantumGrav as QG
 
 REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results_bench_scale.json"
+BALANCE_RESULTS = REPO / "benchmarks" / "results_scale_balance.json"  # the balance table's runs
+LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.sparse_attention.SparseTransformerConv"}
+BEFORE_BATCH = {128: 32, 512: 16, 1024: 4, 2048: 1}  # PyG's layer under ~6 GB on the shared 24 GB machine
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::sparse_sampled_addmm",
+              "aten::_sparse_csr_mm", "aten::_sparse_mm")
+STUDY_CONVS = {  # configs/tune.yaml's convolution choices, and the layer that replaces TransformerConv
+    "torch_geometric.nn.GraphConv": {}, "torch_geometric.nn.GINConv": {},
+    "torch_geometric.nn.GATv2Conv": {"heads": 2, "concat": False},
+    "torch_geometric.nn.TransformerConv": {"heads": 2, "concat": False},
+    "QuantumGrav.sparse_attention.SparseTransformerConv": {"heads": 2, "concat": False}}
+POLYNOMIAL = 1  # cset_type_encoder code in QuantumGrav.jl/examples/produce_data.jl
+
+
+# --------------------------------------------------------------------------- table: peak
+def table_peak(args) -> list[dict]:
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    return [{"device": str(device), "threads": args.threads, "size": 4096, "gflops": matmul_gflops(device, 4096)}]
+
+
+def matmul_gflops(device: torch.device, size: int, repeats: int = 5) -> float:
+    """The float32 matrix-product rate of this process's threads: the best of ``repeats`` size^2 products."""
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    times = []
+    for _ in range(repeats + 1):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 2 * size ** 3 / min(times[1:]) / 1e9
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------- table: scale
+def table_scale(args) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as folder:
+        for source in args.sources:
+            for n in args.sizes:
+                data = prepare_data(source, n, args.batch, Path(folder))
+                for variant in ("before", "after"):
+                    batch = min(args.batch, args.before_batch.get(n, 1)) if variant == "before" else args.batch
+                    spec = {"source": source, "n": n, "batch": batch, "variant": variant, "data": data,
+                            "steps": args.steps, "threads": args.threads, "device": args.device}
+                    row = run_worker(spec)
+                    print(_scale_line(row), flush=True)
+                    rows.append(row)
+    return rows
+
+
+def prepare_data(source: str, n: int, batch: int, folder: Path) -> str:
+    """Writes ``batch`` causal sets of N elements once (features cached), for the workers to read."""
+    if source == "generator":
+        from QuantumGrav.data import CausalSetDataset
+        CausalSetDataset(folder / "generator", num_samples=batch, n_min=n, n_max=n, seed=0, workers=1)
+        return str(folder / "generator")
+    from QuantumGrav import causal_sets as cs
+    from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
+    rng = np.random.default_rng(0)
+    matrices = [cs.sprinkle_diamond(n, 4, rng)[1] for _ in range(batch)]
+    store = write_julia_store(folder / f"sprinklings_n{n}.zarr", matrices, [POLYNOMIAL] * batch,
+                              [True] * (batch // 2) + [False] * (batch - batch // 2))
+    dataset = QuantumGravJLDataset(store)
+    for index in range(len(dataset)):  # fills the feature cache: the workers time training, not features
+        dataset[index]
+    return str(store)
+
+
+# --------------------------------------------------------------------------- table: convs
+def table_convs(args) -> list[dict]:
+    """Every convolution of configs/tune.yaml's study space in the default model (3 x 128, both directions) at
+    the largest of ``--sizes`` up to 512, at a small batch: which ones grow with edges x channels."""
+    n = max([size for size in args.sizes if size <= 512] or [min(args.sizes)])
+    batch = min(args.batch, 4)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as folder:
+        data = prepare_data("generator", n, batch, Path(folder))
+        for conv, conv_kwargs in STUDY_CONVS.items():
+            spec = {"source": "generator", "n": n, "batch": batch, "variant": conv.rsplit(".", 1)[1], "conv": conv,
+                    "conv_kwargs": conv_kwargs, "data": data, "steps": 1, "threads": args.threads,
+                    "device": args.device}
+            row = run_worker(spec)
+            print(_scale_line(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def run_worker(spec: dict) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"])}
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], check=False, env=env, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        return {**{k: spec[k] for k in ("source", "n", "batch", "variant")}, "error": done.stderr.strip()[-600:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def load_items(spec: dict) -> tuple[list, int]:
+    if spec["source"] == "generator":
+        from QuantumGrav.data import CausalSetDataset
+        dataset = CausalSetDataset(spec["data"], num_samples=spec["batch"], n_min=spec["n"], n_max=spec["n"], seed=0,
+                                   workers=1)
+        return [dataset[i] for i in range(spec["batch"])], dataset.num_classes
+    from QuantumGrav.zarr_store import QuantumGravJLDataset
+    dataset = QuantumGravJLDataset(spec["data"])
+    return [dataset[i] for i in range(spec["batch"])], 2
+
+
+def worker(spec: dict) -> dict:
+    """One measurement in this fresh process; prints one JSON line."""
+    import QuantumGrav as QG
+    from QuantumGrav.config import resolve_pyobject
+    from torch_geometric.data import Batch
+
+    torch.set_num_threads(spec["threads"])
+    device = torch.device(spec["device"])
+    items, num_classes = load_items(spec)
+    batch = Batch.from_data_list(items).to(device)
+    model_cfg = {**QG.load_config(REPO / "configs" / "train.yaml")["model"],
+                 "conv": resolve_pyobject(spec.get("conv") or LAYERS[spec["variant"]])}
+    if "conv_kwargs" in spec:
+        model_cfg["conv_kwargs"] = spec["conv_kwargs"]
+    torch.manual_seed(0)
+    model = QG.build_model(model_cfg, batch.x.size(1), num_classes).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=4.46e-3)
+    flops = count_flops(model, batch)
+
+    def step() -> float:
+        _sync(device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(batch), batch.y.view(-1))
+        loss.backward()
+        optimizer.step()
+        _sync(device)
+        return time.perf_counter() - start
+
+    # the peak again, in this process just before its steps: the machine's load changes between rows
+    peak_here = matmul_gflops(device, 2048, repeats=3)
+    rss_before = _rss_mb()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    step()  # warm-up: the optimizer's state, the allocator's pools
+    times = [step() for _ in range(spec["steps"])]
+    peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else _peak_rss_mb())
+    matmul_share, profiled_s = profile_step(step, device)
+    step_s = statistics.median(times)
+    return {**{k: spec[k] for k in ("source", "n", "batch", "variant", "threads", "device")},
+            "edges_per_set": batch.edge_index.size(1) / spec["batch"], "peak_mb": peak,
+            "growth_mb": peak - (0 if device.type == "cuda" else rss_before),
+            "growth_mb_per_graph": (peak - (0 if device.type == "cuda" else rss_before)) / spec["batch"],
+            "step_s": step_s, "graphs_per_s": spec["batch"] / step_s, "matmul_share": matmul_share,
+            "profiled_step_s": profiled_s, "gflop_per_step": flops / 1e9, "gflops": flops / step_s / 1e9,
+            "matmul_peak_gflops": peak_here}
+
+
+def profile_step(step, device: torch.device) -> tuple[float, float]:
+    """The share of one step's wall time spent in matrix-product operators (their self time)."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        seconds = step()
+    attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    matmul_us = sum(getattr(event, attribute) for event in prof.key_averages() if event.key in MATMUL_OPS)
+    return matmul_us / 1e6 / seconds, seconds
+
+
+def count_flops(model: torch.nn.Module, batch) -> float:
+    """Multiply-adds x 2 of one training step (forward and backward: 3 x the forward's products): every
+    Linear's rows x in x out, and each attention layer's scores and aggregation (2 x edges x heads x channels
+    each). Elementwise work is not counted: this is the work a matrix-product unit would do."""
+    from torch_geometric.nn import TransformerConv
+    forward_flops = 0.0
+
+    def linear_hook(module, inputs, output):
+        nonlocal forward_flops
+        forward_flops += 2 * inputs[0].numel() * module.weight.size(0)
+
+    def attention_hook(module, inputs, output):
+        nonlocal forward_flops
+        edges = batch.edge_index.size(1)
+        forward_flops += 2 * (2 * edges * module.heads * module.out_channels)
+
+    hooks = [m.register_forward_hook(linear_hook) for m in model.modules()
+             if type(m).__name__ == "Linear" and getattr(m, "weight", None) is not None and m.weight.dim() == 2]
+    hooks += [m.register_forward_hook(attention_hook) for m in model.modules() if isinstance(m, TransformerConv)]
+    with torch.no_grad():
+        model(batch)
+    for hook in hooks:
+        hook.remove()
+    return 3 * forward_flops
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _scale_line(row: dict) -> str:
+    if "error" in row:
+        return f"  {row['source']} N={row['n']} {row['variant']} batch {row['batch']}: FAILED {row['error']}"
+    return (f"  {row['source']} N={row['n']} {row['variant']} batch {row['batch']}: {row['graphs_per_s']:.2f} "
+            f"graphs/s, peak {row['peak_mb']:.0f} MB, matmul {100 * row['matmul_share']:.0f}%")
+
+
+# --------------------------------------------------------------------------- printing and storing
+def print_peak(rows: list[dict]) -> None:
+    for row in rows:
+        print(f"\nmatrix-product peak ({row['device']}, {row['threads']} thread(s), float32 {row['size']}^2 matmul): "
+              f"{row['gflops']:.1f} GFLOP/s")
+
+
+def print_convs(rows: list[dict]) -> None:
+    print("\n| convolution (default model, both directions) | N | batch | links/set | growth MB/graph "
+          "| bytes per link and channel | graphs/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if "error" in row:
+            print(f"| {row['variant']} | {row['n']} | {row['batch']} | | failed | | |")
+            continue
+        per_link = row["growth_mb_per_graph"] * 2**20 / row["edges_per_set"] / 128
+        print(f"| {row['variant']} | {row['n']} | {row['batch']} | {row['edges_per_set']:,.0f} "
+              f"| {row['growth_mb_per_graph']:,.1f} | {per_link:.1f} | {row['graphs_per_s']:.2f} |")
+
+
+def print_scale(rows: list[dict]) -> None:
+    print("\n| source | N | links/set | layer | batch | peak MB | growth MB/graph | KB/link | graphs/s | links/s "
+          "| matmul share | GFLOP/s | of the matmul peak |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if "error" in row:
+            print(f"| {row['source']} | {row['n']} | | {row['variant']} | {row['batch']} | failed | | | | | | | |")
+            continue
+        of_peak = f"{100 * row['gflops'] / row['matmul_peak_gflops']:.0f}%"
+        print(f"| {row['source']} | {row['n']} | {row['edges_per_set']:,.0f} | {row['variant']} | {row['batch']} "
+              f"| {row['peak_mb']:,.0f} | {row['growth_mb_per_graph']:,.1f} "
+              f"| {row['growth_mb_per_graph'] * 1024 / row['edges_per_set']:.1f} | {row['graphs_per_s']:.2f} "
+              f"| {row['graphs_per_s'] * row['edges_per_set']:,.0f} "
+              f"| {100 * row['matmul_share']:.0f}% | {row['gflops']:.1f} | {of_peak} |")
+
+
+def store(results: dict, path: Path) -> None:
+    """Merges this run's tables into ``path`` (other tables in it stay), written atomically."""
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    stored.update(results)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(stored, indent=1) + "\n")
+    temporary.replace(path)
 
 
 # --------------------------------------------------------------------------- balance (issue 24 §2)
@@ -44,11 +322,6 @@ def balance_config(workdir: str, samples: int, n_min: int, n_max: int, classes: 
         "training.device": "cpu", "training.path": f"{workdir}/runs", "data.root": f"{workdir}/data",
         "data.num_samples": samples, "data.n_min": n_min, "data.n_max": n_max, "data.storage": "disk",
         "data.classes": classes, "data.split": [0.9, 0.05, 0.05]})
-
-
-def _peak_rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:"))
 
 
 def _balance_loader(dataset, sizes, mode: str, batch_size: int, edge_budget: int, rank: int, world: int, seed: int):
@@ -188,33 +461,72 @@ def print_balance(result: dict) -> None:
     print("peak RSS per process (both modes): " + " / ".join(f"{v:.0f} MB" for v in result["peak_rss_mb"]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", nargs="+", default=["balance"], choices=["balance"])
-    parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--n-min", type=int, default=64)
-    parser.add_argument("--n-max", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--classes", nargs="+", default=SPRINKLINGS,
-                        help="generator classes (default: the sprinklings; destroyed and layered sets of N <= 1,024 "
-                             "reached 114,636 links; a fixed batch of 8 sets of all classes peaked at 6.7 GB)")
-    parser.add_argument("--workdir", default=None, help="keep the data here (default: a temporary folder)")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results_scale_balance.json"))
-    args = parser.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def table_balance(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = args.workdir or tmp
-        result = measure_balance(args.nproc, args.samples, args.n_min, args.n_max, args.batch_size, args.epochs,
-                                 workdir, args.classes)
-    print_balance(result)
-    Path(args.out).write_text(json.dumps({"balance": result, "load_average": os.getloadavg(),
-                                          "command": "python benchmarks/bench_scale.py " + " ".join(
-                                              f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                                              if k in ("nproc", "samples", "n_min", "n_max", "batch_size",
-                                                       "epochs"))}, indent=2) + "\n")
-    print(f"\nstored in {args.out}; load average {os.getloadavg()}")
+        return measure_balance(args.nproc, args.samples, args.n_min, args.n_max, args.balance_batch, args.epochs,
+                               args.workdir or tmp, args.classes)
+
+
+TABLES = {"peak": table_peak, "scale": table_scale, "convs": table_convs, "balance": table_balance}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", nargs="+", choices=sorted(TABLES), default=["peak", "scale", "convs"])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512, 1024, 2048])
+    parser.add_argument("--sources", nargs="+", choices=["generator", "zarr"], default=["generator", "zarr"])
+    parser.add_argument("--batch", type=int, default=32, help="graphs per step (default 32, the default job's)")
+    parser.add_argument("--before-batch", type=json.loads, default=BEFORE_BATCH,
+                        help=f"JSON {{N: batch}} for PyG's layer (default {json.dumps(BEFORE_BATCH)})")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    balance = parser.add_argument_group("balance", "batches by size against fixed-count batches under DDP")
+    balance.add_argument("--nproc", type=int, default=2)
+    balance.add_argument("--samples", type=int, default=64)
+    balance.add_argument("--n-min", type=int, default=64)
+    balance.add_argument("--n-max", type=int, default=1024)
+    balance.add_argument("--balance-batch", type=int, default=2,
+                         help="the budget: this many sets of mean size (at least the largest set)")
+    balance.add_argument("--epochs", type=int, default=2)
+    balance.add_argument("--classes", nargs="+", default=SPRINKLINGS,
+                         help="generator classes (default: the sprinklings; destroyed and layered sets of N <= 1,024 "
+                              "reached 114,636 links; a fixed batch of 8 sets of all classes peaked at 6.7 GB)")
+    balance.add_argument("--workdir", default=None, help="keep the balance data here (default: a temporary folder)")
+    args = parser.parse_args()
+    args.before_batch = {int(k): int(v) for k, v in args.before_batch.items()}
+    if args.batch < 1 or args.steps < 1 or args.threads < 1 or min(args.sizes) < 2:
+        parser.error("--batch, --steps and --threads must be >= 1 and every size >= 2")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    meta = {"command": " ".join(sys.argv), "load_average": os.getloadavg(), "torch": torch.__version__,
+            "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    results = {}
+    if "peak" in args.tables:
+        results["peak"] = {"meta": meta, "rows": table_peak(args)}
+        print_peak(results["peak"]["rows"])
+    if "scale" in args.tables:
+        results["scale"] = {"meta": meta, "rows": table_scale(args)}
+        print_scale(results["scale"]["rows"])
+    if "convs" in args.tables:
+        results["convs"] = {"meta": meta, "rows": table_convs(args)}
+        print_convs(results["convs"]["rows"])
+    if "balance" in args.tables:
+        balance = {"meta": meta, **table_balance(args)}
+        print_balance(balance)
+        store({"balance": balance}, BALANCE_RESULTS)
+    results_meta_end = os.getloadavg()
+    for table in results.values():
+        table["meta"]["load_average_end"] = results_meta_end
+    store(results, args.json)
 
 
 if __name__ == "__main__":

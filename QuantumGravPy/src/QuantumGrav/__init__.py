@@ -11,6 +11,7 @@ from .errors import ConfigError, UserError
 from .launcher import TrainingFailed, launch, run_job
 from .logging_utils import get_logger, setup_logging
 from .models import GNNClassifier, build_model, count_parameters
+from .sparse_attention import SparseTransformerConv
 from .roles import dataset_factory, loss_function
 from .train_ddp import TrainerDDP
 from .training import Trainer
@@ -36,6 +37,6 @@ __all__ = [
     "CausalSetDataset", "split_indices",
     "cleanup_ddp", "find_free_port", "get_rank", "get_world_size", "initialize_ddp", "is_main_process",
     "ConfigError", "UserError", "TrainingFailed", "launch", "run_job",
-    "get_logger", "setup_logging", "GNNClassifier", "build_model", "count_parameters",
+    "get_logger", "setup_logging", "GNNClassifier", "SparseTransformerConv", "build_model", "count_parameters",
     "TrainerDDP", "Trainer", "dataset_factory", "loss_function", "tune",
 ]

@@ -16,6 +16,7 @@ from torch_geometric.data import Batch
 from .causal_sets import INVARIANT_NAMES
 from .config import pyobject_path
 from .errors import ConfigError
+from .sparse_attention import Adjacency, SparseTransformerConv
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
 # Convolutions whose constructor takes an MLP instead of (in, out) channel counts. (GINEConv
@@ -52,8 +53,13 @@ class BidirectionalConv(nn.Module):
         super().__init__()
         self.forward_conv, self.backward_conv = forward_conv, backward_conv
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        return self.forward_conv(x, edge_index) + self.backward_conv(x, edge_index.flip(0))
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor | Adjacency) -> torch.Tensor:
+        return self.forward_conv(x, edge_index) + self.backward_conv(x, reverse_edges(edge_index))
+
+
+def reverse_edges(edge_index: torch.Tensor | Adjacency) -> torch.Tensor | Adjacency:
+    """The edges against the order: a [2, E] edge_index with its rows swapped, or the flipped Adjacency."""
+    return edge_index.flip() if isinstance(edge_index, Adjacency) else edge_index.flip(0)
 
 
 class GraphFeatureNorm(nn.BatchNorm1d):
@@ -93,6 +99,8 @@ class GNNClassifier(nn.Module):
             self.convs = nn.ModuleList(make_conv(conv, a, b, kwargs) for a, b in zip(widths, widths[1:]))
         self.norms = nn.ModuleList(make_norm(norm, b) for b in hidden_channels)
         self.norm_kind = norm
+        # SparseTransformerConv layers share one CSR adjacency per batch (two sorts of the edges, not six)
+        self.shares_adjacency = isinstance(conv, type) and issubclass(conv, SparseTransformerConv)
         self.activation = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
         self.pooling = pooling
@@ -114,6 +122,8 @@ class GNNClassifier(nn.Module):
     def forward(self, data) -> torch.Tensor:
         x, edge_index = data.x, data.edge_index
         batch = data.batch if getattr(data, "batch", None) is not None else x.new_zeros(x.size(0), dtype=torch.long)
+        if self.shares_adjacency:
+            edge_index = Adjacency.from_edge_index(edge_index, x.size(0))
         for conv, norm in zip(self.convs, self.norms):
             x = conv(x, edge_index)
             x = norm(x, batch) if self.norm_kind == "graph" else norm(x)

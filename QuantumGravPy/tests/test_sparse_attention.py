@@ -1,0 +1,171 @@
+"""SparseTransformerConv computes what PyG's TransformerConv computes, with sparse products instead of
+[edges, heads, channels] tensors: same outputs, same gradients, same state_dict, same checkpoints."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import TransformerConv
+
+import QuantumGrav as QG
+from QuantumGrav import causal_sets as cs
+from QuantumGrav.models import BidirectionalConv, build_model
+from QuantumGrav.sparse_attention import Adjacency, SparseTransformerConv
+
+NUM_FEATURES = len(cs.NODE_FEATURES)
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def random_graph(num_nodes: int, num_edges: int, generator: torch.Generator, isolated: int = 0) -> Data:
+    """A random directed graph whose last ``isolated`` nodes have no edges at all, in random edge order."""
+    connected = num_nodes - isolated
+    src = torch.randint(0, connected, (num_edges,), generator=generator)
+    dst = torch.randint(0, connected, (num_edges,), generator=generator)
+    keep = src != dst
+    edge_index = torch.unique(torch.stack([src[keep], dst[keep]]), dim=1)  # no duplicates, as in a causal set
+    edge_index = edge_index[:, torch.randperm(edge_index.size(1), generator=generator)]
+    return Data(x=torch.randn(num_nodes, 6, generator=generator), edge_index=edge_index)
+
+
+def graphs_of_different_sizes() -> Data:
+    generator = torch.Generator().manual_seed(0)
+    graphs = [random_graph(17, 60, generator, isolated=3), random_graph(5, 6, generator),
+              random_graph(1, 0, generator), random_graph(40, 200, generator, isolated=1)]
+    return Batch.from_data_list(graphs)
+
+
+def pair(kwargs: dict, in_channels: int = 6, out_channels: int = 8):
+    """PyG's layer and ours with the same weights."""
+    torch.manual_seed(1)
+    theirs = TransformerConv(in_channels, out_channels, **kwargs)
+    ours = SparseTransformerConv(in_channels, out_channels, **kwargs)
+    ours.load_state_dict(theirs.state_dict())
+    return theirs, ours
+
+
+def outputs_and_gradients(layer, batch: Data, seed: int = 5):
+    """The layer's output on ``batch``, and the gradients of a fixed random function of it with respect to the
+    input and every parameter."""
+    x = batch.x.clone().requires_grad_(True)
+    torch.manual_seed(seed)  # the same dropout mask on both sides
+    out = layer(x, batch.edge_index)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
+    (out * weights).sum().backward()
+    grads = {"x": x.grad, **{name: p.grad for name, p in layer.named_parameters()}}
+    layer.zero_grad()
+    return out.detach(), grads
+
+
+def assert_same(theirs, ours, batch: Data) -> None:
+    out_theirs, grads_theirs = outputs_and_gradients(theirs, batch)
+    out_ours, grads_ours = outputs_and_gradients(ours, batch)
+    torch.testing.assert_close(out_ours, out_theirs, **TOL)
+    assert grads_ours.keys() == grads_theirs.keys()
+    for name in grads_theirs:
+        if grads_theirs[name] is None:  # a parameter that this configuration leaves unused (lin_skip without root_weight)
+            assert grads_ours[name] is None, name
+            continue
+        torch.testing.assert_close(grads_ours[name], grads_theirs[name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("concat", [True, False])
+@pytest.mark.parametrize("beta", [False, True])
+@pytest.mark.parametrize("root_weight", [True, False])
+def test_outputs_and_gradients_equal_pygs_transformer_conv(heads, concat, beta, root_weight):
+    theirs, ours = pair({"heads": heads, "concat": concat, "beta": beta, "root_weight": root_weight})
+    assert_same(theirs, ours, graphs_of_different_sizes())
+
+
+def test_dropout_on_the_attention_draws_pygs_mask_in_training_mode():
+    theirs, ours = pair({"heads": 2, "concat": False, "dropout": 0.3})
+    batch = graphs_of_different_sizes()
+    assert_same(theirs.train(), ours.train(), batch)
+    out_eval, _ = outputs_and_gradients(ours.eval(), batch)
+    out_train, _ = outputs_and_gradients(ours.train(), batch)
+    assert not torch.allclose(out_eval, out_train), "dropout acts in training mode"
+
+
+def test_both_directions_equal_pygs_with_a_shared_adjacency():
+    torch.manual_seed(2)
+    theirs = BidirectionalConv(TransformerConv(6, 8, heads=2, concat=False), TransformerConv(6, 8, heads=2, concat=False))
+    ours = BidirectionalConv(SparseTransformerConv(6, 8, heads=2, concat=False),
+                             SparseTransformerConv(6, 8, heads=2, concat=False))
+    ours.load_state_dict(theirs.state_dict())
+    batch = graphs_of_different_sizes()
+    assert_same(theirs, ours, batch)
+    adjacency = Adjacency.from_edge_index(batch.edge_index, batch.num_nodes)
+    torch.testing.assert_close(ours(batch.x, adjacency), theirs(batch.x, batch.edge_index), **TOL)
+
+
+def test_a_graph_without_edges_gives_the_root_weight_alone():
+    theirs, ours = pair({"heads": 2})
+    batch = Data(x=torch.randn(4, 6), edge_index=torch.empty(2, 0, dtype=torch.long))
+    assert_same(theirs, ours, batch)
+
+
+def test_attention_weights_come_back_in_the_callers_edge_order():
+    theirs, ours = pair({"heads": 2})
+    batch = graphs_of_different_sizes()
+    _, (edges_theirs, alpha_theirs) = theirs(batch.x, batch.edge_index, return_attention_weights=True)
+    _, (edges_ours, alpha_ours) = ours(batch.x, batch.edge_index, return_attention_weights=True)
+    assert torch.equal(edges_ours, edges_theirs)
+    torch.testing.assert_close(alpha_ours, alpha_theirs, **TOL)
+
+
+def test_mixed_precision_runs_and_stays_close_to_float32():
+    theirs, ours = pair({"heads": 2, "concat": False})
+    batch = graphs_of_different_sizes()
+    reference, _ = outputs_and_gradients(theirs, batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = outputs_and_gradients(ours, batch)
+    torch.testing.assert_close(out.float(), reference, rtol=0.05, atol=0.05)
+    assert all(torch.isfinite(grad).all() for grad in grads.values())
+
+
+def test_edge_features_are_refused_with_a_pointer_to_pygs_class():
+    with pytest.raises(ValueError, match="edge_dim is not supported.*torch_geometric.nn.TransformerConv"):
+        SparseTransformerConv(6, 8, edge_dim=3)
+
+
+def test_state_dicts_load_both_ways_and_the_same_seed_gives_the_same_weights():
+    torch.manual_seed(3)
+    theirs = TransformerConv(6, 8, heads=2, beta=True)
+    torch.manual_seed(3)
+    ours = SparseTransformerConv(6, 8, heads=2, beta=True)
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
+    for name, tensor in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], tensor), name
+    other = TransformerConv(6, 8, heads=2, beta=True)
+    other.load_state_dict(SparseTransformerConv(6, 8, heads=2, beta=True).state_dict())  # strict, the other way
+
+
+DEFAULT_MODEL = {"conv": SparseTransformerConv, "conv_kwargs": {"heads": 2, "concat": False},
+                 "hidden_channels": [16, 16], "directions": "both", "graph_features": True, "pooling": "mean"}
+
+
+@pytest.mark.parametrize("name", ["train.yaml", "train_ddp.yaml", "train_quantumgrav_jl.yaml"])
+def test_the_shipped_configs_use_the_sparse_layer(name):
+    config = QG.load_config(CONFIGS / name)
+    assert config["model"]["conv"] is SparseTransformerConv
+
+
+def test_a_checkpoint_of_the_old_default_model_loads_and_predicts_the_same(tiny_config):
+    old_model = {**DEFAULT_MODEL, "conv": TransformerConv}
+    config = tiny_config({f"model.{key}": value for key, value in old_model.items()} | {"training.num_epochs": 1})
+    trainer = QG.Trainer(config)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    state = QG.checkpoint.load_checkpoint(trainer.run_dir / "checkpoints" / "best.pt")
+    widths = trainer.core_model.convs[0].forward_conv.in_channels, trainer.core_model.head[-1].out_features
+    trainer.close()
+    batch = next(iter(val_loader))
+    old = build_model(config["model"], *widths)
+    new = build_model({**config["model"], "conv": SparseTransformerConv}, *widths)
+    old.load_state_dict(state["model"])
+    new.load_state_dict(state["model"])  # strict: every name and shape matches
+    old.eval(), new.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(new(batch), old(batch), **TOL)
