@@ -160,6 +160,19 @@ def test_no_internal_link_or_anchor_is_broken_and_every_page_is_reachable(site):
     assert (site / "index.html").read_text().count("docs/site/index.html") >= 1  # the top index opens the home
 
 
+def test_the_docstring_examples_of_the_public_names_run(monkeypatch):
+    """The reference's examples are run as doctests (those that train or need torchrun are marked +SKIP)."""
+    import doctest
+
+    import QuantumGrav
+
+    monkeypatch.chdir(REPO)  # the examples name configs/ as a user in the repository does
+    modules = {QuantumGrav} | {sys.modules[getattr(QuantumGrav, name).__module__] for name in QuantumGrav.__all__}
+    for module in sorted(modules, key=lambda m: m.__name__):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=False)
+        assert result.failed == 0, f"{module.__name__}: {result.failed} of {result.attempted} examples fail"
+
+
 # --- the checks themselves, each shown failing once --------------------------------------------------------------
 
 def write_site(root: Path, pages: dict[str, str]) -> Path:
