@@ -5,7 +5,7 @@ command line is on its page, every benchmark result file has its section, no int
 and every page is reachable from the home page (links to the outside are listed, never fetched). The checks'
 own tests build tiny sites that break each rule once. Last, a real browser (the distribution's headless
 Chromium) opens the site from a local HTTP server: the home page, a notebook page whose figures load, and
-the search for TrainerDDP; no error in the console. Its screenshots go to build/docs/screenshots/ (and, with
+the search for TrainerDDP; no error in the console. Its screenshots go next to the built site (and, with
 QUANTUMGRAV_SCREENSHOTS=DIR, to DIR: docs/site/screenshots/ holds the committed ones).
 """
 
@@ -310,8 +310,8 @@ def browser(tmp_path_factory):
     driver.quit()
 
 
-def screenshot(driver, name: str) -> None:
-    folders = [REPO / "build" / "docs" / "screenshots"]
+def screenshot(driver, site: Path, name: str) -> None:
+    folders = [site.parent / "screenshots"]
     if os.environ.get("QUANTUMGRAV_SCREENSHOTS"):
         folders.append(Path(os.environ["QUANTUMGRAV_SCREENSHOTS"]))
     for folder in folders:
@@ -329,18 +329,18 @@ def wait_for(driver, script: str, timeout_s: float = 30):
     return WebDriverWait(driver, timeout_s).until(lambda d: d.execute_script(script))
 
 
-def test_the_home_page_opens_in_a_browser(browser, served_site):
+def test_the_home_page_opens_in_a_browser(browser, served_site, site):
     browser.get(f"{served_site}/index.html")  # the top index redirects to the home page
     wait_for(browser, "return location.pathname.endsWith('/docs/site/index.html') && document.readyState == 'complete'")
     assert browser.find_element("css selector", "h1").text.startswith("QuantumGrav")
     sidebar = browser.find_element("css selector", ".sidebar-tree").text
     for caption in ("Tutorials", "API reference", "Command line", "Benchmarks"):
         assert caption in sidebar
-    screenshot(browser, "home")
+    screenshot(browser, site, "home")
     assert console_errors(browser) == []
 
 
-def test_a_notebook_page_shows_its_figures_in_a_browser(browser, served_site):
+def test_a_notebook_page_shows_its_figures_in_a_browser(browser, served_site, site):
     notebook = next(nb for nb in NOTEBOOKS if image_outputs(nb))
     browser.get(f"{served_site}/notebooks/{notebook.stem}.html")
     wait_for(browser, "return document.readyState == 'complete'")
@@ -352,14 +352,14 @@ def test_a_notebook_page_shows_its_figures_in_a_browser(browser, served_site):
     wait_for(browser, "return document.querySelectorAll('span.math').length == 0 ||"
                       " document.querySelectorAll('mjx-container').length > 0")
     browser.execute_script("document.querySelector('article img').scrollIntoView({block: 'center', behavior: 'instant'})")
-    screenshot(browser, "notebook")
+    screenshot(browser, site, "notebook")
     assert console_errors(browser) == []
 
 
-def test_the_search_finds_trainerddp_in_the_api_reference(browser, served_site):
+def test_the_search_finds_trainerddp_in_the_api_reference(browser, served_site, site):
     browser.get(f"{served_site}/search.html?q=TrainerDDP")
     hrefs = wait_for(browser, "const a = Array.from(document.querySelectorAll('#search-results li a'));"
                               "return a.length > 0 && a.map(x => x.getAttribute('href'));")
     assert any(href.endswith("docs/site/api.html#QuantumGrav.TrainerDDP") for href in hrefs), hrefs
-    screenshot(browser, "search")
+    screenshot(browser, site, "search")
     assert console_errors(browser) == []
