@@ -7,7 +7,7 @@ PY := .venv/bin/python
 TEST_WORKERS ?= 2
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup train test
+.PHONY: setup train test docs
 setup:
 	@bash scripts/setup_venv.sh
 
@@ -16,3 +16,9 @@ train: setup
 
 test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder QuantumGravPy/tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
+
+# The documentation site, offline, every warning an error (docs/site/conf.py), then its links checked.
+docs: setup
+	$(PY) -m sphinx -W --keep-going -q -b html -c docs/site . build/docs/html
+	$(PY) docs/site/site_check.py build/docs/html
+	@echo "the site: open build/docs/html/index.html in a browser"

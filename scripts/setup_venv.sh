@@ -29,9 +29,9 @@ elif ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 echo "setup: installing torch==$TORCH_VERSION into $VENV"
 quiet_pip install --quiet "torch==$TORCH_VERSION" "${torch_source[@]}"
-echo "setup: installing QuantumGrav and its test and notebook tools"
+echo "setup: installing QuantumGrav and its test, notebook and documentation tools"
 # torch is installed already, so the package's wide torch range adds nothing.
-quiet_pip install --quiet -e ".[test,notebooks,wandb]"
+quiet_pip install --quiet -e ".[test,notebooks,wandb,docs]"
 rm -f "$VENV"/.setup-*
 touch "$STAMP"
 echo "setup: done ($($VENV/bin/python -c 'import torch, torch_geometric as g; print("torch", torch.__version__, "| torch_geometric", g.__version__)'))"

@@ -18,9 +18,32 @@ from .training import Trainer
 
 
 def tune(config, trials=None, nproc=None, overrides=None):
-    """Run, continue or join the hyperparameter study of ``config`` (a training config with a ``tune:``
-    section; see ``QuantumGrav.tuner.tune``) and return its summary. Needs Optuna:
-    ``pip install 'QuantumGrav[tune]'``."""
+    """Run, continue or join the hyperparameter study of ``config`` and return its summary.
+
+    Each trial trains the config with the values Optuna picks from the ``tune:`` section's space, on
+    ``nproc`` processes; a study that exists in its storage is continued, and several workers may run one
+    study together (docs/hyperparameter_search.md). Needs Optuna: ``pip install 'QuantumGrav[tune]'``.
+
+    Args:
+        config: a training config with a ``tune:`` section, as a path, a dict or a list of them merged in
+            order (e.g. ``"configs/tune.yaml"``).
+        trials: the finished trials (COMPLETE or PRUNED) the study ends with; None: ``tune.trials``.
+        nproc: processes per trial; None: ``parallel.world_size`` (under torchrun, the job's).
+        overrides: ``"section.key=value"`` strings or a mapping, ``tune.*`` included.
+
+    Returns:
+        The study's summary on rank 0 (its name, metric and direction, the counts of trials by state, the
+        best trial and the files written, as the printed summary shows them); None on the other ranks of a
+        torchrun job.
+
+    Raises:
+        UserError: Optuna is not installed, ``nproc`` below 1, or something the workers could not import.
+        ConfigError: an invalid config or ``tune:`` section (all problems at once).
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> summary = QG.tune("configs/tune.yaml", trials=4, nproc=2)  # doctest: +SKIP
+    """
     from .study_config import require_optuna
 
     require_optuna()

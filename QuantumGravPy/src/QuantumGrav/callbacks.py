@@ -33,8 +33,13 @@ if TYPE_CHECKING:  # the hooks receive the trainer; importing it here would be c
 
 @dataclass(frozen=True)
 class Stop:
-    """A callback's vote to stop. ``resumable``: an interruption (checkpoint, ``Preempted``, the run
-    continues when started again), not the end of the run."""
+    """A callback's vote to stop, returned from a hook.
+
+    Args:
+        reason: why; the run's summary and log name it.
+        resumable: True: an interruption (every rank checkpoints and stops with ``Preempted``; the run
+            continues when started again), not the end of the run.
+    """
 
     reason: str
     resumable: bool = False
@@ -42,8 +47,15 @@ class Stop:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the votes of every rank decided: stop or not, why, the callback whose vote gave the reason
-    (``stopped_by``) and every voter (``"rank R: Callback"``)."""
+    """What the votes of every rank decided; ``on_fit_end`` receives it.
+
+    Args:
+        stop: whether the run stops.
+        reason: why (the first vote's reason).
+        resumable: whether the stop is an interruption the run continues from.
+        stopped_by: the callback whose vote gave the reason.
+        voters: every voter, as ``"rank R: Callback"``.
+    """
 
     stop: bool = False
     reason: str = ""
@@ -63,7 +75,21 @@ class Decision:
 
 
 class Callback:
-    """Override the hooks you need; each default does nothing. See the module docstring."""
+    """Your code at a few points of a run: subclass it and override the hooks you need (each default does
+    nothing).
+
+    Every hook runs on every rank (``main_process_only = True``: on rank 0 alone) with the same arguments.
+    A callback never calls a collective itself (one rank calling one the others skip is a hang); to stop
+    the run it returns ``Stop("why")`` from ``on_epoch_end``, and every rank stops at the same epoch,
+    whichever rank voted. State a resumed run needs goes in ``state_dict``/``load_state_dict``.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> class ExtraMetric(QG.Callback):
+        ...     def on_epoch_end(self, trainer, record):
+        ...         record["val_error"] = 1.0 - record["val_accuracy"]  # lands in metrics.csv and W&B
+        >>> trainer = QG.Trainer("configs/train.yaml", callbacks=[ExtraMetric()])  # doctest: +SKIP
+    """
 
     main_process_only: bool = False  # True: the hooks run on rank 0 only (writers: files, W&B, the console)
 
@@ -76,12 +102,29 @@ class Callback:
         """``run_training`` begins (after a resume restored the state)."""
 
     def on_step_end(self, trainer: "Trainer", epoch: int, completed_batches: int) -> Stop | None:
-        """After every optimizer step. Keep it cheap: no ``.item()`` on GPU tensors, no collectives."""
+        """After every optimizer step. Keep it cheap: no ``.item()`` on GPU tensors, no collectives.
+
+        Args:
+            trainer: the trainer.
+            epoch: the current epoch.
+            completed_batches: the batches of this epoch done so far.
+
+        Returns:
+            None, or ``Stop("why", resumable=True)`` to interrupt the run (checkpoint and stop, one
+            optimizer step later on every rank).
+        """
 
     def on_epoch_end(self, trainer: "Trainer", record: dict[str, Any]) -> Stop | None:
-        """After validation, with the epoch's record (rank 0's, on every rank). Keys added to ``record``
-        go into metrics.csv, W&B and the history when added by a callback before the writers run
-        (user callbacks do: they come after early stopping and before the writers)."""
+        """After validation, with the epoch's record (rank 0's, on every rank).
+
+        Args:
+            trainer: the trainer.
+            record: the epoch's metrics; keys added here go into metrics.csv, W&B and the history (user
+                callbacks run after early stopping and before the writers).
+
+        Returns:
+            None, or ``Stop("why")`` to end the run after this epoch (every rank stops at the same epoch).
+        """
 
     def on_fit_end(self, trainer: "Trainer", decision: Decision) -> None:
         """``run_training`` ends normally (not on an interruption or an error)."""
@@ -93,6 +136,8 @@ class Callback:
         """The trainer is closed (after success, an interruption or an error): release resources."""
 
     def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs (plain numbers, strings, lists and dicts), stored in the checkpoint under
+        ``state_key``; the default: nothing."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -79,7 +79,17 @@ _Loader.add_implicit_resolver(
 
 
 def get_loader() -> type[yaml.SafeLoader]:
-    """The YAML loader that understands ``!pyobject dotted.path``: ``yaml.load(f, QG.get_loader())``."""
+    """The YAML loader that understands ``!pyobject dotted.path`` (a class or function to import).
+
+    Returns:
+        A ``yaml.SafeLoader`` subclass; use it for config files you trust (see the configuration reference,
+        "Trust").
+
+    Example:
+        >>> import yaml, QuantumGrav as QG
+        >>> yaml.load("optimizer: !pyobject torch.optim.AdamW", QG.get_loader())["optimizer"].__name__
+        'AdamW'
+    """
     return _Loader
 
 
@@ -102,7 +112,15 @@ class _Dumper(yaml.SafeDumper):
 
 
 def dump_config(config: Mapping[str, Any]) -> str:
-    """YAML text of a resolved config; `!pyobject` values round-trip through ``get_loader``."""
+    """Write a config as YAML text (what a run saves as ``config.yaml``).
+
+    Args:
+        config: a config, usually resolved by ``load_config``; classes and functions in it are written as
+            ``!pyobject dotted.path``.
+
+    Returns:
+        The YAML text; ``yaml.load(text, QG.get_loader())`` reads the same values back.
+    """
     return yaml.dump(dict(config), Dumper=_Dumper, sort_keys=False, default_flow_style=None)
 
 
@@ -644,7 +662,18 @@ def resolve_config(config: Any) -> ResolvedConfig:
 
 
 def validate_config(config: Any) -> ResolvedConfig:
-    """Check ``config`` against the schema; return it resolved (defaults filled) or raise ConfigError."""
+    """Check a config against the schema and fill in every default.
+
+    Args:
+        config: a mapping of sections (``training``, ``model``, ...), as read from YAML.
+
+    Returns:
+        The resolved config (a ``ResolvedConfig``, a dict) with every key present.
+
+    Raises:
+        ConfigError: one line per problem, each naming the key path and what was expected, e.g.
+            ``training.batch_size: expected an integer >= 1, got 0``.
+    """
     errors: list[str] = []
     if not isinstance(config, dict):
         raise ConfigError(f"config: expected a mapping of sections, got {_describe(config)}")
@@ -683,7 +712,25 @@ def _python_override_value(value: Any) -> Any:
 
 
 def apply_overrides(config: dict, overrides: Iterable[str] | Mapping[str, Any] | None) -> dict:
-    """Return a copy of ``config`` with dotted-key overrides applied (strings or a mapping)."""
+    """Return a copy of ``config`` with dotted-key overrides applied; ``config`` itself is not changed.
+
+    Args:
+        config: a config (a mapping of sections); not validated here.
+        overrides: ``"section.key=value"`` strings (the value read as YAML, as ``--set`` reads it) or a mapping
+            ``{"section.key": value}``; None or empty: no change.
+
+    Returns:
+        The new config.
+
+    Raises:
+        ConfigError: an override string that is not ``section.key=value`` or not valid YAML, or a dotted key
+            that runs through a key that is not a section.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> QG.apply_overrides({"training": {"num_epochs": 20}}, ["training.num_epochs=3"])
+        {'training': {'num_epochs': 3}}
+    """
     out = copy.deepcopy(config)
     if not overrides:
         return out
@@ -752,8 +799,24 @@ def load_config(
 ) -> ResolvedConfig:
     """Read, override and validate a config and return it with every default filled in.
 
-    ``source``: a YAML path, a dict, None (all defaults), or a list of these merged in order,
-    e.g. ``["configs/train_ddp.yaml", "configs/logger/wandb_ddp.yaml"]``.
+    Args:
+        source: a YAML path, a dict, None (all defaults), or a list of these laid over each other in order,
+            e.g. ``["configs/train_ddp.yaml", "configs/logger/wandb_ddp.yaml"]``.
+        overrides: applied after merging, as in ``apply_overrides``: ``"section.key=value"`` strings or a
+            mapping.
+
+    Returns:
+        The resolved config (a ``ResolvedConfig``, a dict); the trainers and launchers take it as it is.
+
+    Raises:
+        ConfigError: a missing or unreadable file, invalid YAML, a malformed override, or a value the schema
+            refuses (every problem at once, each naming its key).
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> config = QG.load_config("configs/train.yaml", ["training.num_epochs=3"])
+        >>> config["training"]["num_epochs"]
+        3
     """
     sources = source if isinstance(source, (list, tuple)) else [source]
     raw: dict = {}

@@ -224,6 +224,31 @@ class CausalSetDataset(InMemoryDataset):
     and reads each graph from its shard when asked (the same items). ``workers`` generation processes
     make a missing cache (None: this process's share of the cores for a large data set, else one:
     ``generation_workers``).
+
+    Args:
+        root: the folder of the data cache; a cache made with the same generation parameters is reused.
+        num_samples: the number of causal sets.
+        n_min: the fewest elements of a set.
+        n_max: the most elements of a set.
+        dimensions: the spacetime dimensions of the Minkowski sprinklings.
+        classes: the kinds of causal set to generate (``causal_sets.CSET_TYPES``).
+        destroy_fraction: the fraction of relations a destroyed set has flipped, or a range [low, high].
+        edges: ``"links"`` (the Hasse diagram) or ``"relations"`` (every relation).
+        target: what ``y`` is, one of ``VALID_TARGETS`` (above).
+        seed: the generator's seed; the same seed gives the same sets whatever the number of processes.
+        storage: ``"memory"`` or ``"disk"`` (above).
+        workers: generation processes for a missing cache (above).
+        log: print PyG's progress messages.
+        transform: applied to each item as it is read (PyG's ``transform``).
+
+    Raises:
+        ValueError: a parameter out of its range (the message names it).
+        UserError: a cache folder that cannot be read or written.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> sets = QG.CausalSetDataset("data", num_samples=40, n_min=8, n_max=12)  # doctest: +SKIP
+        >>> sets[0]  # doctest: +SKIP
     """
 
     def __init__(self, root: str | os.PathLike, *, num_samples: int = DATA_DEFAULTS["num_samples"],
@@ -367,10 +392,26 @@ def generate_share(data_cfg: dict[str, Any], rank: int, world_size: int) -> int:
 
 
 def split_indices(num_items: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:
-    """Disjoint (train, val, test) index lists covering range(num_items), sizes by ``fractions``.
+    """Split ``range(num_items)`` into disjoint train, validation and test index lists.
 
-    A function of its arguments only (its own generator seeded with ``seed``): every
-    process computes the same split. Each part gets at least one item.
+    A function of its arguments only (its own generator seeded with ``seed``): every process computes the
+    same split. Each part gets at least one item.
+
+    Args:
+        num_items: the number of items, at least 3.
+        fractions: the (train, val, test) fractions, positive and summing to 1.
+        seed: the seed of the shuffle.
+
+    Returns:
+        The (train, val, test) index lists, each sorted.
+
+    Raises:
+        ValueError: fewer than 3 items, or fractions that are not three positive numbers summing to 1.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> QG.split_indices(10, [0.6, 0.2, 0.2], seed=1)
+        ([1, 2, 3, 5, 6, 9], [4, 8], [0, 7])
     """
     if not isinstance(num_items, (int, np.integer)) or num_items < 3:
         raise ValueError(f"num_items: expected an integer >= 3 so that train, val and test are all "

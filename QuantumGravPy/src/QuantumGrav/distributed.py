@@ -28,14 +28,22 @@ from .errors import ConfigError, UserError
 
 
 def get_rank() -> int:
-    """Global rank of this process (0 when not distributed)."""
+    """The global rank of this process.
+
+    Returns:
+        The rank in the process group, 0 when no process group is initialised.
+    """
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return int(os.environ.get("RANK", "0"))
 
 
 def get_world_size() -> int:
-    """Number of processes in the job (1 when not distributed)."""
+    """The number of processes in the job.
+
+    Returns:
+        The process group's size, 1 when no process group is initialised.
+    """
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -47,7 +55,11 @@ def get_local_rank() -> int:
 
 
 def is_main_process() -> bool:
-    """True on the one process that writes files, logs and decides."""
+    """Whether this process is rank 0, the one that writes files, logs and decides.
+
+    Returns:
+        True on rank 0 and when not distributed.
+    """
     return get_rank() == 0
 
 
@@ -73,7 +85,22 @@ def cores_per_process(local_processes: int | None = None) -> int:
 
 
 def find_free_port(host: str = "localhost") -> int:
-    """A TCP port that is free right now (the OS picks it), for a single-node rendezvous."""
+    """A TCP port that is free right now, for a single-node rendezvous.
+
+    The OS picks the port; another program may take it before the job binds it, so pass it to the
+    processes at once.
+
+    Args:
+        host: the address to bind on.
+
+    Returns:
+        The port number.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> 0 < QG.find_free_port() < 65536
+        True
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -126,14 +153,32 @@ def default_backend(device_type: str | None = None) -> str:
 def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master_addr: str = "localhost",
                    master_port: int | str | None = None, backend: str | None = None,
                    timeout_s: float = 300.0, local_rank: int | None = None) -> None:
-    """Join the process group of this job.
+    """Join the process group of this job; does nothing when this process has joined one already.
 
-    Under torchrun the launcher's environment is the truth and is not overwritten;
-    otherwise MASTER_ADDR/MASTER_PORT are set from the arguments, and LOCAL_RANK from
-    ``local_rank`` (default: ``rank``, right on one node; a multi-node job without torchrun
-    must pass it). The timeout bounds
-    every collective: a rank that died makes the others fail after ``timeout_s``
-    instead of waiting for PyTorch's default of 30 minutes.
+    Under torchrun the launcher's environment is the truth and is not overwritten (``rank``, ``worldsize``,
+    ``master_addr``, ``master_port`` and ``local_rank`` are then ignored); otherwise MASTER_ADDR/MASTER_PORT
+    are set from the arguments, and LOCAL_RANK from ``local_rank``. With NCCL each process is bound to GPU
+    ``LOCAL_RANK`` of its node before NCCL starts.
+
+    Args:
+        rank: this process's global rank (without torchrun).
+        worldsize: the number of processes of the job (without torchrun).
+        master_addr: the rendezvous host.
+        master_port: the rendezvous port, e.g. from ``find_free_port()`` (without torchrun).
+        backend: ``"nccl"`` or ``"gloo"``; None: NCCL where CUDA is available, else gloo.
+        timeout_s: bounds every collective operation: a rank that died makes the others fail after this
+            many seconds instead of after PyTorch's default of 30 minutes.
+        local_rank: the rank on this node; None: ``rank``, right on one node (a multi-node job without
+            torchrun must pass it).
+
+    Raises:
+        UserError: ``rank``/``worldsize`` or ``master_port`` missing without torchrun, fewer GPUs on the node
+            than the local rank needs, or the rendezvous port in use.
+
+    Example:
+        >>> from QuantumGrav.train_ddp import initialize_ddp, cleanup_ddp
+        >>> initialize_ddp()      # under torchrun  # doctest: +SKIP
+        >>> cleanup_ddp()         # doctest: +SKIP
     """
     if dist.is_initialized():
         return
@@ -219,8 +264,11 @@ def release_before_teardown(holder: Any) -> None:
 
 
 def cleanup_ddp() -> None:
-    """Leave the process group. Safe to call twice, in any order with the trainer's lifetime, and
-    after a failure (no barrier: a dead peer would make it hang)."""
+    """Leave the process group; does nothing when this process is in none.
+
+    Safe to call twice, in any order with the trainer's lifetime, and after a failure (no barrier: a
+    dead peer would make it hang).
+    """
     if not (dist.is_available() and dist.is_initialized()):
         return
     for holder in list(_ddp_holders):

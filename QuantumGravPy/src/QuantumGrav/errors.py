@@ -2,11 +2,15 @@
 
 
 class UserError(Exception):
-    """Bad input (config, data, command line, environment): the message says what to change."""
+    """Bad input (config, data, command line, environment): the message says what to change.
+
+    The command line prints the message without a traceback and exits with code 2.
+    """
 
 
 class ConfigError(UserError):
-    """The config is invalid. The message names each key path and what was expected."""
+    """The config is invalid: the message has one line per problem, each naming the key path and what was
+    expected (e.g. ``training.batch_sise: unknown key; did you mean 'batch_size'?``)."""
 
 
 class Preempted(Exception):

@@ -38,7 +38,17 @@ EXIT_GRACE_S = 30.0  # how long a worker that reported its result may take to ex
 
 
 class TrainingFailed(RuntimeError):
-    """A worker process raised; ``rank`` and the worker's traceback are attached."""
+    """A worker process of ``launch`` raised or died; raised in the launching process.
+
+    Args:
+        rank: the rank that failed first.
+        message: what it raised (``"ValueError: ..."``), or how it exited.
+        worker_traceback: the worker's traceback as text (empty when it died without reporting).
+
+    Attributes:
+        rank: the rank that failed first.
+        worker_traceback: the worker's traceback as text.
+    """
 
     def __init__(self, rank: int, message: str, worker_traceback: str):
         super().__init__(f"rank {rank} failed: {message}")
@@ -47,10 +57,21 @@ class TrainingFailed(RuntimeError):
 
 def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = None,
             callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
-    """Train and test in this process (a single process, or one rank of a DDP job).
+    """Train and test in this process: a single process, or one rank of a DDP job (when a process group is
+    initialised, a ``TrainerDDP`` is used).
 
-    ``on_start(trainer)`` is called once the trainer (and its run directory) exists; ``callbacks`` are
-    added to the trainer's (``QuantumGrav.Callback``).
+    Args:
+        config: a config path, dict or resolved config (``load_config``).
+        on_start: called as ``on_start(trainer)`` once the trainer (and its run directory) exists.
+        callbacks: ``QuantumGrav.Callback`` instances added to the trainer's own.
+
+    Returns:
+        ``{"rank", "run_dir", "history", "test", "summary"}``: ``test`` holds the test metrics on rank 0 and
+        None on the other ranks.
+
+    Raises:
+        ConfigError: an invalid config.
+        UserError: bad data or environment; a run directory without a checkpoint is removed.
     """
     from .train_ddp import TrainerDDP
     from .training import Trainer
@@ -163,9 +184,30 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
            callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Run the job on ``nproc`` processes of this machine and return rank 0's result.
 
-    Works from a terminal, a script and a Jupyter kernel. ``nproc=1`` runs in this process.
-    ``callbacks``: added to every rank's trainer; with ``nproc > 1`` each rank gets a pickled copy, so
-    their classes must be importable by name (defined in a module, not in the notebook).
+    Works from a terminal, a script and a Jupyter kernel; SIGTERM and a kernel interrupt reach every
+    worker, and no worker is left running when it returns or raises.
+
+    Args:
+        config: a config path, dict or resolved config; validated once, here.
+        nproc: the number of processes; None: ``parallel.world_size``. ``1`` runs in this process.
+        port: the rendezvous port; None: ``parallel.master_port``, else a free one.
+        callbacks: ``QuantumGrav.Callback`` instances added to every rank's trainer; with ``nproc > 1`` each
+            rank gets a pickled copy, so their classes must be importable by name (defined in a module, not
+            in the notebook).
+
+    Returns:
+        Rank 0's result, as ``run_job`` returns it.
+
+    Raises:
+        ConfigError: an invalid config.
+        UserError: ``nproc`` below 1, something the workers could not import, more processes than GPUs, or
+            bad data (then the unfinished run directory is removed).
+        TrainingFailed: a worker raised or died; names its rank and carries its traceback.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> result = QG.launch("configs/train_ddp.yaml", nproc=2)  # doctest: +SKIP
+        >>> result["test"]["accuracy"]  # doctest: +SKIP
     """
     config = resolve_config(config)  # validated once here; the workers receive it validated
     nproc = config["parallel"]["world_size"] if nproc is None else nproc

@@ -75,11 +75,18 @@ def setup_logging(rank: int | None = None, run_dir: str | Path | None = None, le
                   other_ranks_level: str = "WARNING") -> logging.Logger:
     """Configure the "QuantumGrav" logger for this process and return it.
 
-    Console (stderr): INFO on rank 0 (or ``level``; once given, later calls without it keep
-    it), ``other_ranks_level`` on the other ranks, so N processes do not print every line N
-    times. With ``run_dir``, every rank also writes ``run_dir/logs/rank_{rank}.log`` at INFO.
-    Calling it again replaces the handlers of the previous call (the latest call describes
-    the whole set-up).
+    Calling it again replaces the handlers of the previous call (the latest call describes the whole
+    set-up). The trainers call it themselves.
+
+    Args:
+        rank: this process's rank; None: the process group's (0 when not distributed).
+        run_dir: with a run directory, every rank also writes ``run_dir/logs/rank_{rank}.log`` at INFO.
+        level: the console (stderr) level on rank 0; None: INFO, or the level an earlier call gave.
+        other_ranks_level: the console level on the other ranks, so N processes do not print every line
+            N times.
+
+    Returns:
+        The "QuantumGrav" logger.
     """
     rank = get_rank() if rank is None else rank
     if level is None:  # keep what the user chose in an earlier call (the trainer calls this again)
@@ -116,7 +123,20 @@ def chosen_console_level() -> str | int | None:
 
 
 def get_logger(name: str) -> logging.Logger:
-    """The logger "QuantumGrav.<name>" (``name`` already under "QuantumGrav" is used as is)."""
+    """The logger of one part of the library or of your code, under "QuantumGrav".
+
+    Args:
+        name: the part's name; "QuantumGrav.<name>" is returned, and a name already under "QuantumGrav" is
+            used as it is.
+
+    Returns:
+        The ``logging.Logger``, whose records go where ``setup_logging`` sends them.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> QG.get_logger("my_study").name
+        'QuantumGrav.my_study'
+    """
     if name == PACKAGE_LOGGER or name.startswith(PACKAGE_LOGGER + "."):
         return logging.getLogger(name)
     return logging.getLogger(f"{PACKAGE_LOGGER}.{name}")

@@ -76,10 +76,34 @@ class GraphFeatureNorm(nn.BatchNorm1d):
 class GNNClassifier(nn.Module):
     """Message passing -> per-graph pooling -> MLP head, giving class logits per causal set.
 
-    ``directions="both"`` passes messages along and against the order (``BidirectionalConv``).
-    ``graph_features=K`` makes it a hybrid: the K per-set features in ``data.invariants``
-    (standardised by a BatchNorm) join the pooled node states in the head, so the GNN starts
-    from what the invariant baselines see.
+    The built-in model of ``model:`` in the config (``build_model`` builds it from there); its arguments are
+    that section's keys.
+
+    Args:
+        in_channels: node features per element (``x``'s width).
+        num_classes: outputs per graph.
+        conv: a PyG message-passing layer class, built as ``conv(in, out, **conv_kwargs)``.
+        conv_kwargs: extra arguments of every ``conv`` layer.
+        hidden_channels: the width of each message-passing layer.
+        norm: the normalisation after each layer: ``"batch"``, ``"layer"``, ``"graph"`` or ``"none"``.
+        activation: ``"relu"``, ``"gelu"``, ``"elu"``, ``"tanh"`` or ``"leaky_relu"``.
+        dropout: dropout after each layer and in the head.
+        pooling: ``"mean_max"``, ``"mean"``, ``"max"`` or ``"add"`` over each graph's elements.
+        head_hidden: the widths of the head's hidden layers.
+        directions: ``"forward"``: messages along the order; ``"both"``: along and against it
+            (``BidirectionalConv``).
+        graph_features: K > 0 makes it a hybrid: the K per-set features in ``data.invariants``
+            (standardised by a BatchNorm) join the pooled node states in the head, so the GNN starts from
+            what the invariant baselines see.
+
+    Raises:
+        ValueError: ``directions`` is neither ``"forward"`` nor ``"both"``.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> model = QG.GNNClassifier(in_channels=10, num_classes=5, hidden_channels=[32, 32])
+        >>> QG.count_parameters(model)["total_params"] > 0
+        True
     """
 
     def __init__(self, in_channels: int, num_classes: int, *, conv: type = pyg_nn.GraphConv,
@@ -136,14 +160,28 @@ class GNNClassifier(nn.Module):
 
 
 def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) -> nn.Module:
-    """The model the config describes, with ``out_channels`` outputs per graph (the task's width: the
-    number of classes, or 1 for binary and regression tasks).
+    """The model the config describes.
 
     A custom ``model.type`` is built as ``type(in_channels, out_channels, **model.kwargs)`` and its
     ``forward(batch)`` gets a PyG ``Batch`` (x, edge_index, batch and every other attribute of the
     dataset's items, e.g. graph-level ``invariants`` [graphs, K]) and returns ``[graphs, out_channels]``.
     ``graph_features: true`` feeds the data's ``invariants`` (columns ``causal_sets.INVARIANT_NAMES``) to the
     built-in model's head.
+
+    Args:
+        model_cfg: the config's ``model`` section.
+        in_channels: node features per element.
+        out_channels: outputs per graph, the task's width: the number of classes, or 1 for binary and
+            regression tasks.
+
+    Returns:
+        The model (a ``GNNClassifier`` unless ``model.type`` names another ``nn.Module``).
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> model = QG.build_model(QG.load_config()["model"], in_channels=10, out_channels=5)
+        >>> type(model).__name__
+        'GNNClassifier'
     """
     model_type = model_cfg.get("type") or GNNClassifier
     if model_type is not GNNClassifier:
@@ -222,7 +260,20 @@ def check_model_forward(model: nn.Module, item, task, model_cfg: dict[str, Any],
 
 
 def count_parameters(model: nn.Module) -> dict[str, float]:
-    """Total and trainable parameters and their size in MB, counted by hand (no wandb.watch needed)."""
+    """Count a model's parameters (no ``wandb.watch`` needed).
+
+    Args:
+        model: any ``torch.nn.Module``.
+
+    Returns:
+        ``{"total_params", "trainable_params", "size_mb"}``: the parameters, those with gradients, and
+        their size in MB.
+
+    Example:
+        >>> import torch, QuantumGrav as QG
+        >>> QG.count_parameters(torch.nn.Linear(3, 2))["total_params"]  # 3 x 2 weights, 2 biases
+        8
+    """
     model = getattr(model, "module", model)  # DDP-wrapped or not
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

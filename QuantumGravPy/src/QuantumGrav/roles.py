@@ -51,16 +51,40 @@ def _register(kind: str, decorator: str, func: Fn) -> Fn:
 
 
 def dataset_factory(func: Fn) -> Fn:
-    """Mark ``func`` as a dataset factory: ``data.type`` may name it, and it is called as
-    ``func(**data.kwargs)`` on every rank (rank 0 first) to return the dataset (a PyG ``Dataset`` or a
-    sequence of ``Data``). A dataset class needs no mark: any subclass of ``torch.utils.data.Dataset``
-    (PyG's ``Dataset`` is one) may be named."""
+    """Mark ``func`` as a dataset factory, which ``data.type`` in a config may then name.
+
+    It is called as ``func(**data.kwargs)`` on every rank (rank 0 first) and returns the dataset (a PyG
+    ``Dataset`` or a sequence of ``Data``). A dataset class needs no mark: any subclass of
+    ``torch.utils.data.Dataset`` (PyG's ``Dataset`` is one) may be named.
+
+    Args:
+        func: the factory function.
+
+    Returns:
+        ``func`` itself, marked (use it as a decorator).
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> @QG.dataset_factory
+        ... def my_sets(num_samples=100):
+        ...     return []  # a list of torch_geometric.data.Data
+        >>> # in the config: data: {type: !pyobject my_module.my_sets, kwargs: {num_samples: 500}}
+    """
     return _register("dataset", "dataset_factory", func)
 
 
 def loss_function(func: Fn) -> Fn:
-    """Mark ``func`` as a loss, called as ``func(outputs, target)``: ``criterion`` may name it from an
-    installed package. Functions of your own modules and of ``torch.nn.functional`` need no mark."""
+    """Mark ``func`` as a loss, which ``criterion`` in a config may then name from an installed package.
+
+    It is called as ``func(outputs, target)``. Functions of your own modules and of
+    ``torch.nn.functional`` need no mark.
+
+    Args:
+        func: the loss function.
+
+    Returns:
+        ``func`` itself, marked (use it as a decorator).
+    """
     return _register("loss", "loss_function", func)
 
 

@@ -36,8 +36,26 @@ __all__ = ["TrainerDDP", "initialize_ddp", "cleanup_ddp"]
 
 
 class TrainerDDP(Trainer):
-    """Distributed trainer: rank 0 validates and writes; every rank acts on one decision per epoch, gathered
-    from every rank's callback votes (training.py)."""
+    """The trainer of one rank of a DDP job: the model wrapped in ``DistributedDataParallel``, each rank
+    training on its shard; rank 0 validates and writes; every rank acts on one decision per epoch, gathered
+    from every rank's callback votes. The API is ``Trainer``'s.
+
+    Args:
+        rank: this process's global rank; must be its rank in the process group.
+        config: a config path, dict or resolved config.
+        dataset: train on this PyG Dataset or sequence of ``Data`` instead of the configured one.
+        callbacks: ``QG.Callback`` instances run with the built-in ones, on every rank.
+
+    Raises:
+        UserError: no process group (call ``initialize_ddp`` first), a rank that is not the process's, or
+            NCCL with a CPU device.
+        ConfigError: an invalid config.
+
+    Example:
+        >>> from QuantumGrav.train_ddp import TrainerDDP, initialize_ddp, cleanup_ddp
+        >>> initialize_ddp()  # under torchrun  # doctest: +SKIP
+        >>> trainer = TrainerDDP(rank, "configs/train_ddp.yaml")  # doctest: +SKIP
+    """
 
     def __init__(self, rank: int, config: dict | str | Path, dataset: Any = None, callbacks: Sequence[Callback] = ()):
         if not dist.is_initialized():

@@ -68,9 +68,27 @@ class Trainer:
     """Train, validate and test a GNN on causal sets in one process.
 
     ``prepare_dataloaders()``, ``run_training(train_loader, val_loader)``, ``run_test(test_loader)`` and
-    ``close()`` are the whole API; ``TrainerDDP`` has the same. ``dataset``: train on this PyG Dataset or
-    sequence of ``Data`` instead of the configured one (``data_sources``). ``callbacks``: ``QG.Callback``
-    instances run with the built-in ones (``callbacks``).
+    ``close()`` are the whole API; ``TrainerDDP`` has the same. Creating it creates the run directory
+    (``training.path``/``training.run_name``, or the one ``training.resume`` continues).
+
+    Args:
+        config: a config path, dict or resolved config (``load_config``).
+        runtime: the process's place in a job; None: a single process (``TrainerDDP`` passes its own).
+        dataset: train on this PyG Dataset or sequence of ``Data`` instead of the configured one.
+        callbacks: ``QG.Callback`` instances run with the built-in ones.
+
+    Raises:
+        ConfigError: an invalid config, or settings this machine cannot run (e.g. ``training.amp: fp16``
+            without CUDA).
+        UserError: bad data, or a run directory that cannot be created or is used by another job.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> trainer = QG.Trainer("configs/train.yaml")  # doctest: +SKIP
+        >>> train_loader, val_loader, test_loader = trainer.prepare_dataloaders()  # doctest: +SKIP
+        >>> trainer.run_training(train_loader, val_loader)  # doctest: +SKIP
+        >>> trainer.run_test(test_loader)["accuracy"]  # doctest: +SKIP
+        >>> trainer.close()  # doctest: +SKIP
     """
 
     def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None,
