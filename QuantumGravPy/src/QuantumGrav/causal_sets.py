@@ -162,13 +162,18 @@ def causal_matrix_from_coordinates(coords: np.ndarray) -> np.ndarray:
 
 def sprinkle_diamond_batch(batch: int, n: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """``batch`` independent sprinklings of ``n`` points: coordinates (B, n, d) sorted by time, causal matrices."""
+    coords = sprinkled_coordinates(batch, n, dim, rng)
+    return coords, causal_matrix_from_coordinates(coords)
+
+
+def sprinkled_coordinates(batch: int, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    """The coordinates (B, n, d) of ``sprinkle_diamond_batch``, sorted by time: all its random draws."""
     _check_dimension(dim)
     if n < 1 or batch < 1:
         raise ValueError(f"n and batch: expected positive integers, got n={n}, batch={batch}")
     coords = _diamond_points(batch, n, dim, rng)
     order = np.argsort(coords[..., 0], axis=1)
-    coords = np.take_along_axis(coords, order[..., None], axis=1)
-    return coords, causal_matrix_from_coordinates(coords)
+    return np.take_along_axis(coords, order[..., None], axis=1)
 
 
 def sprinkle_diamond(n: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -267,8 +272,16 @@ def random_layered_orders(batch: int, n: int, rng: np.random.Generator, *,
         raise ValueError(f"relation_probability: expected (low, high) with 0 <= low <= high <= 1, "
                          f"got {relation_probability}")
     layer = np.sort(rng.choice(len(weights), size=(batch, n), p=weights), axis=1)  # layer by layer: natural labelling
-    consecutive = layer[:, None, :] == layer[:, :, None] + 1
     p = rng.uniform(low, high, size=(batch, 1, 1))
+    return _layered_relations(layer, p, rng)
+
+
+def _layered_relations(layer: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The closed orders of ``random_layered_orders`` from the layers (B, n) and probabilities (B, 1, 1) drawn
+    for them; draws the pairs. Drawing for the sets of a batch in several consecutive parts draws the same
+    numbers as at once (a Generator's doubles come in sequence), hence the same orders."""
+    batch, n = layer.shape
+    consecutive = layer[:, None, :] == layer[:, :, None] + 1
     return transitive_closure(consecutive & (rng.random((batch, n, n)) < p))
 
 
@@ -531,19 +544,48 @@ def _draw_flip_fractions(batch: int, destroy_fraction: float | Sequence[float],
     return np.exp(rng.uniform(math.log(low), math.log(high), size=batch))
 
 
+# Memory of the generator's work per pair of elements of a set (coordinate differences in float64, the
+# causal, flip and link masks, the product in float32, ...), about 40 bytes measured with ru_maxrss at
+# N = 1,024; a run of equal sets is worked on in parts that fit _WORK_BYTES. The parts draw the same numbers
+# as one batch would (``_generate_batch``), so the sets do not depend on it.
+_WORK_BYTES_PER_PAIR = 40
+_WORK_BYTES = 1 << 30
+
+
+def _sets_per_part(n: int) -> int:
+    return max(1, _WORK_BYTES // (_WORK_BYTES_PER_PAIR * n * n))
+
+
 def _generate_batch(cset_type: str, batch: int, n: int, source_dim: int,
                     destroy_fraction: float | Sequence[float], rng: np.random.Generator) -> list[CausalSetRecord]:
     """``batch`` sets of one class and size, with links, features and invariants (one product R @ R,
-    longest chains once)."""
+    longest chains once). The small draws (coordinates, layers, flip fractions) are made for the whole batch
+    first, then the sets are made in parts of ``_sets_per_part(n)``, each part drawing its pairs in turn:
+    the same numbers, in the same order, as one batch, in bounded memory at N in the thousands."""
     flip_fractions = np.zeros(batch)
-    if cset_type in MANIFOLD_CLASSES:
-        R = sprinkle_diamond_batch(batch, n, MANIFOLD_CLASSES[cset_type], rng)[1]
-    elif cset_type == "destroyed":
-        source = sprinkle_diamond_batch(batch, n, source_dim, rng)[1]
-        flip_fractions = _draw_flip_fractions(batch, destroy_fraction, rng)
-        R = destroy_order(source, flip_fractions, rng)
+    if cset_type == "layered":
+        weights = np.asarray(LAYER_WEIGHTS)
+        layer = np.sort(rng.choice(len(weights), size=(batch, n), p=weights), axis=1)
+        p = rng.uniform(*LAYER_RELATION_PROBABILITY, size=(batch, 1, 1))
     else:
-        R = random_layered_orders(batch, n, rng)
+        coords = sprinkled_coordinates(batch, n, MANIFOLD_CLASSES.get(cset_type, source_dim), rng)
+        if cset_type == "destroyed":
+            flip_fractions = _draw_flip_fractions(batch, destroy_fraction, rng)
+    records: list[CausalSetRecord] = []
+    for start in range(0, batch, _sets_per_part(n)):
+        part = slice(start, min(batch, start + _sets_per_part(n)))
+        if cset_type == "layered":
+            R = _layered_relations(layer[part], p[part], rng)
+        else:
+            R = causal_matrix_from_coordinates(coords[part])
+            if cset_type == "destroyed":
+                R = destroy_order(R, flip_fractions[part], rng)
+        records += _records(R, cset_type, flip_fractions[part])
+    return records
+
+
+def _records(R: np.ndarray, cset_type: str, flip_fractions: np.ndarray) -> list[CausalSetRecord]:
+    """The records of a batch of causal matrices of one class: links, features, invariants."""
     between = elements_between(R)
     L = R & (between == 0)
     past, future = longest_chains(R, L)
@@ -551,7 +593,7 @@ def _generate_batch(cset_type: str, batch: int, n: int, source_dim: int,
     return [CausalSetRecord(R[k], L[k], features[k], invariants[k], cset_type,
                             manifold_like=cset_type in MANIFOLD_CLASSES, dimension=MANIFOLD_CLASSES.get(cset_type, -1),
                             flip_fraction=float(flip_fractions[k]))
-            for k in range(batch)]
+            for k in range(len(R))]
 
 
 def draw_plan(num: int, n_min: int, n_max: int, dimensions: Sequence[int], classes: Sequence[str],
