@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -38,6 +39,7 @@ from torch_geometric.data import Data, Dataset
 
 from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, elements_between, features_and_invariants, natural_order,
                           transitive_closure)
+from .distributed import worker_context
 from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
 from .errors import UserError
 from .logging_utils import get_logger
@@ -362,11 +364,10 @@ class QuantumGravJLDataset(Dataset):
             for index in share:
                 self._graph(*self._locate(index))
             return len(share)
-        import multiprocessing
-
-        # Spawned, not forked: the caller may hold threads (torch's, a logger's) that a fork would copy half-way.
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for _ in pool.imap_unordered(self._build_one, share, chunksize=4):
+        # Forked from a fork server that imported the package once (not from the caller, which may hold threads
+        # or CUDA); each worker computes whole items and writes their files itself.
+        with ProcessPoolExecutor(min(workers, len(share)), mp_context=worker_context()) as pool:
+            for _ in pool.map(self._build_one, share, chunksize=4):
                 pass
         return len(share)
 
