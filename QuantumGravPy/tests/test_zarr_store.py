@@ -410,3 +410,27 @@ def test_build_cache_needs_the_cache(tmp_path):
     store = write_julia_store(tmp_path / "s.zarr", sprinklings(1), [POLYNOMIAL], [True])
     with pytest.raises(UserError, match="cache=False"):
         QuantumGravJLDataset(store, cache=False).build_cache()
+
+
+def test_generate_builds_a_tasks_share_of_a_stores_cache(tmp_path, monkeypatch, capsys):
+    """``python -m QuantumGrav generate`` on a QuantumGrav.jl config: the share of task SLURM_PROCID of SLURM_NTASKS
+    (as ``srun`` starts them), then the rest by a second call; a bad task number is one error line, exit 2."""
+    from QuantumGrav import cli
+
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(5), [POLYNOMIAL] * 5, [True] * 5)
+    argv = ["generate", "--config", str(REPO / "configs" / "train_quantumgrav_jl.yaml"),
+            "--set", f"data.kwargs.path={store}", "--workers", "1"]
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    assert cli.main(argv) == 0
+    assert "2 of 5 causal sets cached (task 1 of 2: items 1, 1 + 2, ...)" in capsys.readouterr().out
+    assert len(_cache_files(store)) == 3  # items 1 and 3, and item 0, read whole when the dataset is made
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert cli.main(argv) == 0 and len(_cache_files(store)) == 5
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "SLURM_PROCID='2' and SLURM_NTASKS='2': expected integers with 0 <= SLURM_PROCID < SLURM_NTASKS" in err
+    assert "Traceback" not in err

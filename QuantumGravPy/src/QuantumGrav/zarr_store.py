@@ -428,3 +428,39 @@ def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndar
                                        compressors=blosc, fill_value=None if zarr_format == 2 else 0)
             array[...] = value
     return Path(path)
+
+
+def task_share() -> tuple[int, int]:
+    """(rank, world size) of this task among those that build one cache together: torchrun's RANK and
+    WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS (``srun``), else (0, 1)."""
+    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank_name in os.environ and size_name in os.environ:
+            try:
+                rank, size = int(os.environ[rank_name]), int(os.environ[size_name])
+            except ValueError:
+                rank, size = -1, 0
+            if not 0 <= rank < size:
+                raise UserError(f"{rank_name}={os.environ[rank_name]!r} and {size_name}={os.environ[size_name]!r}: "
+                                f"expected integers with 0 <= {rank_name} < {size_name}")
+            return rank, size
+    return 0, 1
+
+
+def build_cache_share(kwargs: dict[str, Any], workers: int) -> str:
+    """Build this task's share (``task_share``) of the feature cache of ``QuantumGravJLDataset(**kwargs)`` with
+    ``workers`` processes; a line saying what was done and how fast."""
+    import time
+
+    if not kwargs.get("cache", True):
+        raise UserError("data.kwargs.cache is false: there is no feature cache to build; remove it or set it true")
+    try:
+        dataset = QuantumGravJLDataset(**kwargs)
+    except TypeError as err:
+        raise UserError(f"data.kwargs: QuantumGravJLDataset(**data.kwargs) failed: {err}") from None
+    rank, world_size = task_share()
+    start = time.perf_counter()
+    done = dataset.build_cache(workers=workers, rank=rank, world_size=world_size)
+    seconds = time.perf_counter() - start
+    share = f" (task {rank} of {world_size}: items {rank}, {rank} + {world_size}, ...)" if world_size > 1 else ""
+    return (f"{kwargs['path']}: {done} of {len(dataset)} causal sets cached{share} in {seconds:.1f} s with "
+            f"{workers} processes: {done / max(seconds, 1e-9):,.1f} sets/s (items cached before are read, not computed)")
