@@ -320,13 +320,22 @@ def _chains_along_links(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _relax_along(source: np.ndarray, target: np.ndarray, size: int) -> np.ndarray:
     """Longest path (in edges) ending at each of ``size`` nodes of a DAG given as edges source -> target."""
+    length = longest_paths(source, target, size)
+    assert length is not None, "a natural labelling has no cycle"
+    return length
+
+
+def longest_paths(source: np.ndarray, target: np.ndarray, size: int) -> np.ndarray | None:
+    """Longest path (in edges, int32) ending at each of ``size`` nodes along the edges source -> target, or None
+    if the edges have a cycle (no path is longer than size - 1 edges in a DAG, so a longer one means a cycle)."""
     length = np.zeros(size, dtype=np.int32)
-    while True:
+    for _ in range(size + 1):
         longer = length.copy()
         np.maximum.at(longer, target, length[source] + 1)
         if np.array_equal(longer, length):
             return length
         length = longer
+    return None
 
 
 def longest_chains(R: np.ndarray, L: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
