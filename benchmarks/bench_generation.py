@@ -3,10 +3,13 @@
     .venv/bin/python benchmarks/bench_generation.py [--num 10000] [--n 128] [--seed 0]
     .venv/bin/python benchmarks/bench_generation.py --num 20 --n 1024     # large sets: mind the memory
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 2048 --scaling-n 64 128 256
+    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n 1024 2048 --large-num 12
 
 Stages use the public functions of ``QuantumGrav.causal_sets`` on chunks of 128 sets, the
 classes of ``DEFAULT_CLASSES`` in equal shares; the last row is the whole generator
 (``generate_causal_sets``), which computes the longest chains once for features and invariants.
+The large-set table times ``generate_causal_sets`` end to end at each ``--large-n`` (sets of one size, all
+classes) with the peak RSS of the process so far.
 
 The second table builds a fresh cache (``CausalSetDataset(..., workers=K, storage="disk")``: generation,
 shards, index) of ``--scaling-num`` sets at each N with K = 1, 2, ... up to the usable cores. K > 1 runs a
@@ -33,6 +36,7 @@ On this machine a second worker finds no free core; the scaling where cores are 
 from __future__ import annotations
 
 import argparse
+import resource
 import tempfile
 import time
 from typing import Callable
@@ -102,6 +106,24 @@ def workers_rows(num: int, sizes: list[int], seed: int) -> list[tuple[int, int, 
     return rows
 
 
+def large_rows(num: int, sizes: list[int], seed: int) -> list[tuple[int, int, float, float, float]]:
+    """(N, sets, sets/s, CPU seconds per set, peak RSS MB so far) of ``generate_causal_sets`` at each large N, one
+    process. The CPU time is the cost of a set on one core, whatever else runs on the machine."""
+    rows = []
+    for n in sizes:
+        cpu_start = time.process_time()
+        _, seconds = timed(lambda: cs.generate_causal_sets(num, n_min=n, n_max=n, seed=seed))
+        rows.append((n, num, num / seconds, (time.process_time() - cpu_start) / num,
+                     resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    return rows
+
+
+def large_table(rows: list[tuple[int, int, float, float, float]]) -> str:
+    lines = ["| N | sets | sets/s | CPU s per set | peak RSS MB |", "|---:|---:|---:|---:|---:|"]
+    lines += [f"| {n:,} | {num} | {rate:,.2f} | {cpu:.3f} | {rss:,.0f} |" for n, num, rate, cpu, rss in rows]
+    return "\n".join(lines)
+
+
 def workers_table(rows: list[tuple[int, int, float]]) -> str:
     lines = ["| N | workers | sets/s | speed-up over 1 worker |", "|---:|---:|---:|---:|"]
     single = {n: rate for n, workers, rate in rows if workers == 1}
@@ -123,12 +145,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scaling-num", type=int, default=2048, help="sets per cache in the workers table (0: skip)")
     parser.add_argument("--scaling-n", type=int, nargs="+", default=[64, 128, 256], help="N of the workers table")
+    parser.add_argument("--large-n", type=int, nargs="*", default=[1024, 2048],
+                        help="N of the large-set table (generate_causal_sets end to end; nothing: skip)")
+    parser.add_argument("--large-num", type=int, default=12, help="sets per N of the large-set table (default 12)")
     args = parser.parse_args()
     if (args.num and args.num < len(cs.DEFAULT_CLASSES)) or args.n < 2:
         parser.error(f"--num must be 0 (skip) or >= {len(cs.DEFAULT_CLASSES)} and --n >= 2")
     if args.num:
         print(f"N = {args.n}, classes {', '.join(cs.DEFAULT_CLASSES)}\n")
         print(markdown_table(run(args.num, args.n, args.seed)))
+    if args.large_n:
+        print(f"\n{args.large_num} sets per N, classes {', '.join(cs.DEFAULT_CLASSES)}, one process\n")
+        print(large_table(large_rows(args.large_num, args.large_n, args.seed)))
     if args.scaling_num:
         print(f"\n{args.scaling_num} sets per cache, classes {', '.join(cs.DEFAULT_CLASSES)}, "
               f"{usable_cpu_count()} usable cores\n")

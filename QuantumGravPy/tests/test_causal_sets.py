@@ -1,9 +1,11 @@
 """The numpy causal-set generator: orders, closure/reduction, features, invariants, labels."""
 
+import hashlib
 import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from QuantumGrav import causal_sets as cs
 
@@ -287,6 +289,61 @@ def test_generation_is_reproducible():
 
     assert fingerprint(3) == fingerprint(3)
     assert fingerprint(3) != fingerprint(4)
+
+
+def sets_fingerprint(records) -> str:
+    """A hash of every array and label of the generated sets, bytes as they are."""
+    digest = hashlib.sha256()
+    for r in records:
+        for array in (r.causal_matrix, r.link_matrix, r.features, r.invariants):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(f"{r.cset_type}{r.manifold_like}{r.dimension}{r.flip_fraction!r}".encode())
+    return digest.hexdigest()[:16]
+
+
+# Fingerprints of the sets made before the generator was made faster for large N (tiled product, chains along the
+# links, runs of equal sets made in parts): the same seed must keep giving the same sets, byte for byte.
+GENERATED_BEFORE = [
+    ({"num": 40, "n_min": 20, "n_max": 40, "seed": 7}, "55b5079db8f8d850"),
+    ({"num": 300, "n_min": 64, "n_max": 64, "seed": 5}, "63771bf06a4fe8a1"),
+    ({"num": 6, "n_min": 530, "n_max": 600, "seed": 11, "destroy_fraction": [0.001, 0.1]}, "56371d048f4b3450"),
+]
+
+
+@pytest.mark.parametrize("kwargs, fingerprint", GENERATED_BEFORE)
+def test_the_sets_of_a_seed_are_those_made_before_the_speed_ups(kwargs, fingerprint):
+    kwargs = dict(kwargs)
+    assert sets_fingerprint(cs.generate_causal_sets(kwargs.pop("num"), **kwargs)) == fingerprint
+
+
+def test_sets_made_in_small_parts_and_tiles_are_the_same_sets(monkeypatch):
+    """Runs of equal sets are made in parts that fit a memory budget, and products tile by tile: neither may
+    change a set (each part draws its random numbers after the previous one, as one batch would)."""
+    monkeypatch.setattr(cs, "_WORK_BYTES", cs._WORK_BYTES_PER_PAIR * 64 * 64 * 2)  # two sets of N = 64 per part
+    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)
+    assert cs._sets_per_part(64) == 2 and cs._sets_per_part(2048) == 1
+    for kwargs, fingerprint in GENERATED_BEFORE[:2]:
+        kwargs = dict(kwargs)
+        assert sets_fingerprint(cs.generate_causal_sets(kwargs.pop("num"), **kwargs)) == fingerprint
+
+
+def test_the_tiled_triangular_product_equals_the_full_product(monkeypatch):
+    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)
+    rng = np.random.default_rng(0)
+    upper = np.triu(rng.random((3, 61, 61)) < 0.3, k=1)
+    expected = np.matmul(upper.astype(np.int64), upper.astype(np.int64))
+    np.testing.assert_array_equal(cs.elements_between(upper), expected)
+    tiled = cs._upper_triangular_square(torch.from_numpy(upper.astype(np.float32)))
+    np.testing.assert_array_equal(tiled.numpy(), expected)
+    general = rng.random((61, 61)) < 0.3  # not triangular: the full product
+    np.testing.assert_array_equal(cs.elements_between(general), general.astype(np.int64) @ general.astype(np.int64))
+
+
+def test_longest_chains_of_a_total_order_an_antichain_and_a_single_element():
+    past, future = cs.longest_chains(chain_order(9))
+    assert past.tolist() == list(range(9)) and future.tolist() == list(range(8, -1, -1))
+    assert [a.tolist() for a in cs.longest_chains(np.zeros((5, 5), dtype=bool))] == [[0] * 5, [0] * 5]
+    assert [a.tolist() for a in cs.longest_chains(np.zeros((1, 1), dtype=bool))] == [[0], [0]]
 
 
 @pytest.mark.parametrize("kwargs, argument", [

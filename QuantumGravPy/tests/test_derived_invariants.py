@@ -118,3 +118,22 @@ def test_an_item_that_is_not_an_order_is_one_config_error_naming_it_and_the_keys
                                              r"testing.baselines need the order invariants of every item\. .*train "
                                              r"without them: model.graph_features: false, testing.baselines: false$"):
         wrapped[2]
+
+
+def test_large_sets_through_the_tiled_product_get_the_generators_invariants(tmp_path, monkeypatch):
+    """The closure runs in an order where the edges go forward, tile by tile (tiles of 8 here, as 256 at N in the
+    thousands): the invariants are still the generator's, in any labelling, links or relations."""
+    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)
+    dataset = CausalSetDataset(tmp_path, num_samples=6, n_min=40, n_max=60, edges="relations", seed=2)
+    rng = np.random.default_rng(1)
+    for graph in dataset:
+        R = np.zeros((graph.num_nodes,) * 2, dtype=bool)
+        R[tuple(graph.edge_index.numpy())] = True
+        for edges in (graph.edge_index, past_to_future_edges(cs.transitive_reduction(R))):
+            shuffled = relabelled(edges, rng.permutation(graph.num_nodes))
+            assert torch.equal(invariants_of_edges(shuffled, graph.num_nodes), graph.invariants)
+
+
+def test_longest_paths_see_a_cycle():
+    assert cs.longest_paths(np.array([0, 1]), np.array([1, 2]), 4).tolist() == [0, 1, 2, 0]
+    assert cs.longest_paths(np.array([0, 1, 2]), np.array([1, 2, 0]), 3) is None

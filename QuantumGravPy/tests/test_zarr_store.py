@@ -13,8 +13,10 @@ github.com/ssciwr/QuantumGrav, QuantumGrav.jl/:
 """
 
 import json
+import os
 import pickle
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -175,8 +177,8 @@ def test_a_read_only_store_folder_caches_in_cache_dir_or_says_so(tmp_path, monke
     with pytest.raises(UserError, match=r"s\.zarr \(its folder is read-only\): set cache_dir"):
         QuantumGravJLDataset(store)
     dataset = QuantumGravJLDataset(store, cache_dir=tmp_path / "cache")
-    dataset[1]
-    assert len(list((tmp_path / "cache").glob("s.zarr-*.qg_features/*.pt"))) == 1
+    dataset[1]  # the first group was cached at construction (read whole, so that a bad store fails there)
+    assert len(list((tmp_path / "cache").glob("s.zarr-*.qg_features/*.pt"))) == 2
     assert len(QuantumGravJLDataset(store, cache=False)) == 2
 
 
@@ -296,3 +298,139 @@ def test_the_default_model_trains_on_stores(tmp_path):
     trainer.close()
     assert trainer.task.class_names == ["polynomial", "layered", "random"] and test["num_test"] == 18
     assert test["test_accuracy"] >= 12 / 18, test
+
+
+# --------------------------------------------------------------------------- large sets: one product, the cache
+def reference_graph(R: np.ndarray, edges: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a store's item was before the per-set work was made fast: the closure checked with its own
+    products, links from the reduction of R as stored, features of the natural relabelling mapped back."""
+    assert np.array_equal(cs.transitive_closure(R), R) and not R.diagonal().any()
+    order = cs.natural_order(R)
+    natural_features, invariants = cs.features_and_invariants(R[np.ix_(order, order)])
+    features = np.empty_like(natural_features)
+    features[order] = natural_features
+    adjacency = cs.transitive_reduction(R) if edges == "links" else R
+    return torch.from_numpy(features), torch.from_numpy(np.stack(np.nonzero(adjacency))).long(), torch.from_numpy(
+        invariants).reshape(1, -1)
+
+
+@pytest.mark.parametrize("edges", ["links", "relations"])
+def test_store_graphs_equal_the_reference_derivation_in_any_labelling(tmp_path, monkeypatch, edges):
+    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)  # sets of 60 elements go through the tiled product
+    rng = np.random.default_rng(4)
+    orders = [*sprinklings(2, n=60), *layered(1, n=60), cs.destroy_order(sprinklings(1, n=60)[0], 0.05, rng)]
+    perms = [np.arange(60), *(rng.permutation(60) for _ in range(3))]
+    matrices = [R[np.ix_(perm, perm)] for R, perm in zip(orders, perms)]
+    store = write_julia_store(tmp_path / "s.zarr", matrices, [POLYNOMIAL] * 4, [True] * 4)
+    for R, item in zip(matrices, QuantumGravJLDataset(store, edges=edges, cache=False)):
+        x, edge_index, invariants = reference_graph(R, edges)
+        assert torch.equal(item.x, x) and torch.equal(item.edge_index, edge_index)
+        assert torch.equal(item.invariants, invariants)
+
+
+def _cache_files(store: Path) -> list[Path]:
+    return sorted(store.parent.glob(f"{store.name}.qg_features/*.pt"))
+
+
+def _assert_same_graphs(first, second) -> None:
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index) and a.edge_index.dtype == torch.long
+        assert torch.equal(a.invariants, b.invariants) and torch.equal(a.y, b.y)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "not_a_graph"])
+def test_a_damaged_cache_file_is_computed_again_with_a_warning(tmp_path, caplog, damage):
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(3), [POLYNOMIAL] * 3, [True] * 3)
+    uncached = list(QuantumGravJLDataset(store, cache=False))
+    list(QuantumGravJLDataset(store))
+    victim = _cache_files(store)[1]
+    content = victim.read_bytes()
+    if damage == "not_a_graph":
+        torch.save({"x": torch.zeros(3)}, victim)
+    else:
+        victim.write_bytes({"truncated": content[:len(content) // 2], "garbage": b"\x00junk" * 50, "empty": b""}[damage])
+    with caplog.at_level("WARNING", logger="QuantumGrav.zarr_store"):
+        _assert_same_graphs(QuantumGravJLDataset(store), uncached)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and str(victim) in warnings[0] and "computing it again" in warnings[0]
+    assert set(torch.load(victim, weights_only=True)) == {"x", "edge_index", "invariants", "labels"}  # replaced
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="QuantumGrav.zarr_store"):
+        _assert_same_graphs(QuantumGravJLDataset(store), uncached)
+    assert not caplog.records, "the rebuilt file reads back"
+
+
+def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(2), [POLYNOMIAL] * 2, [True] * 2)
+    list(QuantumGravJLDataset(store))
+    computed = []
+    real = zarr_store.graph_tensors
+    monkeypatch.setattr(zarr_store, "graph_tensors", lambda *args: computed.append(1) or real(*args))
+    list(QuantumGravJLDataset(store))
+    assert not computed, "the cache is read on a second run"
+    monkeypatch.setattr(zarr_store, "STORE_CACHE_VERSION", zarr_store.STORE_CACHE_VERSION + 1)
+    list(QuantumGravJLDataset(store))
+    assert len(computed) == 2 and len(_cache_files(store)) == 4
+
+
+RANK_SCRIPT = """
+import sys
+from QuantumGrav import zarr_store
+computed = []
+real = zarr_store.graph_tensors
+zarr_store.graph_tensors = lambda *args: computed.append(1) or real(*args)
+rank, store = int(sys.argv[1]), sys.argv[2]
+dataset = zarr_store.QuantumGravJLDataset(store)
+share = dataset.build_cache(workers=2 if rank == 0 else 1, rank=rank, world_size=2)
+items = [dataset[i] for i in range(len(dataset))]  # then every item, as a rank's validation reads them
+print(share, len(computed))
+"""
+
+
+def test_two_ranks_build_one_cache_at_once_and_a_second_run_reads_it(tmp_path, monkeypatch):
+    """Two processes (ranks 0 and 1 of 2, rank 0 with a pool of two workers) build their shares and read every
+    item at the same time: one whole file per set, the graphs of the uncached reads, nothing computed later."""
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(9, n=24), [POLYNOMIAL] * 9, [True] * 9)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "QuantumGravPy" / "src"), "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(rank), str(store)], env=env,
+                                            stdout=-1, stderr=-1, text=True) for rank in (0, 1)]
+    outputs = [rank.communicate(timeout=300) for rank in ranks]
+    assert all(rank.returncode == 0 for rank in ranks), outputs
+    shares = [tuple(map(int, out.split())) for out, _ in outputs]
+    assert [share for share, _ in shares] == [5, 4]
+    assert sum(computed for _, computed in shares) >= 9 - 2  # the first group may be cached by the other rank
+    assert len(_cache_files(store)) == 9 and not list(store.parent.glob(f"{store.name}.qg_features/.*"))
+    monkeypatch.setattr(zarr_store, "graph_tensors", lambda *args: pytest.fail("computed despite the cache"))
+    cached = list(QuantumGravJLDataset(store))
+    monkeypatch.undo()
+    _assert_same_graphs(cached, QuantumGravJLDataset(store, cache=False))
+
+
+def test_build_cache_needs_the_cache(tmp_path):
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(1), [POLYNOMIAL], [True])
+    with pytest.raises(UserError, match="cache=False"):
+        QuantumGravJLDataset(store, cache=False).build_cache()
+
+
+def test_generate_builds_a_tasks_share_of_a_stores_cache(tmp_path, monkeypatch, capsys):
+    """``python -m QuantumGrav generate`` on a QuantumGrav.jl config: the share of task SLURM_PROCID of SLURM_NTASKS
+    (as ``srun`` starts them), then the rest by a second call; a bad task number is one error line, exit 2."""
+    from QuantumGrav import cli
+
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(5), [POLYNOMIAL] * 5, [True] * 5)
+    argv = ["generate", "--config", str(REPO / "configs" / "train_quantumgrav_jl.yaml"),
+            "--set", f"data.kwargs.path={store}", "--workers", "1"]
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    assert cli.main(argv) == 0
+    assert "2 of 5 causal sets cached (task 1 of 2: items 1, 1 + 2, ...)" in capsys.readouterr().out
+    assert len(_cache_files(store)) == 3  # items 1 and 3, and item 0, read whole when the dataset is made
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert cli.main(argv) == 0 and len(_cache_files(store)) == 5
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "SLURM_PROCID='2' and SLURM_NTASKS='2': expected integers with 0 <= SLURM_PROCID < SLURM_NTASKS" in err
+    assert "Traceback" not in err

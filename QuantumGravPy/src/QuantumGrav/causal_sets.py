@@ -162,13 +162,18 @@ def causal_matrix_from_coordinates(coords: np.ndarray) -> np.ndarray:
 
 def sprinkle_diamond_batch(batch: int, n: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """``batch`` independent sprinklings of ``n`` points: coordinates (B, n, d) sorted by time, causal matrices."""
+    coords = sprinkled_coordinates(batch, n, dim, rng)
+    return coords, causal_matrix_from_coordinates(coords)
+
+
+def sprinkled_coordinates(batch: int, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    """The coordinates (B, n, d) of ``sprinkle_diamond_batch``, sorted by time: all its random draws."""
     _check_dimension(dim)
     if n < 1 or batch < 1:
         raise ValueError(f"n and batch: expected positive integers, got n={n}, batch={batch}")
     coords = _diamond_points(batch, n, dim, rng)
     order = np.argsort(coords[..., 0], axis=1)
-    coords = np.take_along_axis(coords, order[..., None], axis=1)
-    return coords, causal_matrix_from_coordinates(coords)
+    return np.take_along_axis(coords, order[..., None], axis=1)
 
 
 def sprinkle_diamond(n: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -196,14 +201,37 @@ def _one_torch_thread() -> Iterator[None]:
 
 def elements_between(R: np.ndarray) -> np.ndarray:
     """``(R @ R)[i, j]`` for one causal matrix or a batch: the number of elements z with i < z < j,
-    i.e. the size of the interval between i and j when they are related. One float32 batched
-    matrix product (counts are exact below 2^24), in torch because numpy's BLAS threads cannot be
-    limited. Links, interval abundances and the 3-chain count all come from this one product."""
+    i.e. the size of the interval between i and j when they are related. Float32 batched matrix
+    products (counts are exact below 2^24, whatever the order of the sums), in torch because numpy's
+    BLAS threads cannot be limited. Links, interval abundances and the 3-chain count all come from
+    this one product. A strictly upper-triangular ``R`` (a natural labelling, as every generated set
+    and every store's set once relabelled) is multiplied tile by tile (``_upper_triangular_square``)."""
     batch, single = _as_batch(R)
     as_float = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
     with _one_torch_thread():
-        between = torch.bmm(as_float, as_float).numpy()
+        if batch.shape[-1] > 2 * _PRODUCT_TILE and not np.tril(batch).any():
+            between = _upper_triangular_square(as_float).numpy()
+        else:
+            between = torch.bmm(as_float, as_float).numpy()
     return between[0] if single else between
+
+
+# The tile of the triangular product: at N = 2,048 one product took 64 ms with tiles of 256, 74 ms with 128,
+# 78 ms with 512 and 211 ms as one full product (one thread, the 2-core development machine, quiet).
+_PRODUCT_TILE = 256
+
+
+def _upper_triangular_square(A: torch.Tensor) -> torch.Tensor:
+    """``A @ A`` for a batch of strictly upper-triangular matrices: tile (I, J) of the product, I <= J, only
+    needs the tiles K with I <= K <= J (the others are zero), about a sixth of the full product's
+    multiply-adds; the tiles below the diagonal stay zero. Exactly equal to ``torch.bmm(A, A)`` for 0/1
+    entries (integer sums below 2^24 are exact in float32)."""
+    n, tile = A.shape[-1], _PRODUCT_TILE
+    product = torch.zeros_like(A)
+    for i in range(0, n, tile):
+        for j in range(i, n, tile):
+            product[:, i:i + tile, j:j + tile] = torch.bmm(A[:, i:i + tile, i:j + tile], A[:, i:j + tile, j:j + tile])
+    return product
 
 
 def _two_step_paths(R: np.ndarray) -> np.ndarray:
@@ -244,8 +272,16 @@ def random_layered_orders(batch: int, n: int, rng: np.random.Generator, *,
         raise ValueError(f"relation_probability: expected (low, high) with 0 <= low <= high <= 1, "
                          f"got {relation_probability}")
     layer = np.sort(rng.choice(len(weights), size=(batch, n), p=weights), axis=1)  # layer by layer: natural labelling
-    consecutive = layer[:, None, :] == layer[:, :, None] + 1
     p = rng.uniform(low, high, size=(batch, 1, 1))
+    return _layered_relations(layer, p, rng)
+
+
+def _layered_relations(layer: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The closed orders of ``random_layered_orders`` from the layers (B, n) and probabilities (B, 1, 1) drawn
+    for them; draws the pairs. Drawing for the sets of a batch in several consecutive parts draws the same
+    numbers as at once (a Generator's doubles come in sequence), hence the same orders."""
+    batch, n = layer.shape
+    consecutive = layer[:, None, :] == layer[:, :, None] + 1
     return transitive_closure(consecutive & (rng.random((batch, n, n)) < p))
 
 
@@ -269,25 +305,47 @@ def destroy_order(R: np.ndarray, fraction: float | np.ndarray, rng: np.random.Ge
 
 
 # --------------------------------------------------------------------------- features, invariants
-def _longest_chain_to_past_batch(R: np.ndarray) -> np.ndarray:
-    """Max-plus dynamic programme over the natural labelling, for a whole batch at once:
-    chain[j] = max over i preceding j of chain[i] + 1 (0 for minimal elements)."""
-    batch, n, _ = R.shape
-    preceding = np.ascontiguousarray(R.transpose(0, 2, 1))  # preceding[b, j, i] = R[b, i, j]
-    chain = np.zeros((batch, n), dtype=np.int32)
-    for j in range(1, n):
-        chain[:, j] = np.where(preceding[:, j, :j], chain[:, :j] + 1, 0).max(axis=1)
-    return chain
+def _chains_along_links(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Longest chains ending at / starting at each element (int32, (B, N)) of a batch of link matrices.
+
+    A longest chain is made of links, so chain[j] = max over links i -> j of chain[i] + 1 (0 for minimal
+    elements). Relaxed over all links of the batch at once until nothing changes: height + 1 passes of
+    O(links) each, instead of a Python loop over the N elements with O(N) work each."""
+    batch, n, _ = L.shape
+    set_of, earlier, later = np.nonzero(L)
+    earlier, later = set_of * n + earlier, set_of * n + later
+    return (_relax_along(earlier, later, batch * n).reshape(batch, n),
+            _relax_along(later, earlier, batch * n).reshape(batch, n))
 
 
-def longest_chains(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Relations in the longest chain ending at / starting at each element (int32, shape of R[..., 0])."""
+def _relax_along(source: np.ndarray, target: np.ndarray, size: int) -> np.ndarray:
+    """Longest path (in edges) ending at each of ``size`` nodes of a DAG given as edges source -> target."""
+    length = longest_paths(source, target, size)
+    assert length is not None, "a natural labelling has no cycle"
+    return length
+
+
+def longest_paths(source: np.ndarray, target: np.ndarray, size: int) -> np.ndarray | None:
+    """Longest path (in edges, int32) ending at each of ``size`` nodes along the edges source -> target, or None
+    if the edges have a cycle (no path is longer than size - 1 edges in a DAG, so a longer one means a cycle)."""
+    length = np.zeros(size, dtype=np.int32)
+    for _ in range(size + 1):
+        longer = length.copy()
+        np.maximum.at(longer, target, length[source] + 1)
+        if np.array_equal(longer, length):
+            return length
+        length = longer
+    return None
+
+
+def longest_chains(R: np.ndarray, L: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Relations in the longest chain ending at / starting at each element (int32, shape of R[..., 0]).
+    ``L``, the links of ``R``, is derived from ``R`` when not given."""
     batch, single = _as_batch(R)
     if np.tril(batch).any():
         raise ValueError("R: expected a strictly upper-triangular causal matrix (elements in a natural labelling)")
-    past = _longest_chain_to_past_batch(batch)
-    reversed_order = batch[:, ::-1, ::-1].transpose(0, 2, 1)  # the dual order, again upper triangular
-    future = _longest_chain_to_past_batch(reversed_order)[:, ::-1]
+    links = transitive_reduction(batch) if L is None else _as_batch(L)[0]
+    past, future = _chains_along_links(links)
     return (past[0], future[0]) if single else (past, future)
 
 
@@ -349,7 +407,7 @@ def node_features(R: np.ndarray, L: np.ndarray | None = None) -> np.ndarray:
     R = np.asarray(R, dtype=bool)
     between = elements_between(R)
     L = R & (between == 0) if L is None else np.asarray(L)
-    past, future = longest_chains(R)
+    past, future = longest_chains(R, L)
     return _node_features(R, L, between, past, future)
 
 
@@ -357,17 +415,20 @@ def order_invariants(R: np.ndarray) -> np.ndarray:
     """Whole-set invariants (float32, columns ``INVARIANT_NAMES``) of a transitively closed
     ``R``, for one set or a batch. One matrix product ``R @ R`` per set (O(N^3)) gives them all."""
     R = np.asarray(R, dtype=bool)
-    past, _ = longest_chains(R)
-    return _order_invariants(R, elements_between(R), past)
-
-
-def features_and_invariants(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``node_features(R)`` and ``order_invariants(R)`` of a transitively closed, naturally labelled ``R``
-    together, from one product ``R @ R`` and one pass for the longest chains."""
-    R = np.asarray(R, dtype=bool)
     between = elements_between(R)
-    past, future = longest_chains(R)
-    return _node_features(R, R & (between == 0), between, past, future), _order_invariants(R, between, past)
+    past, _ = longest_chains(R, R & (between == 0))
+    return _order_invariants(R, between, past)
+
+
+def features_and_invariants(R: np.ndarray, between: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``node_features(R)`` and ``order_invariants(R)`` of a transitively closed, naturally labelled ``R``
+    together, from one product ``R @ R`` (``between``, computed when not given) and one pass for the longest
+    chains."""
+    R = np.asarray(R, dtype=bool)
+    between = elements_between(R) if between is None else between
+    L = R & (between == 0)
+    past, future = longest_chains(R, L)
+    return _node_features(R, L, between, past, future), _order_invariants(R, between, past)
 
 
 def natural_order(R: np.ndarray) -> np.ndarray:
@@ -492,27 +553,56 @@ def _draw_flip_fractions(batch: int, destroy_fraction: float | Sequence[float],
     return np.exp(rng.uniform(math.log(low), math.log(high), size=batch))
 
 
+# Memory of the generator's work per pair of elements of a set (coordinate differences in float64, the
+# causal, flip and link masks, the product in float32, ...), about 40 bytes measured with ru_maxrss at
+# N = 1,024; a run of equal sets is worked on in parts that fit _WORK_BYTES. The parts draw the same numbers
+# as one batch would (``_generate_batch``), so the sets do not depend on it.
+_WORK_BYTES_PER_PAIR = 40
+_WORK_BYTES = 1 << 30
+
+
+def _sets_per_part(n: int) -> int:
+    return max(1, _WORK_BYTES // (_WORK_BYTES_PER_PAIR * n * n))
+
+
 def _generate_batch(cset_type: str, batch: int, n: int, source_dim: int,
                     destroy_fraction: float | Sequence[float], rng: np.random.Generator) -> list[CausalSetRecord]:
     """``batch`` sets of one class and size, with links, features and invariants (one product R @ R,
-    longest chains once)."""
+    longest chains once). The small draws (coordinates, layers, flip fractions) are made for the whole batch
+    first, then the sets are made in parts of ``_sets_per_part(n)``, each part drawing its pairs in turn:
+    the same numbers, in the same order, as one batch, in bounded memory at N in the thousands."""
     flip_fractions = np.zeros(batch)
-    if cset_type in MANIFOLD_CLASSES:
-        R = sprinkle_diamond_batch(batch, n, MANIFOLD_CLASSES[cset_type], rng)[1]
-    elif cset_type == "destroyed":
-        source = sprinkle_diamond_batch(batch, n, source_dim, rng)[1]
-        flip_fractions = _draw_flip_fractions(batch, destroy_fraction, rng)
-        R = destroy_order(source, flip_fractions, rng)
+    if cset_type == "layered":
+        weights = np.asarray(LAYER_WEIGHTS)
+        layer = np.sort(rng.choice(len(weights), size=(batch, n), p=weights), axis=1)
+        p = rng.uniform(*LAYER_RELATION_PROBABILITY, size=(batch, 1, 1))
     else:
-        R = random_layered_orders(batch, n, rng)
+        coords = sprinkled_coordinates(batch, n, MANIFOLD_CLASSES.get(cset_type, source_dim), rng)
+        if cset_type == "destroyed":
+            flip_fractions = _draw_flip_fractions(batch, destroy_fraction, rng)
+    records: list[CausalSetRecord] = []
+    for start in range(0, batch, _sets_per_part(n)):
+        part = slice(start, min(batch, start + _sets_per_part(n)))
+        if cset_type == "layered":
+            R = _layered_relations(layer[part], p[part], rng)
+        else:
+            R = causal_matrix_from_coordinates(coords[part])
+            if cset_type == "destroyed":
+                R = destroy_order(R, flip_fractions[part], rng)
+        records += _records(R, cset_type, flip_fractions[part])
+    return records
+
+
+def _records(R: np.ndarray, cset_type: str, flip_fractions: np.ndarray) -> list[CausalSetRecord]:
+    """The records of a batch of causal matrices of one class: links, features, invariants."""
     between = elements_between(R)
     L = R & (between == 0)
-    past, future = longest_chains(R)
+    past, future = longest_chains(R, L)
     features, invariants = _node_features(R, L, between, past, future), _order_invariants(R, between, past)
     return [CausalSetRecord(R[k], L[k], features[k], invariants[k], cset_type,
                             manifold_like=cset_type in MANIFOLD_CLASSES, dimension=MANIFOLD_CLASSES.get(cset_type, -1),
                             flip_fraction=float(flip_fractions[k]))
-            for k in range(batch)]
+            for k in range(len(R))]
 
 
 def draw_plan(num: int, n_min: int, n_max: int, dimensions: Sequence[int], classes: Sequence[str],

@@ -75,7 +75,8 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
     tune.add_argument("--nproc", type=_int_at_least(1), default=None,
                       help="processes per trial (default: parallel.world_size); ignored under torchrun")
     generate = commands.add_parser("generate", help="generate the data cache of a config's data section in "
-                                     "parallel; print where it is, how many sets and sets/s")
+                                     "parallel (for QuantumGrav.jl stores: their feature cache, this task's "
+                                     "share); print where it is, how many sets and sets/s")
     generate.add_argument("--config", default="configs/train.yaml", help="YAML config (default: %(default)s)")
     generate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                           help="override a config value, e.g. --set data.num_samples=100000 (repeatable)")
@@ -140,11 +141,13 @@ def _tune(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import time
 
-    from .config import load_config
+    from .config import load_config, pyobject_path
     from .data import CausalSetDataset, default_workers
     from .data_sources import naming_the_cache_folder
 
     data_cfg = load_config(args.config, args.overrides)["data"]
+    if data_cfg["type"] is not None and pyobject_path(data_cfg["type"]) == STORE_DATASET:
+        return _cache_stores(data_cfg, args.workers or default_workers())
     if data_cfg["type"] is not None:
         raise UserError(f"data.type: generate makes the built-in generator's cache, but {args.config} names a "
                         f"dataset class of its own; use a config without data.type (e.g. configs/train.yaml)")
@@ -159,6 +162,18 @@ def _generate(args: argparse.Namespace) -> int:
               f"{dataset.generated_sets / seconds:,.0f} sets/s")
     else:
         print("the cache was complete already: nothing generated")
+    return 0
+
+
+STORE_DATASET = "QuantumGrav.zarr_store.QuantumGravJLDataset"
+
+
+def _cache_stores(data_cfg: dict, workers: int) -> int:
+    """``generate`` for QuantumGrav.jl stores: compute and cache the graphs of this task's share of the items
+    (``zarr_store.build_cache_share``: task RANK of WORLD_SIZE, or SLURM_PROCID of SLURM_NTASKS)."""
+    from .zarr_store import build_cache_share
+
+    print(build_cache_share(data_cfg["kwargs"], workers))
     return 0
 
 

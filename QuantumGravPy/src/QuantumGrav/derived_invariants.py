@@ -16,7 +16,8 @@ stores (``zarr_store``, in its feature cache) carry them; a dataset of one's own
 * **Not an order.** A cycle in the edges (a self-loop, an edge both ways as in an undirected graph) means
   the item is not a causal set and has no invariants: one ``ConfigError`` names the item's index, the
   cycle, and the keys to turn off.
-* **Cost and cache.** One item costs a few matrix products O(N^3) (the closure by repeated squaring, then
+* **Cost and cache.** One item costs a few matrix products O(N^3) (the closure by repeated squaring, in an
+  order where the edges go forward so that only the tiles above the diagonal are multiplied, then
   ``order_invariants``); ``benchmarks/bench_derived_invariants.py`` measures it. Each item is derived
   once per process, when it is first read, and kept in that process's ``OrderInvariants`` (15 floats per
   item). Under DDP every rank derives the items it reads; a DataLoader worker keeps its own cache.
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .causal_sets import natural_order, order_invariants, transitive_closure
+from .causal_sets import longest_paths, natural_order, order_invariants, transitive_closure
 from .errors import ConfigError
 
 
@@ -54,10 +55,15 @@ def causal_matrix_of_edges(edge_index: torch.Tensor | np.ndarray, num_nodes: int
         raise NotACausalSet(f"edge_index refers to element {int(outside[0])} but the item has {num_nodes} nodes")
     adjacency = np.zeros((num_nodes, num_nodes), dtype=bool)
     adjacency[edges[0], edges[1]] = True
-    R = transitive_closure(adjacency)
-    on_cycle = np.flatnonzero(R.diagonal())
-    if on_cycle.size:
+    level = longest_paths(edges[0], edges[1], num_nodes)
+    if level is None:
+        on_cycle = np.flatnonzero(transitive_closure(adjacency).diagonal())
         raise NotACausalSet(_describe_cycle(adjacency, int(on_cycle[0])))
+    # By the longest path to each element the edges go forward (strictly upper triangular), so the closure's
+    # products multiply only the tiles on and above the diagonal; then back to the item's labelling.
+    order = np.argsort(level, kind="stable")
+    R = np.empty_like(adjacency)
+    R[np.ix_(order, order)] = transitive_closure(adjacency[np.ix_(order, order)])
     return R
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,8 +37,9 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, features_and_invariants, natural_order, transitive_closure,
-                          transitive_reduction)
+from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, elements_between, features_and_invariants, natural_order,
+                          transitive_closure)
+from .distributed import worker_context
 from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
 from .errors import UserError
 from .logging_utils import get_logger
@@ -53,8 +55,8 @@ JULIA_CSET_TYPES: dict[int, str] = {
 VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
-# 2: the order invariants are cached with the features.
-STORE_CACHE_VERSION = 2
+# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32.
+STORE_CACHE_VERSION = 3
 ZARR_EXTRA_HINT = "install the optional extra: pip install 'QuantumGrav[zarr]'"
 _GROUP_NAME = re.compile(r"^cset_(\d+)$")
 
@@ -110,31 +112,51 @@ def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
 
 def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray:
     """The causal matrix R (bool, R[i, j]: i precedes j) of an ``adj`` as numpy reads it from the store:
-    the transpose (Zarr.jl reverses Julia's dimensions; Julia's adj[i, j] means i precedes j)."""
+    the transpose (Zarr.jl reverses Julia's dimensions; Julia's adj[i, j] means i precedes j). Only its
+    shape and entries are checked here; that it is a strict partial order is checked by ``graph_tensors``,
+    with the product that the features need anyway."""
     if stored_adj.ndim != 2 or stored_adj.shape[0] != stored_adj.shape[1] or stored_adj.shape[0] == 0:
         raise _format_error(store, group, f"'adj' has shape {stored_adj.shape}; expected a non-empty square "
                                           f"N x N causal matrix")
     if stored_adj.dtype.kind not in "biu" or ((stored_adj != 0) & (stored_adj != 1)).any():
         raise _format_error(store, group, f"'adj' ({stored_adj.dtype}) has entries other than 0 and 1")
-    R = np.ascontiguousarray(stored_adj.T.astype(bool))
+    return np.ascontiguousarray(stored_adj.T.astype(bool))
+
+
+def _order_problem(R: np.ndarray) -> str:
+    """Why ``R`` is not a causal matrix (a transitively closed strict order): a cycle, or missing relations."""
     closure = transitive_closure(R)
     if closure.diagonal().any():
-        raise _format_error(store, group, "'adj' has a cycle (or relates an element to itself); expected a "
-                                          "causal matrix, a strict partial order")
-    if not np.array_equal(closure, R):
-        raise _format_error(store, group, "'adj' is not transitively closed; expected the causal matrix "
-                                          "make_adj writes, with every relation, not only the links")
-    return R
+        return "'adj' has a cycle (or relates an element to itself); expected a causal matrix, a strict partial order"
+    return ("'adj' is not transitively closed; expected the causal matrix make_adj writes, with every relation, "
+            "not only the links")
 
 
-def graph_tensors(R: np.ndarray, edges: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def graph_tensors(R: np.ndarray, edges: str, store: Path, group: str
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Node features, past -> future edge index and order invariants ([1, K], ``INVARIANT_NAMES``) of a
-    causal matrix in any labelling, exactly as ``CausalSetDataset`` builds them for a naturally labelled one."""
-    order = natural_order(R)
-    natural_features, invariants = features_and_invariants(R[np.ix_(order, order)])
-    features = np.empty_like(natural_features)
-    features[order] = natural_features
-    adjacency = transitive_reduction(R) if edges == "links" else R
+    causal matrix in any labelling, exactly as ``CausalSetDataset`` builds them for a naturally labelled one;
+    one clear error if ``R`` is not a strict partial order, transitively closed.
+
+    All from one product ``R @ R`` of the naturally relabelled matrix (strictly upper triangular, so
+    ``elements_between`` multiplies only the tiles on and above the diagonal): R is closed iff every
+    two-step path is a relation, and a strictly upper-triangular R has no cycle. A matrix that no sort by
+    past size makes upper triangular is no closed order; ``_order_problem`` then says why."""
+    order = None if not np.tril(R).any() else natural_order(R)
+    natural = R if order is None else R[np.ix_(order, order)]
+    if np.tril(natural).any():
+        raise _format_error(store, group, _order_problem(R))
+    between = elements_between(natural)
+    if ((between > 0) & ~natural).any():
+        raise _format_error(store, group, _order_problem(R))
+    natural_features, invariants = features_and_invariants(natural, between)
+    adjacency = natural & (between == 0) if edges == "links" else natural
+    if order is None:
+        features = natural_features
+    else:  # back to the store's labelling: node k of the item is element k + 1 of the Julia set
+        features, position = np.empty_like(natural_features), np.argsort(order)
+        features[order] = natural_features
+        adjacency = adjacency[np.ix_(position, position)]
     return torch.from_numpy(features), past_to_future_edges(adjacency), torch.from_numpy(invariants).reshape(1, -1)
 
 
@@ -173,9 +195,11 @@ class QuantumGravJLDataset(Dataset):
         self._offsets = np.cumsum([0] + [len(groups) for groups in self.groups])
         self._handles: dict[int, Any] = {}
         self._handles_pid = os.getpid()
-        first_codes = [self._read_checked(k, self.groups[k][0])[2] for k in range(len(self.stores))]
-        self._cset_types = self._choose_cset_types(cset_types, first_codes)
         self._cache_dirs = [self._feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
+        # The first group of each store is read whole (order checked, features cached), so that a wrong format
+        # fails here, before training.
+        first_codes = [int(self._graph(k, self.groups[k][0])["labels"][1]) for k in range(len(self.stores))]
+        self._cset_types = self._choose_cset_types(cset_types, first_codes)
         super().__init__(root=None, transform=transform)
 
     # ------------------------------------------------------------------ labels
@@ -252,7 +276,7 @@ class QuantumGravJLDataset(Dataset):
 
     def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         R, manifold_like, code = self._read_checked(store_index, group)
-        x, edge_index, invariants = graph_tensors(R, self.edges)
+        x, edge_index, invariants = graph_tensors(R, self.edges, self.stores[store_index], group)
         return {"x": x, "edge_index": edge_index, "invariants": invariants,
                 "labels": torch.tensor([int(manifold_like), code])}
 
@@ -267,10 +291,14 @@ class QuantumGravJLDataset(Dataset):
                                 f"pass every type of the data in cset_types")
         return self._cset_types.index(name)
 
-    def get(self, idx: int) -> Data:
+    def _locate(self, idx: int) -> tuple[int, str]:
+        """The store (its index) and group of item ``idx``."""
         store_index = int(np.searchsorted(self._offsets, idx, side="right")) - 1
-        group = self.groups[store_index][idx - self._offsets[store_index]]
-        graph = self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
+        return store_index, self.groups[store_index][idx - self._offsets[store_index]]
+
+    def get(self, idx: int) -> Data:
+        store_index, group = self._locate(idx)
+        graph = self._graph(store_index, group)
         y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
                     num_nodes=graph["x"].shape[0])
@@ -304,13 +332,67 @@ class QuantumGravJLDataset(Dataset):
             digest.update(file.read_bytes())
         return digest.hexdigest()
 
+    def _graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        return self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
+
     def _cached_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        """The group's graph from its cache file, else computed and cached. Several processes (DataLoader workers,
+        the ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a
+        temporary name and renames it, so a reader sees no file or a whole one, never a mix. A file that cannot
+        be read back (damaged on disk, not written by this code) is computed again and replaced, with a warning."""
         path = self._cache_dirs[store_index] / f"{self._cache_key(store_index, group)}.pt"
         if path.is_file():
-            return torch.load(path, weights_only=True)
+            try:
+                return _expanded(torch.load(path, weights_only=True))
+            except Exception as err:  # noqa: BLE001 - any unreadable file is rebuilt; the warning names why
+                logger.warning("feature cache file %s (store %s, group %s) cannot be read (%s: %s); computing it "
+                               "again and replacing it", path, self.stores[store_index], group,
+                               type(err).__name__, err)
         graph = self._read_graph(store_index, group)
-        atomic_replace(path, lambda tmp: torch.save(graph, tmp))
+        atomic_replace(path, lambda tmp: torch.save(_compacted(graph), tmp))
         return graph
+
+    def build_cache(self, *, workers: int = 1, rank: int = 0, world_size: int = 1) -> int:
+        """Compute and cache the graphs of items ``rank``, ``rank + world_size``, ... (this process's share when
+        ``world_size`` processes build one cache, e.g. the tasks of a SLURM job) with ``workers`` processes;
+        items already cached are read, not computed. Returns the number of items of the share. Sharing out
+        needs no communication: a group that two processes compute is written whole by each (same bytes)."""
+        if not self.cache:
+            raise UserError("build_cache: this dataset was made with cache=False; make it with cache=True")
+        share = range(rank, len(self), world_size)
+        if workers <= 1:
+            for index in share:
+                self._graph(*self._locate(index))
+            return len(share)
+        # Forked from a fork server that imported the package once (not from the caller, which may hold threads
+        # or CUDA); each worker computes whole items and writes their files itself.
+        with ProcessPoolExecutor(min(workers, len(share)), mp_context=worker_context()) as pool:
+            for _ in pool.map(self._build_one, share, chunksize=4):
+                pass
+        return len(share)
+
+    def _build_one(self, index: int) -> None:
+        torch.set_num_threads(1)  # one core per worker: the products run on this process's core only
+        self._graph(*self._locate(index))
+
+
+# Cached tensors are stored compactly: node indices in the smallest integer type that holds them (int16 up to
+# 32,767 elements: a quarter of int64's disk and page cache), expanded back to what the model reads on load.
+def _compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    num_nodes = graph["x"].shape[0]
+    small = torch.int16 if num_nodes <= torch.iinfo(torch.int16).max else torch.int32
+    return {**graph, "edge_index": graph["edge_index"].to(small)}
+
+
+def _expanded(stored: Any) -> dict[str, torch.Tensor]:
+    """A cache file's graph, its edge index as int64; ValueError if it is not one this code wrote."""
+    names = ("x", "edge_index", "invariants", "labels")
+    if not isinstance(stored, dict) or any(not isinstance(stored.get(name), torch.Tensor) for name in names):
+        raise ValueError(f"expected a dict of the tensors {names}")
+    x, edge_index = stored["x"], stored["edge_index"]
+    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,):
+        raise ValueError("tensors of unexpected shapes")
+    return {**stored, "edge_index": edge_index.long()}
 
 
 def _writable_folder(folder: Path) -> bool:
@@ -346,3 +428,39 @@ def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndar
                                        compressors=blosc, fill_value=None if zarr_format == 2 else 0)
             array[...] = value
     return Path(path)
+
+
+def task_share() -> tuple[int, int]:
+    """(rank, world size) of this task among those that build one cache together: torchrun's RANK and
+    WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS (``srun``), else (0, 1)."""
+    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank_name in os.environ and size_name in os.environ:
+            try:
+                rank, size = int(os.environ[rank_name]), int(os.environ[size_name])
+            except ValueError:
+                rank, size = -1, 0
+            if not 0 <= rank < size:
+                raise UserError(f"{rank_name}={os.environ[rank_name]!r} and {size_name}={os.environ[size_name]!r}: "
+                                f"expected integers with 0 <= {rank_name} < {size_name}")
+            return rank, size
+    return 0, 1
+
+
+def build_cache_share(kwargs: dict[str, Any], workers: int) -> str:
+    """Build this task's share (``task_share``) of the feature cache of ``QuantumGravJLDataset(**kwargs)`` with
+    ``workers`` processes; a line saying what was done and how fast."""
+    import time
+
+    if not kwargs.get("cache", True):
+        raise UserError("data.kwargs.cache is false: there is no feature cache to build; remove it or set it true")
+    try:
+        dataset = QuantumGravJLDataset(**kwargs)
+    except TypeError as err:
+        raise UserError(f"data.kwargs: QuantumGravJLDataset(**data.kwargs) failed: {err}") from None
+    rank, world_size = task_share()
+    start = time.perf_counter()
+    done = dataset.build_cache(workers=workers, rank=rank, world_size=world_size)
+    seconds = time.perf_counter() - start
+    share = f" (task {rank} of {world_size}: items {rank}, {rank} + {world_size}, ...)" if world_size > 1 else ""
+    return (f"{kwargs['path']}: {done} of {len(dataset)} causal sets cached{share} in {seconds:.1f} s with "
+            f"{workers} processes: {done / max(seconds, 1e-9):,.1f} sets/s (items cached before are read, not computed)")
