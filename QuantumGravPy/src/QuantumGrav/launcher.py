@@ -30,6 +30,7 @@ from .config import find_unimportable, resolve_config, with_world_size
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           cores_per_process, launched_by_torchrun, resolve_device, worker_context)
 from .errors import Preempted, UserError
+from .lifeline import Lifeline, stop_when_the_launcher_dies
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
@@ -127,8 +128,11 @@ def _backend(config: dict) -> str:
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
-            console_level: str | int | None, environment: dict[str, str], callbacks: Sequence[Callback]) -> None:
+            console_level: str | int | None, environment: dict[str, str], callbacks: Sequence[Callback],
+            lifeline) -> None:
     """Entry point of a worker process (module level, so that the worker can import it by name)."""
+    # First of all: from here on, this worker stops whenever the launching process ends (lifeline.py).
+    stop_when_the_launcher_dies(lifeline)
     # The launching process's environment now, not the fork server's from its start (worker_context):
     # a notebook that sets CUDA_VISIBLE_DEVICES or WANDB_MODE before its second launch gets it applied.
     os.environ.clear()
@@ -178,8 +182,9 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     config = with_world_size(config, nproc)
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = worker_context()
-    results, run_dirs = context.Queue(), context.SimpleQueue()
-    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks))
+    results, run_dirs, lifeline = context.Queue(), context.SimpleQueue(), Lifeline(context)
+    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks),
+                 lifeline.reader)
     processes = [context.Process(target=_worker, args=(rank, *arguments), name=f"rank{rank}") for rank in range(nproc)]
     try:
         for process in processes:
@@ -193,6 +198,7 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
         raise
     finally:  # on success, on a worker's failure and on KeyboardInterrupt (a kernel interrupt)
         _stop(processes)
+        lifeline.close()  # after the workers are gone: closed earlier, it would tell them to stop
 
 
 def _supervise(processes: list, results) -> dict[str, Any]:
