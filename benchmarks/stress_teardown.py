@@ -169,7 +169,7 @@ def table_row(script: str, world_size: int, outcomes: list[Outcome]) -> str:
 
 # ------------------------------------------------------------------------- kill what started the job
 KILL_CASES = ("script", "kernel", "kernel_restart", "tune_kernel")
-LONG_RUN = {"training.num_epochs": 100_000}  # a job that is still training when it is killed
+LONG_RUN = {"training.num_epochs": 100_000, "early_stopping.enabled": False}  # still training when killed
 
 
 @dataclass
@@ -209,19 +209,29 @@ def wait_until_gone(processes: list, within_s: float, started: float) -> KillOut
     return KillOutcome(left, time.monotonic() - started)
 
 
-def kill_script(folder: Path, config_path: Path, world_size: int, overrides: dict, within_s: float = 60.0,
-                limit_s: float = 300.0, library: Path = SRC) -> KillOutcome:
-    """A script with the main guard runs QG.launch; once training, its process alone gets SIGKILL."""
-    import psutil
+def job_environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
 
+
+def write_job_script(folder: Path, config_path: Path, world_size: int, overrides: dict, library: Path = SRC) -> Path:
+    """folder/job.py: job_code under the main guard, as a user's script runs it."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "job.py"
     code = job_code(config_path, world_size, overrides, library)
     script.write_text("if __name__ == '__main__':\n" + "".join(f"    {line}\n" for line in code.splitlines()))
+    return script
+
+
+def kill_script(folder: Path, config_path: Path, world_size: int, overrides: dict, within_s: float = 60.0,
+                limit_s: float = 300.0, library: Path = SRC) -> KillOutcome:
+    """A script with the main guard runs QG.launch (its runs under ``folder``, where ``overrides`` put
+    them); once training, its process alone gets SIGKILL."""
+    import psutil
+
+    script = write_job_script(folder, config_path, world_size, overrides, library)
     log = folder / "output.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     with open(log, "w") as output:
-        process = subprocess.Popen([sys.executable, str(script)], cwd=folder, env=env, stdout=output,
+        process = subprocess.Popen([sys.executable, str(script)], cwd=folder, env=job_environment(), stdout=output,
                                    stderr=subprocess.STDOUT)
     try:
         if not wait_for_training(folder, limit_s, lambda: process.poll() is None):
@@ -248,9 +258,8 @@ def kill_kernel(folder: Path, config_path: Path, world_size: int, overrides: dic
     from jupyter_client.manager import KernelManager
 
     folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(env=env, cwd=str(folder))
+    manager.start_kernel(env=job_environment(), cwd=str(folder))
     client = manager.client()
     client.start_channels()
     messages: list[str] = []
@@ -298,7 +307,7 @@ def kill_once(case: str, folder: Path, project: "UserProject", world_size: int, 
     if case == "script":
         return kill_script(folder, config, world_size, overrides, within_s, library=project.library)
     if case == "tune_kernel":
-        return kill_kernel(folder, project.study_config(), world_size, {**overrides, "tune.path": str(folder)},
+        return kill_kernel(folder, project.study_config(), world_size, {**overrides, "tune.path": str(folder / "studies")},
                            tune=True, within_s=within_s, library=project.library)
     how = "restart" if case == "kernel_restart" else "kill"
     return kill_kernel(folder, config, world_size, overrides, how, within_s=within_s, library=project.library)

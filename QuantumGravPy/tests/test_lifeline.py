@@ -1,0 +1,74 @@
+"""Nothing left running (issue 25): whatever ends the process that called QG.launch or QG.tune, the processes
+it started end too, and the run stays continuable.
+
+The launching process is killed alone with SIGKILL once rank 0 has logged its first epoch (as the
+out-of-memory killer kills a script or a notebook kernel), or Jupyter restarts the kernel; every process
+it had started (fork server, workers, resource tracker) must be gone within a bounded, polled wait. The
+same kills, repeated, are in benchmarks/stress_teardown.py --kill (a race is a distribution).
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+import QuantumGrav as QG
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import stress_teardown  # noqa: E402
+
+LIBRARY = REPO / "QuantumGravPy" / "src"
+GONE_WITHIN_S = 60.0  # the workers' hard exit comes LAUNCHER_GONE_GRACE_S (30 s) after the kill at the latest
+
+
+@pytest.fixture
+def job_config(tmp_path, tiny_config):
+    """A config file of the tiny job (its runs under tmp_path/runs)."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(QG.dump_config(tiny_config()))
+    return path
+
+
+def _assert_clean(outcome: stress_teardown.KillOutcome) -> None:
+    assert outcome.left == [], "still running after the kill:\n" + "\n".join(outcome.left) + outcome.output[-3000:]
+
+
+def test_kill_9_of_a_script_in_launch_stops_every_worker_and_the_rerun_continues(tmp_path, job_config):
+    run_dir = tmp_path / "first" / "runs" / "killed"
+    overrides = {**stress_teardown.LONG_RUN, "training.path": str(run_dir.parent), "training.run_name": "killed"}
+    outcome = stress_teardown.kill_script(tmp_path / "first", job_config, 2, overrides, GONE_WITHIN_S,
+                                          library=LIBRARY)
+    _assert_clean(outcome)
+    assert (run_dir / "checkpoints" / "last.pt").is_file(), "the workers stopped without a checkpoint"
+    assert not (run_dir / ".lock").exists(), "the workers stopped without releasing the run's lock"
+    epochs_done = len((run_dir / "metrics.csv").read_text().splitlines()) - 1
+    # The same script again, given an end now: it continues the run from the checkpoint.
+    script = stress_teardown.write_job_script(tmp_path / "again", job_config, 2,
+                                              {**overrides, "training.num_epochs": epochs_done + 1}, LIBRARY)
+    done = subprocess.run([sys.executable, str(script)], cwd=script.parent, capture_output=True, text=True,
+                          timeout=300, env=stress_teardown.job_environment())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resuming {run_dir}" in done.stderr
+    assert len((run_dir / "metrics.csv").read_text().splitlines()) - 1 == epochs_done + 1
+
+
+def test_a_kernel_killed_alone_or_restarted_leaves_no_process_of_its_launch(tmp_path, job_config):
+    pytest.importorskip("jupyter_client")
+    for how in ("kill", "restart"):  # kill: the out-of-memory killer; restart: Jupyter's restart button
+        outcome = stress_teardown.kill_kernel(tmp_path / how, job_config, 2,
+                                              {**stress_teardown.LONG_RUN, "training.path": str(tmp_path / how)},
+                                              how, within_s=GONE_WITHIN_S, library=LIBRARY)
+        _assert_clean(outcome)
+
+
+def test_a_kernel_running_a_study_killed_alone_leaves_no_trial_worker(tmp_path, job_config):
+    pytest.importorskip("jupyter_client")
+    pytest.importorskip("optuna")
+    study = tmp_path / "study.yaml"
+    study.write_text(job_config.read_text() + "\ntune:\n  study: killed\n  trials: 2\n  space:\n"
+                                              "    model.pooling: {choices: [mean, max]}\n")
+    outcome = stress_teardown.kill_kernel(tmp_path / "kernel", study, 2,
+                                          {**stress_teardown.LONG_RUN, "tune.path": str(tmp_path / "kernel" / "studies")},
+                                          tune=True, within_s=GONE_WITHIN_S, library=LIBRARY)
+    _assert_clean(outcome)
