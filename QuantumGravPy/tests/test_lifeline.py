@@ -72,3 +72,28 @@ def test_a_kernel_running_a_study_killed_alone_leaves_no_trial_worker(tmp_path, 
                                           {**stress_teardown.LONG_RUN, "tune.path": str(tmp_path / "kernel" / "studies")},
                                           tune=True, within_s=GONE_WITHIN_S, library=LIBRARY)
     _assert_clean(outcome)
+
+
+# ---------------------------------------------------------------------------------- the main guard
+@pytest.mark.parametrize("call, exit_code", [
+    ("QG.launch(QG.load_config(CONFIG), nproc=2)", 1),  # an uncaught QG.UserError
+    ("sys.exit(main(['train', '--config', CONFIG, '--nproc', '2']))", 2),  # the CLI's exit for bad input
+    ("QG.tune(CONFIG, nproc=2)", 1),
+])
+def test_a_script_without_the_main_guard_gets_one_line_and_no_worker_starts(tmp_path, job_config, call, exit_code):
+    if "tune" in call:
+        pytest.importorskip("optuna")
+        job_config.write_text(job_config.read_text() + "\ntune:\n  study: s\n  trials: 1\n  path: studies\n  space:\n"
+                                                      "    model.pooling: {choices: [mean, max]}\n")
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"import sys\nimport QuantumGrav as QG\nfrom QuantumGrav.cli import main\nCONFIG = "
+                      f"{str(job_config)!r}\n\n\ndef run():\n    {call}\n\n\nrun()\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=stress_teardown.job_environment())
+    assert done.returncode == exit_code, done.stderr[-3000:]
+    assert 'Put the call under `if __name__ == "__main__":`' in done.stderr
+    assert f"{script} (line 11) without the main guard" in done.stderr
+    assert "multiprocessing" not in done.stderr and "bootstrapping" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "studies").exists(), "a worker started"
+    if exit_code == 2:
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
