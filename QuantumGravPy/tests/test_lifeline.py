@@ -40,6 +40,8 @@ def test_kill_9_of_a_script_in_launch_stops_every_worker_and_the_rerun_continues
     outcome = stress_teardown.kill_script(tmp_path / "first", job_config, 2, overrides, GONE_WITHIN_S,
                                           library=LIBRARY)
     _assert_clean(outcome)
+    assert "the process that started this job (QG.launch) is gone" in outcome.output, outcome.output[-3000:]
+    assert "stopped on SIGTERM after checkpointing" in outcome.output, outcome.output[-3000:]
     assert (run_dir / "checkpoints" / "last.pt").is_file(), "the workers stopped without a checkpoint"
     assert not (run_dir / ".lock").exists(), "the workers stopped without releasing the run's lock"
     epochs_done = len((run_dir / "metrics.csv").read_text().splitlines()) - 1
