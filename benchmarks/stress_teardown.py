@@ -189,9 +189,14 @@ def job_code(config_path: Path, world_size: int, overrides: dict, library: Path 
 def wait_for_training(folder: Path, limit_s: float, alive) -> bool:
     """Until rank 0 has written its first epoch's metrics under ``folder`` (False: the job ended or
     ``limit_s`` passed first)."""
+    return wait_for(lambda: any(folder.rglob("metrics.csv")), limit_s, alive)
+
+
+def wait_for(condition, limit_s: float, alive) -> bool:
+    """Poll ``condition()`` until it holds (True), or the job is no longer ``alive()`` or ``limit_s`` passed."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and alive():
-        if any(folder.rglob("metrics.csv")):
+        if condition():
             return True
         time.sleep(0.2)
     return False
@@ -223,9 +228,9 @@ def write_job_script(folder: Path, config_path: Path, world_size: int, overrides
 
 
 def kill_script(folder: Path, config_path: Path, world_size: int, overrides: dict, within_s: float = 60.0,
-                limit_s: float = 300.0, library: Path = SRC) -> KillOutcome:
+                limit_s: float = 300.0, library: Path = SRC, ready: Any = None) -> KillOutcome:
     """A script with the main guard runs QG.launch (its runs under ``folder``, where ``overrides`` put
-    them); once training, its process alone gets SIGKILL."""
+    them); once training (or once ``ready(process, log)`` says so), its process alone gets SIGKILL."""
     import psutil
 
     script = write_job_script(folder, config_path, world_size, overrides, library)
@@ -234,8 +239,12 @@ def kill_script(folder: Path, config_path: Path, world_size: int, overrides: dic
         process = subprocess.Popen([sys.executable, str(script)], cwd=folder, env=job_environment(), stdout=output,
                                    stderr=subprocess.STDOUT)
     try:
-        if not wait_for_training(folder, limit_s, lambda: process.poll() is None):
-            return KillOutcome(["the job never started training"], 0.0, log.read_text())
+        if ready is None:
+            started = wait_for_training(folder, limit_s, lambda: process.poll() is None)
+        else:
+            started = wait_for(lambda: ready(process, log), limit_s, lambda: process.poll() is None)
+        if not started:
+            return KillOutcome(["the job never got where it was to be killed"], 0.0, log.read_text())
         started_by_it = psutil.Process(process.pid).children(recursive=True)
         started = time.monotonic()
         process.kill()

@@ -55,6 +55,21 @@ def test_kill_9_of_a_script_in_launch_stops_every_worker_and_the_rerun_continues
     assert len((run_dir / "metrics.csv").read_text().splitlines()) - 1 == epochs_done + 1
 
 
+def test_kill_9_during_data_generation_stops_the_generators_pool(tmp_path, job_config):
+    """One process generating a data set in a pool (its workers forked by the fork server, not by it)."""
+    import psutil
+
+    def generating(process, log) -> bool:
+        pool = [p for p in psutil.Process(process.pid).children(recursive=True) if "forkserver" in " ".join(p.cmdline())]
+        return len(pool) >= 3  # the fork server and the pool's 2 workers: generating
+
+    overrides = {"training.path": str(tmp_path / "runs"), "data.root": str(tmp_path / "data"), "data.workers": 2,
+                 "data.num_samples": 20_000, "data.n_min": 64, "data.n_max": 96}
+    outcome = stress_teardown.kill_script(tmp_path / "generating", job_config, 1, overrides, GONE_WITHIN_S,
+                                          library=LIBRARY, ready=generating)
+    _assert_clean(outcome)
+
+
 def test_a_kernel_killed_alone_or_restarted_leaves_no_process_of_its_launch(tmp_path, job_config):
     pytest.importorskip("jupyter_client")
     for how in ("kill", "restart"):  # kill: the out-of-memory killer; restart: Jupyter's restart button

@@ -7,7 +7,9 @@ does not exist on macOS. So the launching process holds the only write end of a 
 watches the read end in a thread: the read returns end-of-file the moment the launching process is
 gone, whether it returned, crashed, or was killed with ``kill -9`` or by the out-of-memory killer.
 The fork server and multiprocessing's resource tracker stop by themselves once the last process
-holding their pipes (the workers) has exited; DataLoader workers stop when their rank does.
+holding their pipes (the workers) has exited; DataLoader workers stop when their rank does. The data
+generator's pool workers (also forked by the fork server) hold nothing worth saving: they exit at once
+when the process that made the pool is gone (``exit_when_gone``, the pool's initializer).
 
 A worker whose launcher is gone stops as on a preemption, so that the run stays continuable: it sends
 itself SIGTERM, every rank votes to stop at the next optimizer step, rank 0 checkpoints and releases
@@ -19,6 +21,7 @@ that cannot stop in time (a collective waiting for a rank that is gone, a hung f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -66,3 +69,16 @@ def _watch(reader: Any, grace_s: float) -> None:
     # or a port, so end now, without the interpreter's teardown (which could wait on the same thing).
     logger.warning(f"still running {grace_s:.0f} s after its launcher ended: exiting now")
     os._exit(EXIT_CODE_LAUNCHER_GONE)
+
+
+def exit_when_gone(reader: Any) -> None:
+    """A process pool's initializer (``initargs=(lifeline.reader,)``): this helper exits at once when the
+    process that made the pool is gone. A ProcessPoolExecutor's workers would otherwise wait for their next
+    task forever: each holds a write end of the pool's task queue, so it never reads end-of-file."""
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            reader.recv()
+        os._exit(EXIT_CODE_LAUNCHER_GONE)
+
+    threading.Thread(target=watch, name="QuantumGrav-lifeline", daemon=True).start()
