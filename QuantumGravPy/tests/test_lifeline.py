@@ -95,13 +95,8 @@ def test_a_kernel_running_a_study_killed_alone_leaves_no_trial_worker(tmp_path, 
 @pytest.mark.parametrize("call, exit_code", [
     ("QG.launch(QG.load_config(CONFIG), nproc=2)", 1),  # an uncaught QG.UserError
     ("sys.exit(main(['train', '--config', CONFIG, '--nproc', '2']))", 2),  # the CLI's exit for bad input
-    ("QG.tune(CONFIG, nproc=2)", 1),
 ])
 def test_a_script_without_the_main_guard_gets_one_line_and_no_worker_starts(tmp_path, job_config, call, exit_code):
-    if "tune" in call:
-        pytest.importorskip("optuna")
-        job_config.write_text(job_config.read_text() + "\ntune:\n  study: s\n  trials: 1\n  path: studies\n  space:\n"
-                                                      "    model.pooling: {choices: [mean, max]}\n")
     script = tmp_path / "unguarded.py"
     script.write_text(f"import sys\nimport QuantumGrav as QG\nfrom QuantumGrav.cli import main\nCONFIG = "
                       f"{str(job_config)!r}\n\n\ndef run():\n    {call}\n\n\nrun()\n")
@@ -114,3 +109,39 @@ def test_a_script_without_the_main_guard_gets_one_line_and_no_worker_starts(tmp_
     assert not (tmp_path / "runs").exists() and not (tmp_path / "studies").exists(), "a worker started"
     if exit_code == 2:
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def _run_as_main(monkeypatch, path, source: str) -> None:
+    """Run ``source`` as the script ``path`` run by ``python path`` would (its module is ``__main__``)."""
+    import types
+
+    path.write_text(source)
+    module = types.ModuleType("__main__")
+    module.__file__ = str(path)
+    monkeypatch.setitem(sys.modules, "__main__", module)
+    exec(compile(source, str(path), "exec"), module.__dict__)
+
+
+def test_tune_refuses_a_call_outside_the_main_guard_before_its_study_opens(tmp_path, job_config, monkeypatch):
+    pytest.importorskip("optuna")
+    study = tmp_path / "study.yaml"
+    study.write_text(job_config.read_text() + f"\ntune:\n  study: s\n  trials: 1\n  path: {tmp_path / 'studies'}\n"
+                                              "  space:\n    model.pooling: {choices: [mean, max]}\n")
+    monkeypatch.setitem(sys.modules, "QuantumGrav", QG)
+    with pytest.raises(QG.UserError, match=r"QG.tune is called at the top level of .*script.py \(line 2\) without"):
+        _run_as_main(monkeypatch, tmp_path / "script.py", f"import QuantumGrav as QG\nQG.tune({str(study)!r}, nproc=2)\n")
+    assert not (tmp_path / "studies").exists()
+
+
+@pytest.mark.parametrize("guard", ['if __name__ == "__main__":', "if '__main__' == __name__:"])
+def test_a_call_under_the_main_guard_either_way_round_is_accepted(tmp_path, monkeypatch, guard):
+    from QuantumGrav.launcher import check_main_guard
+
+    _run_as_main(monkeypatch, tmp_path / "script.py",
+                 f"from QuantumGrav.launcher import check_main_guard\n\n\ndef main():\n    check_main_guard('QG.launch')\n"
+                 f"\n\n{guard}\n    main()\n")
+    with pytest.raises(QG.UserError, match=r"line 3\) without the main guard"):
+        _run_as_main(monkeypatch, tmp_path / "script.py",
+                     "from QuantumGrav.launcher import check_main_guard\nif True:\n    check_main_guard('QG.launch')\n")
+    monkeypatch.undo()
+    check_main_guard("QG.launch")  # from pytest's own __main__ (python -m pytest), whose call is under its guard
