@@ -177,6 +177,7 @@ class KillOutcome:
     left: list[str]  # the processes the launcher had started that were still alive after the wait
     seconds: float  # from the kill until the last of them was gone (or the wait, where some were left)
     output: str = field(repr=False, default="")
+    started: list[str] = field(default_factory=list)  # what the launching process had started, at the kill
 
 
 def job_code(config_path: Path, world_size: int, overrides: dict, library: Path = SRC, tune: bool = False) -> str:
@@ -206,12 +207,17 @@ def wait_until_gone(processes: list, within_s: float, started: float) -> KillOut
     """Poll until every process is gone (psutil: a zombie whose parent died is reaped by init)."""
     import psutil
 
+    described = [_describe(process) for process in processes]
     _, alive = psutil.wait_procs(processes, timeout=within_s)
-    left = []
-    for process in alive:
-        with contextlib.suppress(psutil.Error):
-            left.append(f"{process.pid} {' '.join(process.cmdline())[:160]}")
-    return KillOutcome(left, time.monotonic() - started)
+    return KillOutcome([_describe(process) for process in alive], time.monotonic() - started, started=described)
+
+
+def _describe(process) -> str:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return f"{process.pid} {' '.join(process.cmdline())[:160]}"
+    return f"{process.pid} (gone)"
 
 
 def job_environment() -> dict[str, str]:
@@ -383,8 +389,8 @@ def kill_main(args: argparse.Namespace, project: UserProject, stop_at: float) ->
                                     args.clean_within)
                 outcomes.append(outcome)
                 state = f"LEFT {len(outcome.left)}" if outcome.left else "clean"
-                print(f"{case} world_size={world_size} run {index + 1}/{args.runs}: {state} "
-                      f"({outcome.seconds:.1f} s after the kill)", flush=True)
+                print(f"{case} world_size={world_size} run {index + 1}/{args.runs}: {state} of "
+                      f"{len(outcome.started)} processes ({outcome.seconds:.1f} s after the kill)", flush=True)
                 if outcome.left:
                     print("\n".join(outcome.left), "".join(outcome.output.splitlines(keepends=True)[-15:]),
                           sep="\n", flush=True)

@@ -36,10 +36,13 @@ def _assert_clean(outcome: stress_teardown.KillOutcome) -> None:
 
 def test_kill_9_of_a_script_in_launch_stops_every_worker_and_the_rerun_continues(tmp_path, job_config):
     run_dir = tmp_path / "first" / "runs" / "killed"
-    overrides = {**stress_teardown.LONG_RUN, "training.path": str(run_dir.parent), "training.run_name": "killed"}
+    overrides = {**stress_teardown.LONG_RUN, "training.path": str(run_dir.parent), "training.run_name": "killed",
+                 "training.num_workers": 1}  # DataLoader workers, which must go too
     outcome = stress_teardown.kill_script(tmp_path / "first", job_config, 2, overrides, GONE_WITHIN_S,
                                           library=LIBRARY)
     _assert_clean(outcome)
+    # The fork server, the resource tracker, 2 ranks and their persistent DataLoader workers (train, validation).
+    assert len(outcome.started) >= 6, outcome.started
     assert "the process that started this job (QG.launch) is gone" in outcome.output, outcome.output[-3000:]
     assert "stopped on SIGTERM after checkpointing" in outcome.output, outcome.output[-3000:]
     assert (run_dir / "checkpoints" / "last.pt").is_file(), "the workers stopped without a checkpoint"
