@@ -12,6 +12,14 @@ and prints, per script and world size, how many runs finished, failed, or hung (
 ``--hang-after`` seconds after rank 0's last line: "Process 0 cleanup completed", or the run summary
 of ``launch``). Hung runs are killed, with every process of the job.
 
+``--kill`` runs the other half of "nothing left running" (issue 25): a job started by ``QG.launch`` (or
+``QG.tune``) from a script or a Jupyter kernel, whose launching process is killed alone with ``kill -9``
+once rank 0 has logged its first epoch (as the out-of-memory killer kills it), or whose kernel Jupyter
+restarts. It counts the runs after which every process the launcher had started (fork server, workers,
+resource tracker, DataLoader workers) was gone within ``--clean-within`` seconds:
+
+    python benchmarks/stress_teardown.py --kill kernel --runs 10 --world-sizes 2
+
 The scripts read ``configs/train_ddp.yaml`` next to themselves and put ``src`` on sys.path, so
 each runs in a small project folder made here; the spawn script's two constants (``world_size =
 3`` and ``master_port = "12355"``) are the only lines changed, to set the world size and a free port.
@@ -20,6 +28,7 @@ each runs in a small project folder made here; the spawn script's two constants 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -31,6 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -59,7 +69,7 @@ class UserProject:
     def __init__(self, root: Path, overrides: dict | None = None, library: Path = SRC):
         import QuantumGrav as QG
 
-        self.root = root
+        self.root, self.library = root, library
         # The file's own keys only (not the validated config with every default), so that an older
         # version of the library (--library) reads it too.
         config = yaml.load((REPO / "configs" / "train_ddp.yaml").read_text(), QG.get_loader())
@@ -71,6 +81,15 @@ class UserProject:
         (root / "src").symlink_to(library)
         shutil.copy(USER_SCRIPTS / "train_ddp_torchrun.py", root / "train_ddp_torchrun.py")
         self.spawn_template = (USER_SCRIPTS / "train_ddp_mp_spawn.py").read_text()
+
+    def study_config(self) -> Path:
+        """configs/train_ddp.yaml as a study of two trials over the pooling (what a tune worker trains)."""
+        path = self.root / "configs" / "tune_ddp.yaml"
+        if not path.exists():
+            text = (self.root / "configs" / "train_ddp.yaml").read_text()
+            path.write_text(text + "\ntune:\n  study: killed\n  trials: 2\n  space:\n"
+                                   "    model.pooling: {choices: [mean, max]}\n")
+        return path
 
     def command(self, script: str, world_size: int) -> list[str]:
         from QuantumGrav.distributed import find_free_port
@@ -148,6 +167,175 @@ def table_row(script: str, world_size: int, outcomes: list[Outcome]) -> str:
            f"| {median:.1f} |"
 
 
+# ------------------------------------------------------------------------- kill what started the job
+KILL_CASES = ("script", "kernel", "kernel_restart", "tune_kernel")
+LONG_RUN = {"training.num_epochs": 100_000, "early_stopping.enabled": False}  # still training when killed
+
+
+@dataclass
+class KillOutcome:
+    left: list[str]  # the processes the launcher had started that were still alive after the wait
+    seconds: float  # from the kill until the last of them was gone (or the wait, where some were left)
+    output: str = field(repr=False, default="")
+    started: list[str] = field(default_factory=list)  # what the launching process had started, at the kill
+
+
+def job_code(config_path: Path, world_size: int, overrides: dict, library: Path = SRC, tune: bool = False) -> str:
+    """What a notebook cell or a script runs: QG.launch (or QG.tune) of the config at ``config_path``."""
+    call = (f"QG.tune({str(config_path)!r}, nproc={world_size}, overrides={overrides!r})" if tune else
+            f"QG.launch(QG.load_config({str(config_path)!r}, {overrides!r}), nproc={world_size})")
+    return f"import sys\nsys.path.insert(0, {str(library)!r})\nimport QuantumGrav as QG\n{call}\n"
+
+
+def wait_for_training(folder: Path, limit_s: float, alive) -> bool:
+    """Until rank 0 has written its first epoch's metrics under ``folder`` (False: the job ended or
+    ``limit_s`` passed first)."""
+    return wait_for(lambda: any(folder.rglob("metrics.csv")), limit_s, alive)
+
+
+def wait_for(condition, limit_s: float, alive) -> bool:
+    """Poll ``condition()`` until it holds (True), or the job is no longer ``alive()`` or ``limit_s`` passed."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and alive():
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def wait_until_gone(processes: list, within_s: float, started: float) -> KillOutcome:
+    """Poll until every process is gone (psutil: a zombie whose parent died is reaped by init)."""
+    import psutil
+
+    described = [_describe(process) for process in processes]
+    _, alive = psutil.wait_procs(processes, timeout=within_s)
+    return KillOutcome([_describe(process) for process in alive], time.monotonic() - started, started=described)
+
+
+def _describe(process) -> str:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return f"{process.pid} {' '.join(process.cmdline())[:160]}"
+    return f"{process.pid} (gone)"
+
+
+def job_environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+
+
+def write_job_script(folder: Path, config_path: Path, world_size: int, overrides: dict, library: Path = SRC) -> Path:
+    """folder/job.py: job_code under the main guard, as a user's script runs it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "job.py"
+    code = job_code(config_path, world_size, overrides, library)
+    script.write_text("if __name__ == '__main__':\n" + "".join(f"    {line}\n" for line in code.splitlines()))
+    return script
+
+
+def kill_script(folder: Path, config_path: Path, world_size: int, overrides: dict, within_s: float = 60.0,
+                limit_s: float = 300.0, library: Path = SRC, ready: Any = None) -> KillOutcome:
+    """A script with the main guard runs QG.launch (its runs under ``folder``, where ``overrides`` put
+    them); once training (or once ``ready(process, log)`` says so), its process alone gets SIGKILL."""
+    import psutil
+
+    script = write_job_script(folder, config_path, world_size, overrides, library)
+    log = folder / "output.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen([sys.executable, str(script)], cwd=folder, env=job_environment(), stdout=output,
+                                   stderr=subprocess.STDOUT)
+    try:
+        if ready is None:
+            started = wait_for_training(folder, limit_s, lambda: process.poll() is None)
+        else:
+            started = wait_for(lambda: ready(process, log), limit_s, lambda: process.poll() is None)
+        if not started:
+            return KillOutcome(["the job never got where it was to be killed"], 0.0, log.read_text())
+        started_by_it = psutil.Process(process.pid).children(recursive=True)
+        started = time.monotonic()
+        process.kill()
+        process.wait()
+        outcome = wait_until_gone(started_by_it, within_s, started)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    outcome.output = log.read_text()
+    return outcome
+
+
+def kill_kernel(folder: Path, config_path: Path, world_size: int, overrides: dict, how: str = "kill",
+                tune: bool = False, within_s: float = 60.0, limit_s: float = 300.0,
+                library: Path = SRC) -> KillOutcome:
+    """A Jupyter kernel (driven with jupyter_client, as the notebook server drives it) runs QG.launch or
+    QG.tune; once training, the kernel's process alone gets SIGKILL (``how="kill"``: the out-of-memory
+    killer) or Jupyter restarts the kernel (``how="restart"``)."""
+    import psutil
+    from jupyter_client.manager import KernelManager
+
+    folder.mkdir(parents=True, exist_ok=True)
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(env=job_environment(), cwd=str(folder))
+    client = manager.client()
+    client.start_channels()
+    messages: list[str] = []
+    try:
+        client.wait_for_ready(timeout=120)
+        client.execute(job_code(config_path, world_size, overrides, library, tune))
+        kernel = psutil.Process(manager.provisioner.process.pid)
+        trained = wait_for_training(folder, limit_s, lambda: kernel.is_running() and _collect(client, messages))
+        if not trained:
+            return KillOutcome(["the job never started training"], 0.0, "".join(messages))
+        started_by_it = kernel.children(recursive=True)
+        started = time.monotonic()
+        if how == "restart":
+            manager.restart_kernel(now=True)
+        else:
+            kernel.kill()
+        outcome = wait_until_gone(started_by_it, within_s, started)
+        if how == "restart" and not manager.is_alive():
+            outcome.left.append("the restarted kernel is not running")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    outcome.output = "".join(messages)
+    return outcome
+
+
+def _collect(client: Any, messages: list[str]) -> bool:
+    """The kernel's output so far (stream text and errors) into ``messages``; True to go on waiting."""
+    while True:
+        try:
+            message = client.get_iopub_msg(timeout=0.01)
+        except Exception:  # queue.Empty: nothing more now
+            return True
+        content = message["content"]
+        if message["msg_type"] == "stream":
+            messages.append(content["text"])
+        elif message["msg_type"] == "error":
+            messages.append("\n".join(content["traceback"]))
+            return False  # the cell failed: the job will not start
+
+
+def kill_once(case: str, folder: Path, project: "UserProject", world_size: int, within_s: float) -> KillOutcome:
+    overrides = {**LONG_RUN, "training.path": str(folder / "runs")}
+    config = project.root / "configs" / "train_ddp.yaml"
+    if case == "script":
+        return kill_script(folder, config, world_size, overrides, within_s, library=project.library)
+    if case == "tune_kernel":
+        return kill_kernel(folder, project.study_config(), world_size, {**overrides, "tune.path": str(folder / "studies")},
+                           tune=True, within_s=within_s, library=project.library)
+    how = "restart" if case == "kernel_restart" else "kill"
+    return kill_kernel(folder, config, world_size, overrides, how, within_s=within_s, library=project.library)
+
+
+def kill_table_row(case: str, world_size: int, outcomes: list[KillOutcome]) -> str:
+    clean = [o for o in outcomes if not o.left]
+    median = f"{statistics.median(o.seconds for o in clean):.1f}" if clean else "-"
+    worst = f"{max(o.seconds for o in clean):.1f}" if clean else "-"
+    return f"| {case} | {world_size} | {len(outcomes)} | {len(clean)} | {len(outcomes) - len(clean)} | {median} " \
+           f"| {worst} |"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="runs per script and world size (default: 40)")
@@ -160,11 +348,17 @@ def main() -> int:
                         help="start no run after this many minutes; the table counts the runs made")
     parser.add_argument("--library", type=Path, default=SRC,
                         help="the QuantumGrav source folder the scripts import (to measure another version)")
+    parser.add_argument("--kill", nargs="+", choices=KILL_CASES,
+                        help="instead of the scripts' exits: kill what started QG.launch/QG.tune (see above)")
+    parser.add_argument("--clean-within", type=float, default=60.0,
+                        help="--kill: seconds after the kill within which every process it started must be gone")
     args = parser.parse_args()
     stop_at = time.monotonic() + 60 * args.max_minutes
     rows = []
     with tempfile.TemporaryDirectory(prefix="qg-stress-") as folder:
         project = UserProject(Path(folder), library=args.library.resolve())
+        if args.kill:
+            return kill_main(args, project, stop_at)
         for script in args.scripts:
             for world_size in args.world_sizes:
                 def report(index: int, outcome: Outcome) -> None:
@@ -178,6 +372,31 @@ def main() -> int:
                                   stop_at=stop_at)
                 rows.append(table_row(script, world_size, outcomes))
     print("\n| script | world size | runs | exited 0 | failed | hung |  median s |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    return 0
+
+
+def kill_main(args: argparse.Namespace, project: UserProject, stop_at: float) -> int:
+    rows = []
+    for case in args.kill:
+        for world_size in args.world_sizes:
+            outcomes = []
+            for index in range(args.runs):
+                if time.monotonic() > stop_at:
+                    break
+                outcome = kill_once(case, project.root / f"{case}-{world_size}-{index}", project, world_size,
+                                    args.clean_within)
+                outcomes.append(outcome)
+                state = f"LEFT {len(outcome.left)}" if outcome.left else "clean"
+                print(f"{case} world_size={world_size} run {index + 1}/{args.runs}: {state} of "
+                      f"{len(outcome.started)} processes ({outcome.seconds:.1f} s after the kill)", flush=True)
+                if outcome.left:
+                    print("\n".join(outcome.left), "".join(outcome.output.splitlines(keepends=True)[-15:]),
+                          sep="\n", flush=True)
+            rows.append(kill_table_row(case, world_size, outcomes))
+    print(f"\n| killed | world size | runs | all gone within {args.clean_within:.0f} s | left running "
+          "| median s to all gone | slowest s |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0

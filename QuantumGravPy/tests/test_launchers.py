@@ -128,8 +128,10 @@ def test_an_interrupt_of_the_launching_process_stops_every_worker(job, tmp_path)
     import psutil
 
     script = tmp_path / "notebook_like.py"
+    # Early stopping off: the tiny job (patience 10) could end by itself before the SIGINT where this test lags.
+    long_run = {"training.num_epochs": 500, "early_stopping.enabled": False}
     script.write_text("import sys\nimport QuantumGrav as QG\n\nif __name__ == '__main__':\n"
-                      "    QG.launch(QG.load_config(sys.argv[1], {'training.num_epochs': 500}), nproc=2)\n")
+                      f"    QG.launch(QG.load_config(sys.argv[1], {long_run!r}), nproc=2)\n")
     parent = subprocess.Popen([sys.executable, str(script), job.arguments("interrupted")[1]], cwd=tmp_path,
                               env=job.env, stderr=subprocess.PIPE, text=True)
     try:

@@ -336,27 +336,28 @@ def test_workers_opening_a_new_database_at_once_all_open_it(tmp_path):
         assert sorted(outcome for _, outcome in outcomes) == ["opened"] * 3, outcomes
 
 
-def test_rank_0_waiting_for_other_workers_keeps_the_others_from_timing_out_however_short_their_wait(monkeypatch):
-    """The other ranks wait parallel.timeout_s + data_timeout_s for a command; rank 0 keeps them waiting
-    (command 'wait') well within that, also where it is shorter than the 60 s keep-alive."""
+def test_the_other_ranks_wait_for_rank_0_as_long_as_it_beats_and_stop_with_one_line_when_it_does_not():
+    """The other ranks wait parallel.timeout_s + data_timeout_s for rank 0's next command, and rank 0 may be busy
+    for longer: testing and fitting baselines after a trial, sampling the next, waiting for other workers' trials.
+    Its thread beats meanwhile, which keeps them waiting; once it is silent they stop with one line (they
+    failed with the store's 'wait timeout' traceback after rank 0's test and baselines)."""
     import datetime
+    import threading
+
+    import torch.distributed as dist
 
     from QuantumGrav import tune_ddp
+    from QuantumGrav.tuner import StudyFailed
 
-    class Commands:
-        timeout, sent = datetime.timedelta(seconds=8), []
-
-        def publish(self, round_, command):
-            self.sent.append(command)
-
-    monkeypatch.setattr(tune_ddp, "WAIT_POLL_S", 0.0)
-    lead = tune_ddp.Lead(Commands(), settings=None, base={})
-    lead.last_sent = time.monotonic() - 1.0
-    lead._wait()
-    assert Commands.sent == []  # 1 s since the last command: no need yet
-    lead.last_sent = time.monotonic() - 3.0
-    lead._wait()
-    assert Commands.sent == [("wait",)]  # 3 s > 8 s / 4
+    store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=10),
+                          wait_for_workers=False)
+    lead, follower = tune_ddp.Channel(store, 0, 2, timeout_s=1.0), tune_ddp.Channel(store, 1, 2, timeout_s=1.0)
+    busy = threading.Timer(3.0, lead.publish, args=(0, ("done",)))  # rank 0's next command comes 3 waits later
+    with tune_ddp.beating(lead, interval_s=0.25):
+        busy.start()
+        assert follower.receive(0) == ("done",)
+    with pytest.raises(StudyFailed, match="rank 0 sent no command and no keep-alive for 1 s"):
+        follower.receive(1)
 
 
 def test_a_retry_is_not_taken_for_dead_before_its_first_heartbeat(tmp_path, monkeypatch):

@@ -31,6 +31,7 @@ from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION,
                           DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES,
                           CausalSetRecord, check_generation_args, draw_plan, generate_block, plan_order)
 from .distributed import cores_per_process, worker_context
+from .lifeline import Lifeline, exit_when_gone
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
 VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
@@ -197,10 +198,16 @@ def generate_blocks(directory: Path, params: dict[str, Any], blocks: Sequence[in
     directory.mkdir(parents=True, exist_ok=True)
     if workers <= 1 or len(pending) <= 1:
         return sum(generate_block_files(str(directory), params, block, block_size) for block in pending)
-    with ProcessPoolExecutor(min(workers, len(pending)), mp_context=worker_context()) as pool:
-        counts = pool.map(generate_block_files, *zip(*[(str(directory), params, block, block_size)
-                                                       for block in pending]))
-        return sum(counts)
+    context = worker_context()
+    lifeline = Lifeline(context)  # the pool's workers exit when this process is gone, however it ended
+    try:
+        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context, initializer=exit_when_gone,
+                                 initargs=(lifeline.reader,)) as pool:
+            counts = pool.map(generate_block_files, *zip(*[(str(directory), params, block, block_size)
+                                                           for block in pending]))
+            return sum(counts)
+    finally:
+        lifeline.close()
 
 
 class CausalSetDataset(InMemoryDataset):

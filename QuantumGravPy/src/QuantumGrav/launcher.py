@@ -8,6 +8,7 @@ worker fails, the others are stopped at once and the error is raised here with i
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import pickle
@@ -30,6 +31,7 @@ from .config import find_unimportable, resolve_config, with_world_size
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           cores_per_process, launched_by_torchrun, resolve_device, worker_context)
 from .errors import Preempted, UserError
+from .lifeline import Lifeline, stop_when_the_launcher_dies
 from .logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
@@ -121,6 +123,55 @@ def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
                         f"(e.g. my_module.py) and refer to it as !pyobject my_module.{name}, or use nproc=1")
 
 
+def check_main_guard(caller: str) -> None:
+    """Refuse, before any worker starts, a call made by a script's top level outside the main guard.
+
+    Workers started with forkserver or spawn import the script that is ``__main__`` again (as
+    ``__mp_main__``); a ``QG.launch`` it calls at its top level would then run again in every worker,
+    which multiprocessing stops with a 40-line traceback. A notebook, ``python -c`` and an interactive
+    session have no script to import again."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    line = _line_of_the_main_scripts_top_level(main)
+    if path is None or line is None:
+        return
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return  # not a readable Python file (a zipapp, a frozen program): nothing to check
+    if not _under_the_main_guard(tree, line):
+        raise UserError(f"{caller} is called at the top level of {path} (line {line}) without the main guard: "
+                        "its worker processes import this script again and each would start the job again. "
+                        f'Put the call under `if __name__ == "__main__":` (as examples/train_ddp_standalone.py does)')
+
+
+def _line_of_the_main_scripts_top_level(main: Any) -> int | None:
+    """The line the ``__main__`` module's top-level code is running (the outermost such frame), if it is."""
+    line, frame = None, sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is getattr(main, "__dict__", None):
+            line = frame.f_lineno
+        frame = frame.f_back
+    return line
+
+
+def _under_the_main_guard(tree: ast.Module, line: int) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test):
+            if any(statement.lineno <= line <= (statement.end_lineno or statement.lineno) for statement in node.body):
+                return True
+    return False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
 def _check_devices(config: dict, nproc: int) -> None:
     if resolve_device(config["training"]["device"]).type == "cuda":  # device: cuda without a GPU raises here
         visible = torch.cuda.device_count()
@@ -148,8 +199,11 @@ def _backend(config: dict) -> str:
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
-            console_level: str | int | None, environment: dict[str, str], callbacks: Sequence[Callback]) -> None:
+            console_level: str | int | None, environment: dict[str, str], callbacks: Sequence[Callback],
+            lifeline) -> None:
     """Entry point of a worker process (module level, so that the worker can import it by name)."""
+    # First of all: from here on, this worker stops whenever the launching process ends (lifeline.py).
+    stop_when_the_launcher_dies(lifeline)
     # The launching process's environment now, not the fork server's from its start (worker_context):
     # a notebook that sets CUDA_VISIBLE_DEVICES or WANDB_MODE before its second launch gets it applied.
     os.environ.clear()
@@ -215,13 +269,15 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
         raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
     if nproc == 1:
         return run_job(config, callbacks=callbacks)
+    check_main_guard("QG.launch")
     check_spawnable(config, callbacks)
     _check_devices(config, nproc)
     config = with_world_size(config, nproc)
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = worker_context()
-    results, run_dirs = context.Queue(), context.SimpleQueue()
-    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks))
+    results, run_dirs, lifeline = context.Queue(), context.SimpleQueue(), Lifeline(context)
+    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks),
+                 lifeline.reader)
     processes = [context.Process(target=_worker, args=(rank, *arguments), name=f"rank{rank}") for rank in range(nproc)]
     try:
         for process in processes:
@@ -235,6 +291,7 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
         raise
     finally:  # on success, on a worker's failure and on KeyboardInterrupt (a kernel interrupt)
         _stop(processes)
+        lifeline.close()  # after the workers are gone: closed earlier, it would tell them to stop
 
 
 def _supervise(processes: list, results) -> dict[str, Any]:

@@ -17,8 +17,11 @@ rank could miss:
 4. rank 0 reads every rank's outcome and records the trial (COMPLETE or PRUNED as rank 0 trained it;
    FAIL with the first error when any rank failed) and the next round begins.
 
-Every wait is bounded: a command comes at least every KEEPALIVE_S, an outcome within the trial's own
-timeouts (``parallel.data_timeout_s`` + ``parallel.timeout_s`` after rank 0's training ended). Under NCCL,
+Every wait is bounded: the other ranks wait for a command as long as rank 0 beats (a counter in the store,
+raised every KEEPALIVE_S or a quarter of their wait, whichever is shorter, by a thread of rank 0, whatever
+rank 0 does meanwhile: its test and baselines after a trial, sampling the next one, waiting for other
+workers' trials), and ``parallel.data_timeout_s + parallel.timeout_s`` longer once it stops; an outcome within
+the trial's own timeouts (``parallel.data_timeout_s`` + ``parallel.timeout_s`` after rank 0's training ended). Under NCCL,
 leaving the group does not release a collective the others wait in: they fail at ``parallel.timeout_s``
 (NCCL's watchdog ends them), the job ends, and the same command started again continues the study
 (the trial is failed as stale and retried).
@@ -26,10 +29,13 @@ leaving the group does not release a collective the others wait in: they fail at
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -44,7 +50,7 @@ from .study_storage import open_study
 from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")
-KEEPALIVE_S = 60.0  # while rank 0 waits for other workers' trials, it still sends a command this often
+KEEPALIVE_S = 60.0  # rank 0 beats at least this often while the other ranks wait for its next command
 ACK_TIMEOUT_S = 60.0
 
 
@@ -59,7 +65,28 @@ class Channel:
         self.store.set(f"command/{round_}", pickle.dumps(command))
 
     def receive(self, round_: int) -> tuple:
-        return self._read(f"command/{round_}", self.timeout)
+        """Command ``round_``, waited for as long as rank 0 beats: its test and baselines after a trial (or
+        the next trial's sampling) may take longer than the timeout of one wait."""
+        beats = self.beats()
+        while True:
+            try:
+                return self._read(f"command/{round_}", self.timeout)
+            except dist.DistStoreError as err:
+                if "timeout" not in str(err).lower():
+                    raise
+                now = self.beats()
+                if now == beats:
+                    raise StudyFailed(f"rank 0 sent no command and no keep-alive for "
+                                      f"{self.timeout.total_seconds():.0f} s (parallel.data_timeout_s + "
+                                      "parallel.timeout_s): it is stuck or gone, so this rank stops") from None
+                beats = now
+
+    def beat(self) -> None:
+        """Rank 0: still deciding what comes next."""
+        self.store.add("lead/beats", 1)
+
+    def beats(self) -> int:
+        return self.store.add("lead/beats", 0)
 
     def report(self, round_: int, outcome: tuple) -> None:
         self.store.set(f"outcome/{round_}/{self.rank}", pickle.dumps(outcome))
@@ -109,16 +136,20 @@ class Lead:
 
     def __init__(self, channel: Channel, settings: StudySettings, base: dict[str, Any]):
         self.channel, self.settings, self.base = channel, settings, base
-        self.round, self.last_sent = 0, time.monotonic()
+        self.round = 0
         # Within a quarter of the time the other ranks wait for a command (short where parallel timeouts are).
         self.keepalive_s = min(KEEPALIVE_S, channel.timeout.total_seconds() / 4)
 
     def run(self) -> dict[str, Any]:
+        with beating(self.channel, self.keepalive_s):
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         worker = None
         try:
             worker = StudyWorker(self.settings, self.base, open_study(self.settings))
             while (action := worker.next_action()) != "done":
-                self._wait() if action == "wait" else self._trial(worker)
+                time.sleep(WAIT_POLL_S) if action == "wait" else self._trial(worker)
         except BaseException as err:  # the other ranks wait for a command: they raise the same
             self._send(("abort", isinstance(err, UserError), isinstance(err, Preempted), one_line(err)))
             self.channel.wait_for_acknowledgements(self.round - 1)
@@ -131,12 +162,7 @@ class Lead:
 
     def _send(self, command: tuple) -> None:
         self.channel.publish(self.round, command)
-        self.round, self.last_sent = self.round + 1, time.monotonic()
-
-    def _wait(self) -> None:
-        time.sleep(WAIT_POLL_S)
-        if time.monotonic() - self.last_sent > self.keepalive_s:
-            self._send(("wait",))
+        self.round += 1
 
     def _trial(self, worker: StudyWorker) -> None:
         trial = worker.ask()
@@ -155,6 +181,28 @@ class Lead:
             _train_in_group(self.channel, round_, config, callbacks)
             outcome = _merged(self.channel.outcomes(round_), self.settings.metric)
         worker.record(trial, outcome, time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def beating(channel: Channel, interval_s: float) -> Iterator[None]:
+    """Rank 0 beats every ``interval_s`` from a thread while the block runs, so that the other ranks, waiting
+    for its next command, know it is alive however long its main thread is busy."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            try:
+                channel.beat()
+            except dist.DistError:  # the store is gone (the job is ending): the other ranks learn it anyway
+                return
+
+    thread = threading.Thread(target=beat, name="QuantumGrav-tune-keepalive", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _follow(channel: Channel) -> None:

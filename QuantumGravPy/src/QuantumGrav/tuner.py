@@ -33,7 +33,7 @@ from .callbacks import Callback, Stop
 from .config import apply_overrides, validate_config
 from .distributed import launched_by_torchrun
 from .errors import ConfigError, Preempted, UserError
-from .launcher import TrainingFailed, check_job, check_spawnable, launch
+from .launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
 from .logging_utils import get_logger, setup_logging
 from .search_space import short_text
 from .study_config import StudySettings, problem_lines, read_study_config
@@ -67,6 +67,7 @@ def tune(config: Any, trials: int | None = None, nproc: int | None = None,
         if nproc < 1:
             raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
         if nproc > 1:  # every trial would fail on it: say it once, now
+            check_main_guard("QG.tune")
             check_spawnable({**base, "tune": {"space": [d.choices for d in settings.space.dimensions]}})
         worker = StudyWorker(settings, base, open_study(settings))
         try:
