@@ -18,12 +18,31 @@ from .config import Field, _is_pyobject, pyobject_path, schema
 
 COMMAND = "python -m QuantumGrav.config_reference > docs/configuration.md"
 
-INTRODUCTION = f"""\
+
+
+def _default_job() -> str:
+    """The default job in words, read from the schema (so that the sentence cannot outlive a change of it)."""
+    spec = schema()
+    model, training = spec["model"], spec["training"]
+    widths = model["hidden_channels"].default
+    shape = f"{len(widths)} x {widths[0]}" if len(set(widths)) == 1 else " -> ".join(map(str, widths))
+    directions = "both ways" if model["directions"].default == "both" else "from past to future"
+    invariants = ", the order invariants in the head" if model["graph_features"].default else ""
+    schedule = training["scheduler_type"].default
+    schedule = f"a {schedule.__name__} schedule" if schedule else "a constant learning rate"
+    return (f"`{model['conv'].default.__name__}` layers of {shape} channels passing messages {directions}{invariants}, "
+            f"{training['optimizer_type'].default.__name__} at lr {training['optimizer_kwargs'].default['lr']:g} "
+            f"with {schedule} over {training['num_epochs'].default} epochs, early stopping after "
+            f"{spec['early_stopping']['patience'].default} epochs without improvement")
+
+
+def introduction() -> str:
+    return f"""\
 # Configuration reference
 
 This file is generated from the schema in `QuantumGravPy/src/QuantumGrav/config.py` by
-`{COMMAND}`: change a key's explanation there (its `doc`), not here; a test fails when this file
-is out of date.
+`{COMMAND}`: change a key's explanation there (its `doc`), not
+here; a test fails when this file is out of date.
 
 A config is YAML read with `yaml.load(f, QG.get_loader())` (or `QG.load_config(path)`, which also
 validates it and fills every default). `!pyobject dotted.path` stands for a Python object (a class or a
@@ -34,10 +53,8 @@ function, e.g. `!pyobject torch.optim.AdamW`); every other value is plain YAML. 
 A config that leaves a key out gets its default below, and the defaults are the values of the default
 job, `configs/train.yaml` (`make train`): the model, the optimizer, the learning-rate schedule and early
 stopping of the hyperparameter study's best configuration (README, "How good is the default GNN?").
-A config of your own that leaves out `model:` therefore trains that model: `TransformerConv` layers of
-3 x 128 channels passing messages both ways, the order invariants in the head, AdamW with a cosine
-schedule over 40 epochs, early stopping after 10 epochs without improvement. For a faster, smaller model
-set the `model` keys you want (README gives the overrides of the previous default), and set
+A config of your own that leaves out `model:` therefore trains that model: {_default_job()}.
+For a faster, smaller model set the `model` keys you want (README gives the overrides of the previous default), and set
 `model.conv_kwargs` whenever you change `model.conv` (the default's are `TransformerConv`'s).
 A test keeps `configs/train.yaml` equal to these defaults, and `configs/train_ddp.yaml` equal to
 `configs/train.yaml` except for its `parallel:` section.
@@ -133,7 +150,7 @@ def _key_line(path: str, field: Field) -> str:
 
 def reference_markdown() -> str:
     """The whole of docs/configuration.md."""
-    parts = [INTRODUCTION]
+    parts = [introduction()]
     for name, item in schema().items():
         lines = [f"## `{name}`", "", _escaped(SECTIONS[name]), ""]
         entries = leaf_keys(item, f"{name}.") if isinstance(item, dict) else [(name, item)]
