@@ -25,7 +25,6 @@ TESTS = REPO / "QuantumGravPy" / "tests"
 sys.path.insert(0, str(TESTS))  # the tests' tiny config and importable fault helpers
 
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 import QuantumGrav as QG  # noqa: E402
 from QuantumGrav.config import resolve_pyobject  # noqa: E402
@@ -52,7 +51,7 @@ class Faults:
         self.config = QG.apply_overrides(TINY, {"training.path": str(folder / "runs"),
                                                 "data.root": str(folder / "data")})
         self.config_file = folder / "tiny.yaml"
-        self.config_file.write_text(yaml.safe_dump(self.config))
+        self.config_file.write_text(QG.dump_config(self.config))
         done = cli("train", "--config", str(self.config_file), "--set", "training.num_epochs=2",
                    "--set", "training.run_name=base")
         assert done.returncode == 0, done.stderr

@@ -165,11 +165,125 @@ def test_partial_configs_merge_in_order():
     assert config["logger"]["wandb"]["tags"] == ["ddp", "causal-sets"]
 
 
-def test_configuration_reference_in_docs_is_up_to_date():
-    from QuantumGrav.config import reference_markdown
+def test_configuration_reference_is_the_schema_and_up_to_date():
+    from QuantumGrav.config import schema
+    from QuantumGrav.config_reference import COMMAND, SECTIONS, leaf_keys, reference_markdown
 
     text = (REPO / "docs" / "configuration.md").read_text()
-    assert reference_markdown() in text, "regenerate the table with the command in docs/configuration.md"
+    assert text == reference_markdown(), f"docs/configuration.md is out of date: run {COMMAND}"
+    assert set(SECTIONS) == set(schema()), "every top-level key of the schema needs its introduction"
+    for key, field in leaf_keys(schema()):
+        assert field.doc, f"{key} has no explanation (its Field's doc in config.py)"
+        assert f"\n- `{key}` (default `" in text, key
+
+
+def test_configuration_reference_is_plain_commonmark_with_a_heading_per_section():
+    """The Sphinx site includes the file as it is (MyST): CommonMark without raw HTML, and every key's text as
+    written in the schema (no '**kwargs' turned bold, no '<timestamp>' read as a tag)."""
+    markdown_it = pytest.importorskip("markdown_it")
+    from QuantumGrav.config import schema
+
+    tokens = markdown_it.MarkdownIt("commonmark").parse((REPO / "docs" / "configuration.md").read_text())
+    assert not [t for t in tokens if t.type.startswith("html")]
+    inline = [child for t in tokens if t.type == "inline" for child in t.children]
+    assert not [t for t in inline if t.type.startswith(("html", "em_", "link_"))]
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"]
+    assert [h for h in headings if h.startswith("`")] == [f"`{name}`" for name in schema()]
+    texts = "".join(child.content for child in inline if child.type == "text")
+    assert "run-<timestamp>-<random>" in texts and "**optimizer_kwargs" in texts and "__main__" in texts
+
+
+def _flat(config, prefix=""):
+    """{dotted key: value} of a config, mappings (sections and mapping values alike) opened."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _resolved(name, monkeypatch):
+    monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST", raising=False)  # smoke mode caps what a file states
+    return _flat(QG.load_config(REPO / "configs" / name))
+
+
+# What a reader of configs/train.yaml needs to see without opening the reference: the data, the model, the
+# optimizer and its schedule, early stopping, and the batch sizes that set the job's memory and speed.
+STATED_IN_TRAIN_YAML = [
+    "training.num_epochs", "training.batch_size", "training.optimizer_type", "training.optimizer_kwargs.lr",
+    "training.optimizer_kwargs.weight_decay", "training.scheduler_type", "model.conv", "model.conv_kwargs.heads",
+    "model.conv_kwargs.concat", "model.hidden_channels", "model.directions", "model.graph_features", "model.norm",
+    "model.dropout", "model.pooling", "model.head_hidden", "validation.batch_size", "testing.batch_size",
+    "early_stopping.metric", "early_stopping.patience", "early_stopping.min_delta", "data.num_samples",
+    "data.n_min", "data.n_max", "data.split", "data.seed"]
+
+
+def test_the_library_defaults_are_the_default_job(monkeypatch):
+    """A config that leaves a key out gets configs/train.yaml's value: the file states only defaults, and
+    the keys a reader of the default job needs."""
+    defaults = _flat(QG.load_config(None))
+    job = _resolved("train.yaml", monkeypatch)
+    assert {k: (defaults.get(k, "<none>"), job.get(k, "<none>")) for k in set(defaults) | set(job)
+            if defaults.get(k, "<none>") != job.get(k, "<none>")} == {}
+    stated = _flat(read_config_file(REPO / "configs" / "train.yaml"))
+    assert [key for key in STATED_IN_TRAIN_YAML if key not in stated] == []
+
+
+# What configs/train_ddp.yaml may state that train.yaml does not (the resolved values must still be equal but
+# for the parallel section), and why.
+DDP_ONLY_KEYS = {
+    "parallel.": "the DDP job's own section",
+    "training.lr_scaling": "DDP changes the effective batch: shown at its default, to be changed with the batch",
+    "training.drop_last": "DDP pads the shards to equal length: shown at its default",
+    "training.checkpoint_at": "long multi-process jobs keep periodic checkpoints: shown at its default",
+}
+# Resolved values that may differ between the two jobs, and why.
+DDP_DIFFERENT_VALUES = {"parallel.world_size": "the DDP job runs 2 processes, the default job 1"}
+
+
+def test_train_ddp_yaml_is_train_yaml_plus_parallel(monkeypatch):
+    single, ddp = (read_config_file(REPO / "configs" / name) for name in ("train.yaml", "train_ddp.yaml"))
+    single, ddp = _flat(single), _flat(ddp)
+    assert {k: (v, ddp.get(k, "<missing>")) for k, v in single.items() if ddp.get(k, "<missing>") != v} == {}
+    extra = [k for k in ddp if k not in single and not any(k.startswith(allowed) for allowed in DDP_ONLY_KEYS)]
+    assert extra == [], "list the key in DDP_ONLY_KEYS with the reason, or state it in train.yaml too"
+    single, ddp = _resolved("train.yaml", monkeypatch), _resolved("train_ddp.yaml", monkeypatch)
+    assert sorted(k for k in single if single[k] != ddp[k]) == sorted(DDP_DIFFERENT_VALUES)
+
+
+# Where each of the other shipped configs may differ from the default job (its comments say why).
+OTHER_CONFIGS = {
+    "train_quantumgrav_jl.yaml": ("data.", "training.num_workers"),  # QuantumGrav.jl's stores, read in workers
+    "train_regression.yaml": ("data.target", "model.", "training.optimizer_kwargs.", "early_stopping.metric"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_CONFIGS))
+def test_the_other_configs_differ_from_the_default_job_only_where_they_say(name, monkeypatch):
+    job, other = _resolved("train.yaml", monkeypatch), _resolved(name, monkeypatch)
+    differ = [k for k in sorted(set(job) | set(other)) if job.get(k) != other.get(k)]
+    assert [k for k in differ if not k.startswith(OTHER_CONFIGS[name])] == []
+
+
+def test_a_study_config_is_the_default_jobs_task_and_data(monkeypatch):
+    from QuantumGrav.study_config import read_study_config
+
+    pytest.importorskip("optuna")
+    monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST", raising=False)
+    job, (_, base) = _resolved("train.yaml", monkeypatch), read_study_config(REPO / "configs" / "tune.yaml")
+    base = _flat(base)
+    assert {k: (job[k], base[k]) for k in job if k.startswith(("data.", "task.")) and job[k] != base[k]} == {}
+
+
+def test_changing_only_the_convolution_names_conv_kwargs(tiny_config):
+    """The default conv_kwargs are TransformerConv's: a config that changes only model.conv gets one message
+    naming the key and the fix, not a TypeError of PyG's."""
+    graph_conv = QG.config.resolve_pyobject("torch_geometric.nn.GraphConv")
+    with pytest.raises(QG.ConfigError, match=r"model.conv_kwargs: GraphConv rejects \{'heads': 2, 'concat': False\}"
+                                             r".*--set 'model.conv_kwargs=\{\}'"):
+        QG.Trainer(tiny_config({"model.conv": graph_conv, "model.conv_kwargs": {"heads": 2, "concat": False}}))
 
 
 @pytest.mark.parametrize("key, message", [

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 import QuantumGrav as QG
 from QuantumGrav.checkpoint import RunLock, save_last_checkpoint
@@ -79,7 +78,7 @@ def test_last_pt_keeps_the_checkpoint_it_replaces_as_previous_pt(finished_run):
 
 def test_kill_9_while_last_pt_is_renamed_leaves_a_loadable_checkpoint_and_the_resume_finishes(tmp_path, data_root):
     config_file = tmp_path / "train.yaml"
-    config_file.write_text(yaml.safe_dump(QG.apply_overrides(TINY, {
+    config_file.write_text(QG.dump_config(QG.apply_overrides(TINY, {
         "training.path": str(tmp_path / "runs"), "data.root": str(data_root), "training.run_name": "killed"})))
     marker = tmp_path / "paused"
     job = subprocess.Popen([sys.executable, str(HERE / "pause_before_last_checkpoint.py"), str(marker), "train",

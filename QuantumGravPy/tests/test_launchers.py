@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 import QuantumGrav as QG
 from QuantumGrav.config import resolve_pyobject
@@ -33,7 +32,7 @@ def job(tmp_path_factory):
     config = QG.apply_overrides(TINY, {"training.path": str(folder / "runs"), "training.num_epochs": EPOCHS,
                                        "data.root": str(folder / "data")})
     config_path = folder / "tiny.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+    config_path.write_text(QG.dump_config(config))
 
     def run(name: str, command: list[str]):
         done = subprocess.run(command + run.arguments(name), cwd=REPO, env=run.env, capture_output=True,
@@ -249,7 +248,7 @@ def test_train_check_validates_the_config_and_this_machines_devices_without_trai
     from QuantumGrav import cli
 
     config = tmp_path / "job.yaml"
-    config.write_text(yaml.safe_dump(QG.apply_overrides(TINY, {"training.path": str(tmp_path / "runs")})))
+    config.write_text(QG.dump_config(QG.apply_overrides(TINY, {"training.path": str(tmp_path / "runs")})))
     assert cli.main(["train", "--check", "--config", str(config), "--nproc", "3"]) == 0
     assert capsys.readouterr().out == f"{config}: ready: 3 process(es) on cpu (gloo), 3 epochs\n"
     assert cli.main(["train", "--check", "--config", str(config), "--set", "training.device=cuda"]) == 2

@@ -161,7 +161,7 @@ def test_cosine_without_t_max_decays_over_the_epochs_after_warmup(tiny_config):
      "training.optimizer_kwargs: AdamW rejects the configured arguments"),
     ({"training.scheduler_type": COSINE, "training.scheduler_kwargs": {"bogus": 1}},
      "training.scheduler_kwargs: CosineAnnealingLR rejects"),
-    ({"model.conv_kwargs": {"bogus": 1}}, "model: build_model rejects the configured arguments"),
+    ({"model.conv_kwargs": {"bogus": 1}}, r"model.conv_kwargs: GraphConv rejects \{.bogus.: 1\}"),
     ({"criterion": lambda logits: logits.sum()}, r"criterion: calling it as criterion\(outputs, target\) failed"),
     ({"criterion": resolve_pyobject("ddp_helpers.loss_per_graph")}, "criterion: expected a scalar loss tensor"),
     ({"training.scheduler_type": resolve_pyobject("torch.optim.lr_scheduler.ReduceLROnPlateau"),

@@ -169,7 +169,7 @@ def test_a_user_error_of_a_sampled_combination_fails_its_trial_with_one_line(tmp
     table = rows(QG.tune(study(tmp_path, data_root, space, trials=1)))
     assert states(table) == ["FAIL", "COMPLETE"]
     reason = table[0]["reason"]
-    assert reason.startswith("model: ") and "heads" in reason and "\n" not in reason, reason
+    assert reason.startswith("model.conv_kwargs: GraphConv rejects") and "heads" in reason and "\n" not in reason, reason
     assert table[0]["run_dir"] == ""  # refused before its run directory was made
 
 

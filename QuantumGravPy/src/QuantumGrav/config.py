@@ -308,7 +308,7 @@ def _data_schema() -> dict[str, Field]:
         "root": Field(string, d["root"], doc="cache directory for generated data sets"),
         "num_samples": Field(integer(3), d["num_samples"], doc="causal sets generated (all splits)"),
         "n_min": Field(integer(4), d["n_min"], doc="elements per causal set, drawn uniformly from [n_min, n_max]"),
-        "n_max": Field(integer(4), d["n_max"]),
+        "n_max": Field(integer(4), d["n_max"], doc="the largest causal sets (n_min <= n_max)"),
         "dimensions": Field(
             list_of(choice(2, 3, 4), min_len=1), list(d["dimensions"]), doc="Minkowski dimensions sprinkled into"
         ),
@@ -334,10 +334,12 @@ def _data_schema() -> dict[str, Field]:
         "split": Field(list_of(fraction, length=3), list(d["split"]), doc="train, validation, test fractions"),
         "split_seed": Field(integer(0), d["split_seed"], doc="the same on every rank, never the rank"),
         "type": Field(pyobject_of("dataset"), None, nullable=True,
-                      doc="your dataset class (a subclass of torch.utils.data.Dataset, such as a PyG Dataset, whose "
-                          "items have x, edge_index, y) or a function marked with @QuantumGrav.dataset_factory, built "
-                          "as type(**kwargs) on every rank, rank 0 first; null: the built-in generator (the keys "
-                          "above; split and split_seed apply to both)"),
+                      doc="your dataset class (a subclass of torch.utils.data.Dataset, such as PyG's Dataset or "
+                          "InMemoryDataset, whose items have x, edge_index, y) or a function marked with "
+                          "@QuantumGrav.dataset_factory that returns one (@QG.dataset_factory above def "
+                          "my_sets(**kwargs): ..., then data.type: !pyobject my_module.my_sets), built as "
+                          "type(**kwargs) on every rank, rank 0 first (docs/your_own_data.md); null: the built-in "
+                          "generator (the keys above; split and split_seed apply to both)"),
         "kwargs": Field(mapping, {}, doc="keyword arguments of data.type"),
     }
 
@@ -347,16 +349,20 @@ def _wandb_schema() -> dict[str, Field]:
 
     d = WANDB_DEFAULTS
     return {
-        "project": Field(string, d["project"]),
-        "name": Field(string, d["name"], nullable=True),
-        "entity": Field(string, d["entity"], nullable=True),
-        "group": Field(string, d["group"], nullable=True),
-        "mode": Field(choice(*WANDB_MODES), d["mode"]),
-        "tags": Field(list_of(string), list(d["tags"])),
+        "project": Field(string, d["project"], doc="W&B project of the run"),
+        "name": Field(string, d["name"], nullable=True, doc="W&B run name; null: one W&B picks"),
+        "entity": Field(string, d["entity"], nullable=True, doc="W&B user or team; null: your default entity"),
+        "group": Field(string, d["group"], nullable=True, doc="W&B group of related runs (e.g. a sweep)"),
+        "mode": Field(choice(*WANDB_MODES), d["mode"],
+                      doc="offline: written under the run directory, to sync later (wandb sync); online: sent "
+                          "as it runs; disabled: no W&B. The environment's WANDB_MODE, when one of these, wins"),
+        "tags": Field(list_of(string), list(d["tags"]), doc="W&B tags of the run"),
         "watch": {
-            "enabled": Field(boolean, d["watch"]["enabled"]),
-            "log": Field(choice("gradients", "parameters", "all"), d["watch"]["log"]),
-            "log_freq": Field(integer(1), d["watch"]["log_freq"]),
+            "enabled": Field(boolean, d["watch"]["enabled"],
+                             doc="log gradient (or parameter) histograms with wandb.watch"),
+            "log": Field(choice("gradients", "parameters", "all"), d["watch"]["log"],
+                         doc="what wandb.watch logs"),
+            "log_freq": Field(integer(1), d["watch"]["log_freq"], doc="wandb.watch logs every N batches"),
         },
     }
 
@@ -366,8 +372,10 @@ def _loader_fields(batch_size: int, workers: int) -> dict[str, Field]:
     return {
         "batch_size": Field(integer(1), batch_size, doc="graphs per batch, per process"),
         "num_workers": Field(integer(0), workers, doc="DataLoader worker processes, per process"),
-        "pin_memory": Field(boolean, False),
-        "prefetch_factor": Field(integer(1), None, nullable=True),
+        "pin_memory": Field(boolean, False, doc="page-locked host memory for faster copies to a GPU; only helps "
+                                                "with CUDA"),
+        "prefetch_factor": Field(integer(1), None, nullable=True,
+                                 doc="batches each worker loads ahead; null: PyTorch's default (2 with workers)"),
     }
 
 
@@ -388,7 +396,7 @@ def schema() -> dict[str, Any]:
         ),
         "path": Field(string, "runs", doc="parent folder of the run directories"),
         "run_name": Field(plain_name, None, nullable=True, doc="run directory name (null: run-<timestamp>-<random>)"),
-        "num_epochs": Field(integer(1), 20, doc="upper bound; early stopping may end sooner"),
+        "num_epochs": Field(integer(1), 40, doc="upper bound; early stopping may end sooner"),
         **_loader_fields(32, 0),
         "batch_budget": {
             "nodes": Field(integer(1), None, nullable=True,
@@ -409,18 +417,29 @@ def schema() -> dict[str, Any]:
         "optimizer_type": Field(
             pyobject_of("optimizer"),
             resolve_pyobject("torch.optim.AdamW"),
-            doc="optimizer class, built with (parameters, *optimizer_args, **optimizer_kwargs)",
+            doc="optimizer class (a subclass of torch.optim.Optimizer), built with (parameters, *optimizer_args, "
+                "**optimizer_kwargs)",
         ),
-        "optimizer_args": Field(list_of(lambda v: v), []),
+        "optimizer_args": Field(list_of(lambda v: v), [], doc="positional arguments of the optimizer after the "
+                                                              "parameters"),
+        # The default job's optimizer (configs/train.yaml, the study's best): tests/test_config.py keeps them equal.
         "optimizer_kwargs": Field(
-            mapping, {"lr": 1e-3, "weight_decay": 5e-5}, doc="lr is the base LR before lr_scaling"
+            mapping, {"lr": 4.46e-3, "weight_decay": 6.03e-6},
+            doc="keyword arguments of the optimizer; lr is the base LR before lr_scaling (a config that sets "
+                "optimizer_kwargs replaces the whole mapping: give lr and weight_decay together)"
         ),
         "scheduler_type": Field(
-            pyobject_of("scheduler"), None, nullable=True,
-            doc="LR scheduler class, e.g. torch.optim.lr_scheduler.CosineAnnealingLR"
+            pyobject_of("scheduler"), resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR"), nullable=True,
+            doc="LR scheduler class (a subclass of torch.optim.lr_scheduler.LRScheduler, or ReduceLROnPlateau); "
+                "null: a constant LR after the warmup. CosineAnnealingLR without T_max decays over the epochs "
+                "after the warmup (and is re-planned when a resumed run changes num_epochs); ReduceLROnPlateau is "
+                "stepped once per epoch with the early-stopping metric, in its mode (a scheduler_kwargs.mode that "
+                "contradicts it is refused)"
         ),
-        "scheduler_args": Field(list_of(lambda v: v), []),
-        "scheduler_kwargs": Field(mapping, {}),
+        "scheduler_args": Field(list_of(lambda v: v), [], doc="positional arguments of the scheduler after the "
+                                                              "optimizer"),
+        "scheduler_kwargs": Field(mapping, {}, doc="keyword arguments of the scheduler, e.g. {T_max: 10} or "
+                                                   "{step_size: 5, gamma: 0.5}"),
         "scheduler_interval": Field(
             choice("epoch", "step"), "epoch", doc="step the scheduler once per epoch or per optimizer step"
         ),
@@ -453,38 +472,60 @@ def schema() -> dict[str, Any]:
         "progress_bar": Field(choice("auto", True, False), "auto", doc="auto: on rank 0 in a terminal, never under CI"),
         "figures": Field(boolean, True, doc="rank 0 draws figures/ (training curves, test plots) with matplotlib; "
                                             "false: none (sweeps, runs nobody looks at)"),
-        "resume": Field(string, None, nullable=True, doc="run directory to continue"),
+        "resume": Field(string, None, nullable=True,
+                        doc="run directory to continue from its last checkpoint; the config's data, model and task "
+                            "sections (and criterion) must be the run's, training settings such as num_epochs and "
+                            "early_stopping.* may change (a changed early-stopping metric or mode starts its count "
+                            "afresh). The LR schedule is restored from the checkpoint; when num_epochs changes and "
+                            "the schedule's length follows it (CosineAnnealingLR without T_max), the cosine is "
+                            "re-planned for the new length: from the resumed epoch on, the LR is the one a run "
+                            "planned for the new num_epochs from the start has there, reaching eta_min at the new "
+                            "end (a finished run extended by a few epochs continues at a small LR, not from zero; the "
+                            "log says so). An explicit scheduler_kwargs.T_max is kept as it is"),
     }
     model = {
         "type": Field(pyobject_of("model"), None, nullable=True,
-                      doc="model class (a torch.nn.Module), built as type(in_channels, out_channels, **kwargs), "
-                          "forward(batch) -> [graphs, out_channels] (docs/your_own_data.md); default "
-                          "QuantumGrav.models.GNNClassifier"),
+                      doc="your model class (a subclass of torch.nn.Module), built as type(in_channels, out_channels, "
+                          "**model.kwargs); its forward(batch) gets a PyG Batch and returns [graphs, out_channels] "
+                          "(the contract and an example: docs/your_own_data.md); the keys conv to graph_features "
+                          "then do not apply. null: the built-in QuantumGrav.models.GNNClassifier"),
+        # The built-in model's defaults are the default job's (configs/train.yaml, the study's best):
+        # tests/test_config.py keeps them equal.
         "conv": Field(
             pyobject_of("convolution"),
-            resolve_pyobject("torch_geometric.nn.GraphConv"),
-            doc="message-passing layer: GraphConv, GCNConv, GINConv, SAGEConv, ...",
+            resolve_pyobject("QuantumGrav.sparse_attention.SparseTransformerConv"),
+            doc="message-passing layer class (a subclass of torch.nn.Module), built as conv(in, out, **conv_kwargs): "
+                "the default, QuantumGrav.sparse_attention.SparseTransformerConv, computes PyG's TransformerConv "
+                "(same parameters, same state_dict) without [edges, heads, channels] tensors; PyG's own layers "
+                "(TransformerConv, GraphConv, GCNConv, GINConv, GATv2Conv, SAGEConv) can be named instead",
         ),
-        "conv_kwargs": Field(mapping, {}),
+        "conv_kwargs": Field(mapping, {"heads": 2, "concat": False},
+                             doc="keyword arguments of every conv layer; the default is (Sparse)TransformerConv's (two "
+                                 "attention heads, averaged): set it too when you change conv, e.g. "
+                                 "--set model.conv_kwargs={} for GraphConv"),
         "hidden_channels": Field(
-            list_of(integer(1), min_len=1), [64, 64, 64], doc="one message-passing layer per entry"
+            list_of(integer(1), min_len=1), [128, 128, 128], doc="one message-passing layer per entry, its width"
         ),
         "norm": Field(choice("batch", "layer", "graph", "none"), "batch", doc="normalisation after each layer"),
-        "activation": Field(choice("relu", "gelu", "elu", "tanh", "leaky_relu"), "relu"),
-        "dropout": Field(number(0.0, 0.99), 0.1),
-        "pooling": Field(choice("mean", "max", "add", "mean_max"), "mean_max", doc="per-graph readout"),
+        "activation": Field(choice("relu", "gelu", "elu", "tanh", "leaky_relu"), "relu",
+                            doc="activation after each layer and in the head"),
+        "dropout": Field(number(0.0, 0.99), 0.1, doc="dropout probability after each layer and in the head"),
+        "pooling": Field(choice("mean", "max", "add", "mean_max"), "mean",
+                         doc="per-graph readout of the node states (mean_max: both, concatenated)"),
         "head_hidden": Field(list_of(integer(1)), [64], doc="hidden widths of the classifier MLP"),
-        "directions": Field(choice("forward", "both"), "forward",
-                            doc="both: messages past -> future and future -> past, with separate weights"),
-        "graph_features": Field(boolean, False, doc="hybrid: the set's order invariants (data.invariants) "
-                                "join the pooled node states in the head"),
+        "directions": Field(choice("forward", "both"), "both",
+                            doc="forward: messages past -> future only; both: past -> future and future -> past, "
+                                "with separate weights"),
+        "graph_features": Field(boolean, True, doc="hybrid: the set's order invariants (data.invariants) "
+                                "join the pooled node states in the head; items without invariants get them derived "
+                                "from edge_index"),
         "kwargs": Field(mapping, {}, doc="extra constructor arguments of a custom model.type"),
     }
     return {
         "training": training,
         "model": model,
         "validation": {
-            **_loader_fields(64, 0),
+            **_loader_fields(128, 0),
             "mode": Field(
                 choice("sharded", "rank0"),
                 "sharded",
@@ -492,7 +533,7 @@ def schema() -> dict[str, Any]:
             ),
         },
         "testing": {
-            **_loader_fields(64, 0),
+            **_loader_fields(128, 0),
             "baselines": Field(boolean, True, doc="fit the order-invariant baselines (scikit-learn) on the training "
                                                   "split and report them next to the test result (items without "
                                                   "invariants get them derived from edge_index); false: the model's "
@@ -506,14 +547,14 @@ def schema() -> dict[str, Any]:
                                doc="binary: a graph is predicted positive when sigmoid(logit) >= threshold"),
         },
         "early_stopping": {
-            "enabled": Field(boolean, True),
+            "enabled": Field(boolean, True, doc="false: train all num_epochs"),
             "metric": Field(choice(*EARLY_STOPPING_METRICS), "val_loss",
                             doc="one the task reports: multiclass val_loss, val_accuracy; binary also val_precision, "
                                 "val_recall, val_f1; regression val_loss, val_mae, val_rmse, val_r2"),
             "mode": Field(choice("min", "max"), None, nullable=True,
                           doc="default: max for accuracy, precision, recall, f1, r2; min for loss, mae, rmse"),
-            "patience": Field(integer(1), 5),
-            "min_delta": Field(number(0.0), 0.0),
+            "patience": Field(integer(1), 10, doc="epochs without improvement before the run stops"),
+            "min_delta": Field(number(0.0), 0.0, doc="the least change of the metric that counts as an improvement"),
         },
         "criterion": Field(
             pyobject_of("loss"),
@@ -521,12 +562,21 @@ def schema() -> dict[str, Any]:
             nullable=True,
             doc="loss(outputs, target): a torch.nn.Module class (instantiated first), a function of "
                 "torch.nn.functional, a function of your own code or one marked with @QuantumGrav.loss_function; "
-                "null: the task's (cross_entropy, binary_cross_entropy_with_logits, mse_loss)",
+                "null: the task's (cross_entropy, binary_cross_entropy_with_logits, mse_loss). Your own code is a "
+                "module outside the Python installation: a script's or notebook's __main__, a .py file next to "
+                "the notebook, a project on PYTHONPATH or installed in editable mode; not the standard library, "
+                "not site-packages or dist-packages, not QuantumGrav itself. A function of an installed package "
+                "(say torchvision.ops.sigmoid_focal_loss) is refused unless marked: wrap it in a function of your "
+                "own module, or mark it where it is defined. The rule follows whoever wrote the function, as a "
+                "config cannot: an allow-list in the config would be written by whoever writes the config, while "
+                "the functions a hostile config would reach for (subprocess.run, os.system, shutil.rmtree, "
+                "builtins.eval) are all of the standard library or installed packages",
         ),
         "data": _data_schema(),
         "callbacks": Field(list_of(callback_entry), [],
                            doc="your callbacks (QuantumGrav.Callback subclasses), each {type: !pyobject module.Class, "
-                               "kwargs: {...}}, run after the built-in ones that decide and before those that write"),
+                               "kwargs: {...}}, run after the built-in ones that decide and before those that write "
+                               "(README, \"Callbacks\")"),
         "parallel": {
             "world_size": Field(integer(1), 1, doc="processes for QG.launch / --nproc (torchrun sets its own)"),
             "master_addr": Field(string, "localhost", doc="address of node 0"),
@@ -839,24 +889,3 @@ def find_unimportable(config: Any, prefix: str = "") -> list[tuple[str, str]]:
         if config.__module__ == "__main__" or "<locals>" in config.__qualname__ or "<lambda>" in path:
             found.append((prefix.rstrip("."), path))
     return found
-
-
-def reference_markdown() -> str:
-    """docs/configuration.md's key table, generated from the schema (a test keeps the file in sync)."""
-    lines = ["| key | default | notes |", "|---|---|---|"]
-
-    def walk(spec: Mapping[str, Any], prefix: str) -> None:
-        for key, item in spec.items():
-            if isinstance(item, dict):
-                walk(item, f"{prefix}{key}.")
-                continue
-            default = item.default
-            shown = (
-                f"!pyobject {pyobject_path(default)}"
-                if _is_pyobject(default)
-                else yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
-            )
-            lines.append(f"| `{prefix}{key}` | `{shown}` | {item.doc} |")
-
-    walk(schema(), "")
-    return "\n".join(lines) + "\n"

@@ -188,9 +188,24 @@ def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) 
         return model_type(in_channels, out_channels, **model_cfg.get("kwargs", {}))
     keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden",
             "directions")
+    if "conv" in model_cfg:
+        first_width = (model_cfg.get("hidden_channels") or [in_channels])[0]
+        _check_conv_kwargs(model_cfg["conv"], model_cfg.get("conv_kwargs") or {}, in_channels, first_width)
     graph_features = len(INVARIANT_NAMES) if model_cfg.get("graph_features") else 0
     return GNNClassifier(in_channels, out_channels, graph_features=graph_features,
                          **{k: model_cfg[k] for k in keys if k in model_cfg})
+
+
+def _check_conv_kwargs(conv: type, conv_kwargs: dict[str, Any], in_channels: int, out_channels: int) -> None:
+    """A convolution that rejects model.conv_kwargs is that key's error (checked on the first layer). The default
+    conv_kwargs are TransformerConv's ({heads: 2, concat: false}), so a config that changes only model.conv
+    lands here."""
+    try:
+        make_conv(conv, in_channels, out_channels, conv_kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"model.conv_kwargs: {conv.__name__} rejects {conv_kwargs} ({err}); conv_kwargs are the "
+                          f"arguments of model.conv, and the default ones are TransformerConv's: give "
+                          f"{conv.__name__}'s with it, e.g. --set 'model.conv_kwargs={{}}'") from None
 
 
 def describe_item(item) -> str:
