@@ -351,12 +351,14 @@ def test_the_other_ranks_wait_for_rank_0_as_long_as_it_beats_and_stop_with_one_l
 
     store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=10),
                           wait_for_workers=False)
-    lead, follower = tune_ddp.Channel(store, 0, 2, timeout_s=1.0), tune_ddp.Channel(store, 1, 2, timeout_s=1.0)
-    busy = threading.Timer(3.0, lead.publish, args=(0, ("done",)))  # rank 0's next command comes 3 waits later
+    # Waits of 2 s and beats every 0.25 s: under the suite's load a thread can be off the CPU for a second (with
+    # waits of 1 s the test failed so once, in a full suite on 2 cores shared with other jobs).
+    lead, follower = tune_ddp.Channel(store, 0, 2, timeout_s=2.0), tune_ddp.Channel(store, 1, 2, timeout_s=2.0)
+    busy = threading.Timer(6.0, lead.publish, args=(0, ("done",)))  # rank 0's next command comes 3 waits later
     with tune_ddp.beating(lead, interval_s=0.25):
         busy.start()
         assert follower.receive(0) == ("done",)
-    with pytest.raises(StudyFailed, match="rank 0 sent no command and no keep-alive for 1 s"):
+    with pytest.raises(StudyFailed, match="rank 0 sent no command and no keep-alive for 2 s"):
         follower.receive(1)
 
 
