@@ -351,15 +351,49 @@ def test_the_other_ranks_wait_for_rank_0_as_long_as_it_beats_and_stop_with_one_l
 
     store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=10),
                           wait_for_workers=False)
-    # Waits of 2 s and beats every 0.25 s: under the suite's load a thread can be off the CPU for a second (with
-    # waits of 1 s the test failed so once, in a full suite on 2 cores shared with other jobs).
-    lead, follower = tune_ddp.Channel(store, 0, 2, timeout_s=2.0), tune_ddp.Channel(store, 1, 2, timeout_s=2.0)
-    busy = threading.Timer(6.0, lead.publish, args=(0, ("done",)))  # rank 0's next command comes 3 waits later
+    # Each rank has its own client of the store, as in a job: one client serialises its requests, so a beat sent
+    # through the follower's client would wait behind the follower's own blocking read (with one client shared, the
+    # test failed whenever the beat came after the read's timeout: once in a full suite, then every time alone).
+    follower_store = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False, timeout=datetime.timedelta(seconds=10))
+    lead, follower = tune_ddp.Channel(store, 0, 2, timeout_s=1.0), tune_ddp.Channel(follower_store, 1, 2, timeout_s=1.0)
+    busy = threading.Timer(3.0, lead.publish, args=(0, ("done",)))  # rank 0's next command comes 3 waits later
     with tune_ddp.beating(lead, interval_s=0.25):
         busy.start()
         assert follower.receive(0) == ("done",)
-    with pytest.raises(StudyFailed, match="rank 0 sent no command and no keep-alive for 2 s"):
+    with pytest.raises(StudyFailed, match="rank 0 sent no command and no keep-alive for 1 s"):
         follower.receive(1)
+
+
+def test_rank_0_beats_while_its_main_thread_blocks_on_the_store():
+    """Rank 0 waiting for the ranks' outcomes blocks its client of the store; the beats must not queue behind that
+    read (they did: one client serialises its requests), or the ranks that reported first stop waiting."""
+    import datetime
+    import threading
+
+    import torch.distributed as dist
+
+    from QuantumGrav import tune_ddp
+
+    store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=10),
+                          wait_for_workers=False)
+    follower_store = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False, timeout=datetime.timedelta(seconds=10))
+    lead, follower = tune_ddp.Channel(store, 0, 2, timeout_s=1.0), tune_ddp.Channel(follower_store, 1, 2, timeout_s=1.0)
+    received = []
+    waiting = threading.Thread(target=lambda: received.append(_outcome_of(follower.receive, 0)))
+    with tune_ddp.beating(lead, interval_s=0.25):
+        waiting.start()
+        with pytest.raises(dist.DistStoreError):  # a rank's outcome that does not come within 3 waits
+            lead._read("outcome/0/1", datetime.timedelta(seconds=3))
+        lead.publish(0, ("done",))
+        waiting.join(timeout=10)
+    assert received == [("done",)]
+
+
+def _outcome_of(function, *args):
+    try:
+        return function(*args)
+    except Exception as err:  # noqa: BLE001 - the test compares it
+        return err
 
 
 def test_a_retry_is_not_taken_for_dead_before_its_first_heartbeat(tmp_path, monkeypatch):

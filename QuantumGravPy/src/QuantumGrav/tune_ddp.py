@@ -30,6 +30,7 @@ leaving the group does not release a collective the others wait in: they fail at
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import os
 import pickle
@@ -188,11 +189,16 @@ def beating(channel: Channel, interval_s: float) -> Iterator[None]:
     """Rank 0 beats every ``interval_s`` from a thread while the block runs, so that the other ranks, waiting
     for its next command, know it is alive however long its main thread is busy."""
     stop = threading.Event()
+    # The beats go through a client of the store of their own: one client serialises its requests, so a beat sent
+    # through the main thread's client would wait behind a blocking read of it (rank 0 waiting for the ranks'
+    # outcomes) and the other ranks, waiting for the next command, would see no beat.
+    own_client = copy.copy(channel)
+    own_client.store = channel.store.clone()
 
     def beat() -> None:
         while not stop.wait(interval_s):
             try:
-                channel.beat()
+                own_client.beat()
             except dist.DistError:  # the store is gone (the job is ending): the other ranks learn it anyway
                 return
 
