@@ -37,8 +37,9 @@ __all__ = ["TrainerDDP", "initialize_ddp", "cleanup_ddp"]
 
 class TrainerDDP(Trainer):
     """The trainer of one rank of a DDP job: the model wrapped in ``DistributedDataParallel``, each rank
-    training on its shard; rank 0 validates and writes; every rank acts on one decision per epoch, gathered
-    from every rank's callback votes. The API is ``Trainer``'s.
+    training on its shard; every rank validates its shard of the validation set (``validation.mode: sharded``,
+    exact: sums and counts reduced) and rank 0 writes; every rank acts on one decision per epoch, gathered from
+    every rank's callback votes. The API is ``Trainer``'s.
 
     Args:
         rank: this process's global rank; must be its rank in the process group.
