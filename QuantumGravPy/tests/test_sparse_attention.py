@@ -100,6 +100,38 @@ def test_both_directions_equal_pygs_with_a_shared_adjacency():
     torch.testing.assert_close(ours(batch.x, adjacency), theirs(batch.x, batch.edge_index), **TOL)
 
 
+def test_the_head_blocks_are_the_adjacency_once_per_head_on_the_diagonal():
+    """HeadBlocks' matrix is blockdiag over heads in node-major order: entry (i*H + h, j*H + h) holds the value
+    of edge j -> i for head h; its transpose and the caller-order index agree with it."""
+    generator = torch.Generator().manual_seed(3)
+    graph = random_graph(9, 40, generator, isolated=2)
+    edge_index = torch.cat([graph.edge_index, graph.edge_index[:, :3]], dim=1)  # duplicate edges stay distinct
+    adjacency = Adjacency.from_edge_index(edge_index, 9)
+    for heads in (1, 3):
+        blocks = adjacency.blocks(heads)
+        values = torch.randn(edge_index.size(1), heads, generator=generator)  # caller order
+        expected = torch.zeros(9 * heads, 9 * heads)
+        for head in range(heads):
+            expected.index_put_((edge_index[1] * heads + head, edge_index[0] * heads + head), values[:, head],
+                                accumulate=True)
+        in_block_order = values.reshape(-1)[blocks.caller]
+        torch.testing.assert_close(blocks.matrix(in_block_order).to_dense(), expected)
+        torch.testing.assert_close(blocks.matrix(in_block_order, transposed=True).to_dense(), expected.T)
+
+
+def test_layers_of_different_head_counts_share_one_adjacency_in_both_directions():
+    """GNNClassifier builds one Adjacency per batch: its flip and its head blocks are built once and reused by
+    every layer, whatever each layer's head count."""
+    batch = graphs_of_different_sizes()
+    adjacency = Adjacency.from_edge_index(batch.edge_index, batch.num_nodes)
+    for heads in (2, 1, 3, 2):
+        theirs, ours = pair({"heads": heads})
+        for direction, edges in ((adjacency, batch.edge_index), (adjacency.flip(), batch.edge_index.flip(0))):
+            torch.testing.assert_close(ours(batch.x, direction), theirs(batch.x, edges), **TOL)
+    assert adjacency.flip() is adjacency.flip()
+    assert adjacency.blocks(2) is adjacency.blocks(2) and adjacency.blocks(2).heads == 2
+
+
 def test_a_graph_without_edges_gives_the_root_weight_alone():
     theirs, ours = pair({"heads": 2})
     batch = Data(x=torch.randn(4, 6), edge_index=torch.empty(2, 0, dtype=torch.long))
