@@ -28,7 +28,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
@@ -147,16 +147,31 @@ def fail_stale_trials(study) -> None:
 def heartbeat(study, trial_id: int) -> Iterator[None]:
     """Beat for the trial every HEARTBEAT_INTERVAL_S while the block runs (a thread of this process: the
     trial's training may run here or in processes this one waits for)."""
-    storage, stop = study._storage, threading.Event()
+    storage = study._storage
 
-    def beat() -> None:
-        while True:
-            with contextlib.suppress(Exception):  # one failed write is not a dead worker; the next one counts
-                storage.record_heartbeat(trial_id)
-            if stop.wait(HEARTBEAT_INTERVAL_S):
+    def beat() -> bool:
+        with contextlib.suppress(Exception):  # one failed write is not a dead worker; the next one counts
+            storage.record_heartbeat(trial_id)
+        return True
+
+    with repeating(beat, HEARTBEAT_INTERVAL_S, f"heartbeat-trial-{trial_id}", at_start=True):
+        yield
+
+
+@contextlib.contextmanager
+def repeating(action: Callable[[], bool], interval_s: float, name: str, at_start: bool = False) -> Iterator[None]:
+    """Call ``action`` from a daemon thread every ``interval_s`` (and at once with ``at_start``) while the block
+    runs, until it returns False; the thread is joined when the block ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        if at_start and not action():
+            return
+        while not stop.wait(interval_s):
+            if not action():
                 return
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-trial-{trial_id}", daemon=True)
+    thread = threading.Thread(target=loop, name=name, daemon=True)
     thread.start()
     try:
         yield

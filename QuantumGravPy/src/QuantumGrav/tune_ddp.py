@@ -34,7 +34,6 @@ import copy
 import datetime
 import os
 import pickle
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -47,7 +46,7 @@ from .errors import ConfigError, Preempted, UserError
 from .launcher import run_job, stop_when_the_agent_dies
 from .logging_utils import get_logger
 from .study_config import StudySettings
-from .study_storage import open_study
+from .study_storage import open_study, repeating
 from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")
@@ -188,27 +187,21 @@ class Lead:
 def beating(channel: Channel, interval_s: float) -> Iterator[None]:
     """Rank 0 beats every ``interval_s`` from a thread while the block runs, so that the other ranks, waiting
     for its next command, know it is alive however long its main thread is busy."""
-    stop = threading.Event()
     # The beats go through a client of the store of their own: one client serialises its requests, so a beat sent
     # through the main thread's client would wait behind a blocking read of it (rank 0 waiting for the ranks'
     # outcomes) and the other ranks, waiting for the next command, would see no beat.
     own_client = copy.copy(channel)
     own_client.store = channel.store.clone()
 
-    def beat() -> None:
-        while not stop.wait(interval_s):
-            try:
-                own_client.beat()
-            except dist.DistError:  # the store is gone (the job is ending): the other ranks learn it anyway
-                return
+    def beat() -> bool:
+        try:
+            own_client.beat()
+            return True
+        except dist.DistError:  # the store is gone (the job is ending): the other ranks learn it anyway
+            return False
 
-    thread = threading.Thread(target=beat, name="QuantumGrav-tune-keepalive", daemon=True)
-    thread.start()
-    try:
+    with repeating(beat, interval_s, "QuantumGrav-tune-keepalive"):
         yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _follow(channel: Channel) -> None:
