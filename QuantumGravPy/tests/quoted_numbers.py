@@ -12,7 +12,7 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it):
       define:                       # optional named intermediate values, in order
         acc: pick(tuned["runs"], "accuracy")
       quotes:
-        - text: "0.980 ± 0.012"     # exact text of the document (every occurrence is checked)
+        - text: "0.980 ± 0.012"     # text of the document, any line break a space (every occurrence checked)
           values: [mean(acc), stdev(acc)]   # one expression per number in `text`, in order; ~ skips one
       not_measured:                 # numbers that look measured but are not; each with its reason
         - text: "Python 3.10+"
@@ -24,7 +24,7 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it):
   expression: ``round(seconds, -1)``.
 * Expressions are Python over the loaded sources, with ``pick(records, key, **match)`` (the ``key`` of each
   record whose fields equal ``match``), ``mean``, ``stdev`` (sample), ``median``, ``ratio(a, b)``,
-  ``minutes(s)``, ``pts(fraction)`` (x 100), ``min``, ``max``, ``sum``, ``len``, ``abs``, ``round``, ``zip``,
+  ``minutes(s)``, ``pts(fraction)`` (x 100), ``find(text, regex)`` (the number of the regex's group), ``min``, ``max``, ``sum``, ``len``, ``abs``, ``round``, ``zip``,
   ``sorted``. A ``.json`` or ``.yaml`` source is its data (a YAML ``!tag`` kept as text). Any other source is
   text: ``src.find(r"LIMIT_S = (\d+)")`` is the number of the regex's group, and an ``.ipynb`` source is the
   text of its stored outputs; in a notebook, ``output(r"test accuracy (\S+)")`` searches its own outputs.
@@ -216,6 +216,7 @@ HELPERS = {
     "ratio": lambda a, b: a / b, "minutes": lambda seconds: seconds / 60, "pts": lambda share: 100 * share,
     "min": min, "max": max, "sum": sum, "len": len, "abs": abs, "round": round, "zip": zip, "sorted": sorted,
     "list": list, "range": range, "float": float, "int": int,
+    "find": lambda text, pattern: TextSource("the text", text).find(pattern),
 }
 
 
@@ -266,8 +267,23 @@ def namespace(root: Path, document: str, registry_path: Path, registry: dict, pr
     return names
 
 
-def occurrences(texts: list[Text], quoted: str) -> list[tuple[Text, int]]:
-    return [(text, m.start()) for text in texts for m in re.finditer(re.escape(quoted), text.text)]
+def quote_pattern(quoted: str) -> re.Pattern:
+    """``quoted`` as it may stand in the document: any run of whitespace (a line break) for a space, and each
+    number a group, so that its place in the document is known."""
+    def literal(text: str) -> str:
+        return r"\s+".join(re.escape(word) for word in re.split(r"\s+", text))
+    pattern, end = "", 0
+    for token in numbers_in(quoted):
+        pattern += literal(quoted[end:token.start()]) + f"({re.escape(token.group())})"
+        end = token.end()
+    return re.compile(pattern + literal(quoted[end:]))
+
+
+def occurrences(texts: list[Text], quoted: str) -> list[tuple[Text, list[int]]]:
+    """Each place of ``quoted`` in the texts, with the offsets of its numbers there."""
+    pattern = quote_pattern(quoted.strip())
+    return [(text, [m.start(i + 1) for i in range(pattern.groups)]) for text in texts
+            for m in pattern.finditer(text.text)]
 
 
 def check_quote(entry: dict, texts: list[Text], names: dict, registry_name: str, problems: Problems,
@@ -283,7 +299,7 @@ def check_quote(entry: dict, texts: list[Text], names: dict, registry_name: str,
     if not found:
         problems.add(f"{label}: not in the document (the prose changed? update the quote and its values)")
         return
-    for token, expression in zip(tokens, expressions):
+    for index, (token, expression) in enumerate(zip(tokens, expressions)):
         if expression is None:
             continue
         try:
@@ -294,8 +310,8 @@ def check_quote(entry: dict, texts: list[Text], names: dict, registry_name: str,
         if not matches(token.group(), value):
             problems.add(f"{label}: the prose says {token.group()}, the source gives {value!r} "
                          f"({expression}); update the prose or the stored result")
-        for text, start in found:
-            covered.add((text.where, start + token.start()))
+        for text, offsets in found:
+            covered.add((text.where, offsets[index]))
 
 
 def check_not_measured(entry: dict, texts: list[Text], registry_name: str, problems: Problems,
@@ -306,8 +322,8 @@ def check_not_measured(entry: dict, texts: list[Text], registry_name: str, probl
     found = occurrences(texts, quoted)
     if not found:
         problems.add(f"{registry_name}: not_measured {quoted!r} is not in the document; remove it")
-    for text, start in found:
-        covered.update((text.where, start + token.start()) for token in numbers_in(quoted))
+    for text, offsets in found:
+        covered.update((text.where, offset) for offset in offsets)
 
 
 def untied_numbers(texts: list[Text], covered: set, registry_hint: str) -> list[str]:
