@@ -31,8 +31,9 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it):
   number of the regex's group), ``constant("EXIT_GRACE_S")`` (a module-level constant of the library, found by
   name wherever its module lives), ``min``, ``max``, ``sum``, ``len``, ``abs``, ``round``, ``zip``, ``sorted``.
   A ``.json`` or ``.yaml`` source is its data (a YAML ``!tag`` kept as text). Any other source is text:
-  ``src.find(r"USR1@(\d+)")``; an ``.ipynb`` source is the text of its stored outputs, and in a notebook
-  ``output(r"test accuracy (\S+)")`` searches its own.
+  ``src.find(r"USR1@(\d+)")``; an ``.ipynb`` source is the text of its stored outputs (``nb.find(regex)``) with
+  ``nb.parameters`` (its papermill parameters cell's literal values); in a notebook ``output(r"test accuracy
+  (\S+)")`` searches its own outputs and ``parameters`` are its own.
 * Measured-looking numbers in prose (not in code blocks, inline code, HTML comments or link targets) must be
   tied or listed under ``not_measured``: decimals (``0.980``, ``4.53``, ``1.4e-3``; versions such as
   ``2.13.0`` or ``3.10+`` excepted), numbers with a unit of time, memory, rate, share or speed-up (``s``,
@@ -45,6 +46,7 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it):
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import statistics
@@ -192,14 +194,24 @@ class TextSource:
 
 
 def notebook_outputs(path: Path) -> TextSource:
-    """The text of a notebook's stored outputs (streams, plain text, markdown and HTML)."""
+    """The text of a notebook's stored outputs (streams, plain text, markdown and HTML), and its ``parameters``:
+    the literal assignments of the cell tagged ``parameters`` (papermill's), e.g. ``nb.parameters["num_epochs"]``."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     texts = []
     for output in (output for cell in cells if cell["cell_type"] == "code" for output in cell.get("outputs", [])):
         data = output.get("data", {})
         texts.append("".join(output.get("text", "")))
         texts.extend("".join(data[kind]) for kind in ("text/plain", "text/markdown", "text/html") if kind in data)
-    return TextSource(f"{path.name}'s stored outputs", "\n".join(texts))
+    source = TextSource(f"{path.name}'s stored outputs", "\n".join(texts))
+    source.parameters = {}
+    for cell in (c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])):
+        for statement in ast.parse("".join(cell["source"])).body:
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                try:
+                    source.parameters[ast.unparse(statement.targets[0])] = ast.literal_eval(statement.value)
+                except ValueError:  # not a literal (a computed default): not a number to quote
+                    pass
+    return source
 
 
 def load_source(path: Path):
@@ -250,7 +262,10 @@ def registries(root: Path) -> dict[str, tuple[Path, dict]]:
     """Each registry by the document it names."""
     found = {}
     for path in sorted((root / REGISTRY_DIR).glob("*.yaml")):
-        registry = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            registry = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:  # one line naming the file, not the parser's stack
+            raise ValueError(f"{path}: not valid YAML (quote a text that holds ': '): {error}") from None
         document = registry.get("document")
         if document in found:
             raise ValueError(f"{path} and {found[document][0]} both name {document}")
@@ -262,21 +277,22 @@ LIBRARY = Path("QuantumGravPy") / "src" / "QuantumGrav"
 
 
 def library_constant(root: Path, name: str) -> float:
-    """The value of a module-level ``NAME = number`` of the library, wherever its module lives: a quote stays
-    tied when modules move."""
-    pattern = re.compile(rf"^{re.escape(name)}\s*(?::[^=]+)?=\s*([-+]?[0-9][0-9_.eE+-]*)\b", re.M)
+    """The value of a module-level ``NAME = <arithmetic on numbers>`` of the library (``EXIT_GRACE_S = 30.0``,
+    ``_WORK_BYTES = 1 << 30``), wherever its module lives: a quote stays tied when modules move."""
+    pattern = re.compile(rf"^{re.escape(name)}\s*(?::[^=]+)?=\s*([0-9][0-9_.eE+\-*/<> ()]*?)\s*(?:#.*)?$", re.M)
     found = {(path, m.group(1)) for path in (root / LIBRARY).rglob("*.py")
              for m in pattern.finditer(path.read_text(encoding="utf-8"))}
     if len(found) != 1:
         raise LookupError(f"{len(found)} definitions of {name} = <number> in {LIBRARY}: "
                           f"{sorted(str(path.relative_to(root)) for path, _ in found)}")
-    return float(found.pop()[1].replace("_", ""))
+    return float(eval(found.pop()[1], {"__builtins__": {}}))  # noqa: S307 (digits and operators only)
 
 
 def namespace(root: Path, document: str, registry_path: Path, registry: dict, problems: Problems) -> dict:
     names = dict(HELPERS, constant=lambda name: library_constant(root, name))
     if document.endswith(".ipynb"):
-        names["output"] = notebook_outputs(root / document).find
+        own = notebook_outputs(root / document)
+        names.update(output=own.find, parameters=own.parameters)
     for alias, source in (registry.get("sources") or {}).items():
         if not (root / source).is_file():
             problems.add(f"{registry_path.name}: source {alias}: {source} does not exist")

@@ -157,19 +157,23 @@ def test_a_notebook_quotes_its_own_stored_outputs(tmp_path):
     def cell(kind, source, outputs=()):
         return {"cell_type": kind, "source": source, "metadata": {},
                 **({"outputs": list(outputs), "execution_count": 1} if kind == "code" else {})}
+    parameters = {**cell("code", "num_epochs = 40\nloss_seconds = 0.05\nlr = 2 * 1e-3\n"),
+                  "metadata": {"tags": ["parameters"]}}
     notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        parameters,
         cell("code", "train()", [{"output_type": "stream", "name": "stdout", "text": ["test accuracy 0.9833\n"]}]),
-        cell("markdown", "The GNN reached 0.983 on the test set."),
+        cell("markdown", "The GNN reached 0.983 on the test set, with a loss that sleeps 0.05 s."),
     ]}
     (tmp_path / "notebooks").mkdir()
     path = tmp_path / "notebooks" / "01_x.ipynb"
     path.write_text(json.dumps(notebook), encoding="utf-8")
     registry = {"document": "notebooks/01_x.ipynb",
-                "quotes": [{"text": "reached 0.983", "values": [r"output(r'test accuracy (\S+)')"]}]}
+                "quotes": [{"text": "reached 0.983", "values": [r"output(r'test accuracy (\S+)')"]},
+                           {"text": "sleeps 0.05 s", "values": ["parameters['loss_seconds']"]}]}
     (tmp_path / qn.REGISTRY_DIR).mkdir(parents=True)
     (tmp_path / qn.REGISTRY_DIR / "nb01.yaml").write_text(yaml.safe_dump(registry), encoding="utf-8")
     assert qn.check_document(tmp_path, "notebooks/01_x.ipynb") == []
-    notebook["cells"][0]["outputs"][0]["text"] = ["test accuracy 0.9633\n"]
+    notebook["cells"][1]["outputs"][0]["text"] = ["test accuracy 0.9633\n"]
     path.write_text(json.dumps(notebook), encoding="utf-8")
     assert qn.check_document(tmp_path, "notebooks/01_x.ipynb") == [
         "nb01.yaml: quote 'reached 0.983': the prose says 0.983, the source gives 0.9633 "
