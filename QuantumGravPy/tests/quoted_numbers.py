@@ -34,6 +34,7 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it):
   ``src.find(r"USR1@(\d+)")``; an ``.ipynb`` source is the text of its stored outputs (``nb.find(regex)``) with
   ``nb.parameters`` (its papermill parameters cell's literal values); in a notebook ``output(r"test accuracy
   (\S+)")`` searches its own outputs and ``parameters`` are its own.
+  In YAML, quote an expression that holds ``[`` and a text that holds ``: ``.
 * Measured-looking numbers in prose (not in code blocks, inline code, HTML comments or link targets) must be
   tied or listed under ``not_measured``: decimals (``0.980``, ``4.53``, ``1.4e-3``; versions such as
   ``2.13.0`` or ``3.10+`` excepted), numbers with a unit of time, memory, rate, share or speed-up (``s``,

@@ -23,7 +23,6 @@ import quoted_numbers as qn
 REPO = Path(__file__).resolve().parents[2]
 # Documents whose prose is not tied yet, each with who ties it. Strict: a document that passes must leave the list.
 NOT_TIED_YET = {
-    "docs/your_own_data.md": "wt-quotes", "docs/your_own_data_zarr.md": "wt-quotes",
     "notebooks/README.md": "the notebooks' helpers",
     **{f"notebooks/{name}": "the notebooks' helpers" for name in (
         "01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb",
