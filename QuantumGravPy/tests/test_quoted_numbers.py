@@ -191,12 +191,15 @@ def test_the_real_tree_fails_when_a_tied_number_changes(tmp_path):
     for document in tied:
         path, registry = qn.registries(tmp_path)[document]
         quote = next(entry for entry in registry.get("quotes", []) if any(v is not None for v in entry["values"]))
-        token = next(t for t, v in zip(qn.numbers_in(quote["text"]), quote["values"]) if v is not None)
-        changed = quote["text"][:token.start()] + _nudged(token.group()) + quote["text"][token.end():]
+        index, token = next((i, t) for i, (t, v) in enumerate(zip(qn.numbers_in(quote["text"]), quote["values"]))
+                            if v is not None)
         original = (tmp_path / document).read_text(encoding="utf-8")
         assert qn.check_document(tmp_path, document) == []
-        (tmp_path / document).write_text(original.replace(quote["text"], changed), encoding="utf-8")
-        assert qn.check_document(tmp_path, document), f"{document}: changing {quote['text']!r} went unnoticed"
+        at = qn.quote_pattern(quote["text"].strip()).search(original).start(index + 1)  # the quote may wrap lines
+        changed = original[:at] + _nudged(token.group()) + original[at + len(token.group()):]
+        (tmp_path / document).write_text(changed, encoding="utf-8")
+        assert qn.check_document(tmp_path, document), f"{document}: changing {token.group()} in {quote['text']!r} " \
+                                                      "went unnoticed"
         (tmp_path / document).write_text(original, encoding="utf-8")
         for source in (s for s in (registry.get("sources") or {}).values() if s.endswith(".json")):
             stored = (tmp_path / source).read_text(encoding="utf-8")
