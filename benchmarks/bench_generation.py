@@ -129,6 +129,10 @@ def markdown_table(rows: list[tuple[str, int, float]]) -> str:
     return "\n".join(lines)
 
 
+COLUMNS = {"stages": ["stage", "sets", "seconds"], "large": ["n", "sets", "sets_per_s", "cpu_s_per_set", "peak_rss_mb"],
+           "workers": ["n", "workers", "sets_per_s"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num", type=int, default=10000, help="number of causal sets (default 10000)")
@@ -162,9 +166,10 @@ def main() -> None:
         stored["workers"] = workers_rows(args.scaling_num, args.scaling_n, args.seed)
         print(workers_table(stored["workers"]))
     if args.json:
-        stored.update(load_average_after=os.getloadavg(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                      columns={"stages": ["stage", "sets", "seconds"], "large": ["n", "sets", "sets_per_s",
-                               "cpu_s_per_set", "peak_rss_mb"], "workers": ["n", "workers", "sets_per_s"]})
+        stored.update(load_average_after=os.getloadavg(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+        for table, columns in COLUMNS.items():  # rows as records, named
+            if table in stored:
+                stored[table] = [dict(zip(columns, row)) for row in stored[table]]
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(stored, out, indent=1)
 
