@@ -1,6 +1,7 @@
 r"""Quoted numbers: every measurement that the prose quotes is tied to the stored result it comes from.
 
-The convention (for writers and reviewers; test_quoted_numbers.py runs it):
+The convention (for writers and reviewers; test_quoted_numbers.py runs it, and
+``python QuantumGravPy/tests/quoted_numbers.py [DOCUMENT ...]`` lists the problems of some documents, one a line):
 
 * The prose stays as a reader sees it. Each document that quotes measurements has a registry,
   ``docs/quotes/<name>.yaml``, naming the document, its sources and, for each quoted passage, how every
@@ -439,3 +440,22 @@ def check_document(root: Path, document: str) -> list[str]:
         for entry in registry.get("not_measured") or []:
             check_not_measured(entry, texts, registry_path.name, problems, covered)
     return problems.items + untied_numbers(texts, covered, hint)
+
+
+def main(argv: list[str]) -> int:
+    """``python QuantumGravPy/tests/quoted_numbers.py [DOCUMENT ...]``: each problem, one line (all documents by
+    default); exit 1 when there is one."""
+    root = Path(__file__).resolve().parents[2]
+    unknown = sorted(set(argv) - set(documents(root)))
+    if unknown:
+        print(f"error: not a checked document: {', '.join(unknown)} (one of: {', '.join(documents(root))})")
+        return 2
+    problems = [problem for document in (argv or documents(root)) for problem in check_document(root, document)]
+    print("\n".join(problems) or "every quoted number agrees with its source")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

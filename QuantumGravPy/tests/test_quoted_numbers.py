@@ -232,3 +232,10 @@ def _nudged(token: str) -> str:
     """The same number written with its last digit changed."""
     last = max(i for i, c in enumerate(token) if c.isdigit())
     return token[:last] + str((int(token[last]) + 5) % 10) + token[last + 1:]
+
+
+def test_the_command_lists_a_documents_problems_and_refuses_an_unknown_one(capsys):
+    assert qn.main(["README.md"]) == 0
+    assert capsys.readouterr().out == "every quoted number agrees with its source\n"
+    assert qn.main(["README.txt"]) == 2
+    assert capsys.readouterr().out.startswith("error: not a checked document: README.txt (one of: ")
