@@ -74,9 +74,9 @@ def test_the_header_says_the_size_and_marks_a_test_mode_run(monkeypatch, capsys)
     monkeypatch.setenv(SMOKE_TEST_ENV, "1")
     QG.print_run_header("40 causal sets of 8-12 elements", epochs=1, processes=1)
     assert capsys.readouterr().out.splitlines() == [
-        "this run: 2,000 causal sets of 64-128 elements, 40 epochs, 2 processes",
+        "this run: 2,000 causal sets of 64-128 elements, up to 40 epochs, 2 processes",
         "this run: 2,000 causal sets, 1 process",
-        f"this run: 40 causal sets of 8-12 elements, 1 epoch, 1 process (test mode: {SMOKE_TEST_ENV}=1; "
+        f"this run: 40 causal sets of 8-12 elements, up to 1 epoch, 1 process (test mode: {SMOKE_TEST_ENV}=1; "
         "unset it for real results)"]
 
 
