@@ -14,6 +14,9 @@ ROOT=$PWD
 [ -x .venv/bin/python ] || bash scripts/setup_venv.sh
 export PATH="$ROOT/.venv/bin:$PATH"   # the kernel named "python3" is then the venv's Python
 unset QUANTUMGRAV_SMOKE_TEST
+# One torch thread per process unless told otherwise, as in the stored runs (notebooks/README.md): a notebook of 2 or 3
+# processes then does not oversubscribe the cores, and the minutes of the notebooks stay comparable.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 if [ "$#" -gt 0 ]; then
   notebooks=("$@")
