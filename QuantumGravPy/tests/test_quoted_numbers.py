@@ -23,9 +23,7 @@ import quoted_numbers as qn
 REPO = Path(__file__).resolve().parents[2]
 # Documents whose prose is not tied yet, each with who ties it. Strict: a document that passes must leave the list.
 NOT_TIED_YET = {
-    "notebooks/README.md": "the notebooks' helpers",
     **{f"notebooks/{name}": "the notebooks' helpers" for name in (
-        "01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb",
         "05_logging_and_wandb.ipynb", "06_fault_tolerance.ipynb", "08_hyperparameter_search.ipynb")},
 }
 
@@ -190,7 +188,10 @@ def test_the_real_tree_fails_when_a_tied_number_changes(tmp_path):
         "_runs", "_data", "*.png"))
     for document in tied:
         path, registry = qn.registries(tmp_path)[document]
-        quote = next(entry for entry in registry.get("quotes", []) if any(v is not None for v in entry["values"]))
+        quote = next((entry for entry in registry.get("quotes") or [] if any(v is not None for v in entry["values"])),
+                     None)
+        if quote is None:  # a registry of numbers that are not measured (not_measured only): nothing to change
+            continue
         index, token = next((i, t) for i, (t, v) in enumerate(zip(qn.numbers_in(quote["text"]), quote["values"]))
                             if v is not None)
         original = (tmp_path / document).read_text(encoding="utf-8")
