@@ -1,9 +1,11 @@
 """The tutorial notebooks, run through papermill with NON-default parameters.
 
-``pytest notebooks --nbval`` compares the stored outputs, which were made with the defaults of each
-notebook's ``parameters`` cell. These tests check that the parameters really steer the notebooks
-and that what they teach still holds for other values: a different data set size, model width,
-number of epochs, early-stopping patience and validation mode. Each notebook prints a one-line
+``pytest notebooks --nbval`` runs every notebook in its test mode (notebooks/conftest.py sets
+QUANTUMGRAV_SMOKE_TEST=1) against its stored outputs, which are full-size runs. These tests check that the
+parameters really steer the notebooks and that what they teach still holds for other values: a different data
+set size, model width, number of epochs, early-stopping patience and validation mode. The notebooks that have a
+test mode run here in it too (``smoke_test=True``): what a test does not give explicitly takes its test value,
+never its full-size one, and what it gives is kept (data sizes at most the smoke-test data's). Each notebook prints a one-line
 JSON summary in its last cell; the tests read it from the executed copy (written to tmp_path),
 and look at the files the runs left behind. Notebook 06 (ten processes, torchrun restarts) runs once,
 under nbval: its cells assert what it teaches in terms of its parameters, and test_restarts.py
@@ -15,8 +17,10 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -36,12 +40,15 @@ def data_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("notebook_data")
 
 
-def run_notebook(name: str, output_dir: Path, **parameters) -> nbformat.NotebookNode:
+def run_notebook(name: str, output_dir: Path, smoke_test: bool = False, **parameters) -> nbformat.NotebookNode:
     """Execute notebooks/<name> with ``parameters`` (working directory notebooks/, like Jupyter and
-    nbval) into output_dir and return the executed notebook. A failing cell raises."""
+    nbval) into output_dir and return the executed notebook. A failing cell raises. ``smoke_test``: in the
+    notebook's test mode (the kernel inherits QUANTUMGRAV_SMOKE_TEST=1)."""
     output = output_dir / name
-    papermill.execute_notebook(str(NOTEBOOKS / name), str(output), parameters=parameters, cwd=str(NOTEBOOKS),
-                               kernel_name="python3", progress_bar=False, log_output=False)
+    switch = {"QUANTUMGRAV_SMOKE_TEST": "1" if smoke_test else "0"}
+    with mock.patch.dict(os.environ, switch):
+        papermill.execute_notebook(str(NOTEBOOKS / name), str(output), parameters=parameters, cwd=str(NOTEBOOKS),
+                                   kernel_name="python3", progress_bar=False, log_output=False)
     return nbformat.read(output, as_version=4)
 
 

@@ -11,6 +11,7 @@ from .errors import ConfigError, UserError
 from .launcher import TrainingFailed, launch, run_job
 from .logging_utils import get_logger, setup_logging
 from .models import GNNClassifier, build_model, count_parameters
+from .smoke_test import print_run_header, shrink_for_smoke_test
 from .sparse_attention import SparseTransformerConv
 from .roles import dataset_factory, loss_function
 from .train_ddp import TrainerDDP
@@ -62,4 +63,5 @@ __all__ = [
     "ConfigError", "UserError", "TrainingFailed", "launch", "run_job",
     "get_logger", "setup_logging", "GNNClassifier", "SparseTransformerConv", "build_model", "count_parameters",
     "TrainerDDP", "Trainer", "dataset_factory", "loss_function", "tune",
+    "print_run_header", "shrink_for_smoke_test",
 ]
