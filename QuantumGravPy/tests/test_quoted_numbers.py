@@ -25,7 +25,6 @@ NOT_TIED_YET = {
     "QUICK_REFERENCE_DDP.md": "wt-quotes", "docs/distributed_training.md": "wt-quotes",
     "docs/hyperparameter_search.md": "wt-quotes", "docs/large_data.md": "wt-quotes",
     "docs/your_own_data.md": "wt-quotes", "docs/your_own_data_zarr.md": "wt-quotes",
-    "notebooks/README.md": "the notebooks' helpers",
     **{f"notebooks/{name}": "the notebooks' helpers" for name in (
         "01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb")},
 }
@@ -175,7 +174,9 @@ def test_the_real_tree_fails_when_a_tied_number_changes(tmp_path):
             shutil.copy2(source, target)
     for document in tied:
         path, registry = qn.registries(tmp_path)[document]
-        quote = next(entry for entry in registry.get("quotes", []) if any(v is not None for v in entry["values"]))
+        quote = next((entry for entry in registry.get("quotes", []) if any(v is not None for v in entry["values"])), None)
+        if quote is None:  # a registry of not_measured entries only: no measurement to change
+            continue
         token = next(t for t, v in zip(qn.numbers_in(quote["text"]), quote["values"]) if v is not None)
         changed = quote["text"][:token.start()] + _nudged(token.group()) + quote["text"][token.end():]
         original = (tmp_path / document).read_text(encoding="utf-8")
