@@ -4,6 +4,7 @@ scripts/execute_notebooks.sh puts on a full-size run (scripts/stamp_notebook_run
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,9 +75,9 @@ def test_the_header_says_the_size_and_marks_a_test_mode_run(monkeypatch, capsys)
     monkeypatch.setenv(SMOKE_TEST_ENV, "1")
     QG.print_run_header("40 causal sets of 8-12 elements", epochs=1, processes=1)
     assert capsys.readouterr().out.splitlines() == [
-        "this run: 2,000 causal sets of 64-128 elements, 40 epochs, 2 processes",
+        "this run: 2,000 causal sets of 64-128 elements, up to 40 epochs, 2 processes",
         "this run: 2,000 causal sets, 1 process",
-        f"this run: 40 causal sets of 8-12 elements, 1 epoch, 1 process (test mode: {SMOKE_TEST_ENV}=1; "
+        f"this run: 40 causal sets of 8-12 elements, up to 1 epoch, 1 process (test mode: {SMOKE_TEST_ENV}=1; "
         "unset it for real results)"]
 
 
@@ -116,3 +117,22 @@ def test_the_stamp_refuses_a_test_mode_run_and_a_notebook_without_a_header(tmp_p
     result = _stamp(notebook, tmp_path / "stored_runs.json")
     assert result.returncode != 0 and message in result.stderr
     assert notebook.read_bytes() == before and not (tmp_path / "stored_runs.json").exists()
+
+
+def test_nbval_runs_the_notebooks_in_test_mode_and_the_rest_of_the_suite_without_it(tmp_path):
+    """notebooks/conftest.py: a notebook's kernel sees the switch, a test collected after it in the same process not."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    (folder / "conftest.py").write_text((REPO / "notebooks" / "conftest.py").read_text())
+    cell = nbformat.v4.new_code_cell("import os\nprint(os.environ.get('QUANTUMGRAV_SMOKE_TEST'))")
+    cell.outputs, cell.execution_count = [nbformat.v4.new_output("stream", name="stdout", text="1\n")], 1
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [cell]
+    nbformat.write(notebook, folder / "switch.ipynb")
+    (tmp_path / "test_after.py").write_text(
+        "import os\n\ndef test_the_switch_is_off():\n    assert 'QUANTUMGRAV_SMOKE_TEST' not in os.environ\n")
+    env = {key: value for key, value in os.environ.items() if key != SMOKE_TEST_ENV}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+                             "notebooks/switch.ipynb", "test_after.py"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout + result.stderr

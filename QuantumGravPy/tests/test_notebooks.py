@@ -65,12 +65,12 @@ def stored_summary(name: str) -> dict:
 
 
 def test_causal_sets_notebook_with_a_smaller_dataset(tmp_path, data_root):
-    notebook = run_notebook("01_causal_sets.ipynb", tmp_path, n_draw=32, num_samples=60, n_min=12, n_max=20,
-                            mm_repeats=8, seed=7, data_root=str(data_root))
+    notebook = run_notebook("01_causal_sets.ipynb", tmp_path, smoke_test=True, n_draw=32, num_samples=30, n_min=8,
+                            n_max=10, mm_repeats=8, seed=7, data_root=str(data_root))
     summary = last_cell_summary(notebook)
-    assert summary["num_samples"] == 60 and summary["num_classes"] == 5
-    assert 12 <= summary["n_range"][0] <= summary["n_range"][1] <= 20
-    assert summary["num_test"] == 9  # 15 % of 60
+    assert summary["num_samples"] == 30 and summary["num_classes"] == 5
+    assert 8 <= summary["n_range"][0] <= summary["n_range"][1] <= 10
+    assert summary["num_test"] == len(QG.split_indices(30, (0.7, 0.15, 0.15), 42)[2])
     assert 0.0 <= summary["baseline_accuracy"] <= 1.0
     for d, estimate in summary["myrheim_meyer_dimension"].items():
         assert abs(estimate - int(d)) < 0.3
@@ -78,16 +78,15 @@ def test_causal_sets_notebook_with_a_smaller_dataset(tmp_path, data_root):
 
 def test_single_process_notebook_with_a_narrower_model_and_fewer_epochs(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("02_train_single_process.ipynb", tmp_path, hidden_channels=16, num_epochs=2,
-                            extra_epochs=1, data_root=str(data_root), runs_root=str(runs))
+    notebook = run_notebook("02_train_single_process.ipynb", tmp_path, smoke_test=True, hidden_channels=16,
+                            num_epochs=2, extra_epochs=1, data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
-    assert summary["hidden_channels"] == [16, 16]
-    config = QG.load_config(REPO / "configs" / "train.yaml",
-                            {"model.hidden_channels": [16, 16], "model.head_hidden": [16]})
+    assert summary["hidden_channels"] == [16, 16, 16]
+    config = QG.load_config(REPO / "configs" / "train.yaml", {"model.hidden_channels": [16, 16, 16]})
     expected = QG.count_parameters(QG.build_model(config["model"], len(NODE_FEATURES), 5))["total_params"]
     assert summary["parameters"] == expected
-    assert summary["parameters"] < stored_summary("02_train_single_process.ipynb")["parameters"]  # width 32 there
+    assert summary["parameters"] < stored_summary("02_train_single_process.ipynb")["parameters"]  # width 128 there
     assert summary["first_run_epochs"] == [0, 1]
     assert summary["resumed_epochs"] == [0, 1, 2]
 
@@ -103,8 +102,8 @@ def test_single_process_notebook_with_a_narrower_model_and_fewer_epochs(tmp_path
 
 def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("04_train_ddp.ipynb", tmp_path, world_size=2, num_epochs=3, patience=1, min_delta=10.0,
-                            validation_mode="rank0", data_root=str(data_root), runs_root=str(runs))
+    notebook = run_notebook("04_train_ddp.ipynb", tmp_path, smoke_test=True, world_size=2, num_epochs=3, patience=1,
+                            min_delta=10.0, validation_mode="rank0", data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
     assert summary["world_size"] == 2 and summary["num_epochs"] == 3 and summary["validation_mode"] == "rank0"
@@ -114,18 +113,38 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     assert summary["ranks_stopped_at"] == {"0": 1, "1": 1}
     assert summary["single_process_validation_agrees"] is True
 
-    # The DDP run directory (the other one is the notebook's one-process check) has a log per rank.
-    (ddp_run,) = [run for run in runs.iterdir() if (run / "logs" / "rank_1.log").exists()]
+    # The DDP run directory (the others: the notebook's one-process check and its throughput runs) has a log per rank.
+    ddp_run = runs / summary["run_dir"]
     for rank in (0, 1):
         log = (ddp_run / "logs" / f"rank_{rank}.log").read_text()
         assert f"[RANK {rank}]" in log and "training finished at epoch 1: early stopping" in log
     run_summary = json.loads((ddp_run / "summary.json").read_text())
-    assert run_summary["stopped_at_epoch"] == 1 and run_summary["derived"]["effective_batch_size"] == 2 * 16
+    assert run_summary["stopped_at_epoch"] == 1 and run_summary["derived"]["effective_batch_size"] == 2 * 32
+    assert set(summary["throughput_graphs_per_s"]) == {"1", "2", "3"}
 
     # The notebook shows the refusal of a notebook-defined loss function.
     outputs = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
                       for out in cell.outputs if out.output_type == "stream")
     assert "UserError: criterion = __main__.smoothed_cross_entropy: spawned worker processes cannot import" in outputs
+
+
+# The notebooks whose stored outputs are full-size runs with a header; the others follow as they get one.
+WITH_HEADER = ("01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb", "04_train_ddp.ipynb")
+
+
+def test_stored_outputs_are_full_size_runs_whose_header_gives_the_minutes_they_took():
+    runs = json.loads((NOTEBOOKS / "stored_runs.json").read_text())
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        outputs = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs]
+        texts = "".join(out.get("text", "") for out in outputs)
+        assert "QUANTUMGRAV_SMOKE_TEST" not in texts, f"{path.name}: a test-mode output is stored"
+        if not any("print_run_header(" in cell.source for cell in notebook.cells):
+            assert path.name not in WITH_HEADER, f"{path.name} prints no header"
+            continue
+        record = runs[path.name]
+        header = outputs[0].text.splitlines()[0]  # the notebook's first output
+        assert header == f"stored outputs: {record['run']}, {record['minutes']} min on {record['cpu_cores']} CPU cores"
 
 
 def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, monkeypatch):

@@ -25,8 +25,6 @@ NOT_TIED_YET = {
     "QUICK_REFERENCE_DDP.md": "wt-quotes", "docs/distributed_training.md": "wt-quotes",
     "docs/hyperparameter_search.md": "wt-quotes", "docs/large_data.md": "wt-quotes",
     "docs/your_own_data.md": "wt-quotes", "docs/your_own_data_zarr.md": "wt-quotes",
-    **{f"notebooks/{name}": "the notebooks' helpers" for name in (
-        "01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb")},
 }
 
 

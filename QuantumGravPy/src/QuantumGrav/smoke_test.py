@@ -160,9 +160,9 @@ def print_run_header(data: str, epochs: int | None, processes: int) -> None:
     Example:
         >>> import QuantumGrav as QG
         >>> QG.print_run_header("2,000 causal sets of 64-128 elements", epochs=40, processes=1)
-        this run: 2,000 causal sets of 64-128 elements, 40 epochs, 1 process
+        this run: 2,000 causal sets of 64-128 elements, up to 40 epochs, 1 process
     """
-    parts = [data] + ([f"{epochs} epoch{'s' * (epochs != 1)}"] if epochs is not None else [])
+    parts = [data] + ([f"up to {epochs} epoch{'s' * (epochs != 1)}"] if epochs is not None else [])
     line = "this run: " + ", ".join(parts + [f"{processes} process{'es' * (processes != 1)}"])
     if smoke_test_enabled():
         line += f" (test mode: {SMOKE_TEST_ENV}=1; unset it for real results)"
