@@ -16,27 +16,18 @@ shards, index) of ``--scaling-num`` sets at each N with K = 1, 2, ... up to the 
 pool whose workers fork from a fork server that imports the package once per process: that start is timed
 first, on its own (a user waits for it once), and is in no row.
 
-Measured on the 2-core development machine while other jobs kept both cores busy (load average 3 to 5),
-``python benchmarks/bench_generation.py --num 0 --scaling-num 2048 --scaling-n 64 128 256``:
-
-| N | workers | sets/s | speed-up over 1 worker |
-|---:|---:|---:|---:|
-| 64 | 1 | 1,797 | 1.00 |
-| 64 | 2 | 1,318 | 0.73 |
-| 128 | 1 | 379 | 1.00 |
-| 128 | 2 | 346 | 0.91 |
-| 256 | 1 | 82 | 1.00 |
-| 256 | 2 | 99 | 1.20 |
-
-the pool's fork server started in 12.4 s (once per process, in no row)
-
-On this machine a second worker finds no free core; the scaling where cores are free is not measured here.
+``--json FILE`` stores every table with the command, the date and the load average:
+``benchmarks/results_generation.json`` is the run that docs/large_data.md quotes.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
 import resource
+import sys
 import tempfile
 import time
 from typing import Callable
@@ -138,6 +129,10 @@ def markdown_table(rows: list[tuple[str, int, float]]) -> str:
     return "\n".join(lines)
 
 
+COLUMNS = {"stages": ["stage", "sets", "seconds"], "large": ["n", "sets", "sets_per_s", "cpu_s_per_set", "peak_rss_mb"],
+           "workers": ["n", "workers", "sets_per_s"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num", type=int, default=10000, help="number of causal sets (default 10000)")
@@ -148,21 +143,35 @@ def main() -> None:
     parser.add_argument("--large-n", type=int, nargs="*", default=[1024, 2048],
                         help="N of the large-set table (generate_causal_sets end to end; nothing: skip)")
     parser.add_argument("--large-num", type=int, default=12, help="sets per N of the large-set table (default 12)")
+    parser.add_argument("--json", help="also store the tables in this file")
     args = parser.parse_args()
+    stored = {"command": " ".join(["python", *sys.argv]), "load_average_before": os.getloadavg(),
+              "usable_cores": usable_cpu_count()}
     if (args.num and args.num < len(cs.DEFAULT_CLASSES)) or args.n < 2:
         parser.error(f"--num must be 0 (skip) or >= {len(cs.DEFAULT_CLASSES)} and --n >= 2")
     if args.num:
         print(f"N = {args.n}, classes {', '.join(cs.DEFAULT_CLASSES)}\n")
-        print(markdown_table(run(args.num, args.n, args.seed)))
+        stored["stages"] = run(args.num, args.n, args.seed)
+        print(markdown_table(stored["stages"]))
     if args.large_n:
         print(f"\n{args.large_num} sets per N, classes {', '.join(cs.DEFAULT_CLASSES)}, one process\n")
-        print(large_table(large_rows(args.large_num, args.large_n, args.seed)))
+        stored["large"] = large_rows(args.large_num, args.large_n, args.seed)
+        print(large_table(stored["large"]))
     if args.scaling_num:
         print(f"\n{args.scaling_num} sets per cache, classes {', '.join(cs.DEFAULT_CLASSES)}, "
               f"{usable_cpu_count()} usable cores\n")
         if usable_cpu_count() > 1:
-            print(f"the pool's fork server started in {start_fork_server():.1f} s (once per process, in no row)\n")
-        print(workers_table(workers_rows(args.scaling_num, args.scaling_n, args.seed)))
+            stored["fork_server_s"] = start_fork_server()
+            print(f"the pool's fork server started in {stored['fork_server_s']:.1f} s (once per process, in no row)\n")
+        stored["workers"] = workers_rows(args.scaling_num, args.scaling_n, args.seed)
+        print(workers_table(stored["workers"]))
+    if args.json:
+        stored.update(load_average_after=os.getloadavg(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+        for table, columns in COLUMNS.items():  # rows as records, named
+            if table in stored:
+                stored[table] = [dict(zip(columns, row)) for row in stored[table]]
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(stored, out, indent=1)
 
 
 if __name__ == "__main__":

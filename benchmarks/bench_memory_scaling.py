@@ -11,25 +11,15 @@ its anonymous part (``RssAnon`` of /proc/self/status: the process's own heap, wh
 grow if it were held in memory; file-backed pages are the shared libraries, and the shards are read with
 ``os.preadv``, so the page cache that holds them is counted in neither) and the peak RSS (``VmHWM``).
 
-Measured on the 2-core development machine (shared with other jobs, load average 4 to 5), configs/train.yaml
-(data seed 1234), N = 32, one rank, ``python benchmarks/bench_memory_scaling.py --storage disk memory``:
-
-| storage | sets in the data set | RSS MB | anonymous RSS MB | peak RSS MB |
-|---|---:|---:|---:|---:|
-| disk | 5,000 | 453 | 321 | 453 |
-| memory | 5,000 | 489 | 357 | 489 |
-| disk | 50,000 | 458 | 326 | 458 |
-| memory | 50,000 | 911 | 779 | 1006 |
-
-disk storage: RSS 453 MB at 5,000 sets, 458 MB at 50,000 sets: +1.2% (under 10%)
-
-With ``memory`` every rank holds the collated data set (here about 420 MB more at 50,000 sets); with
-``disk`` it holds the index (69 bytes per set: 3 MB for 45,000 more sets), and RSS grew by 5 MB.
+``--json FILE`` stores the rows with the command, the date and the load average:
+``benchmarks/results_memory_scaling.json`` is the run that docs/large_data.md quotes. With ``memory`` every rank
+holds the collated data set; with ``disk`` it holds the index (a few dozen bytes per set).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -120,16 +110,24 @@ def main() -> None:
     parser.add_argument("--storage", nargs="+", choices=["memory", "disk"], default=["disk"])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--runs", help=argparse.SUPPRESS)
+    parser.add_argument("--json", help="also store the rows in this file")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(json.loads(args.child), args.runs, args.train)))
         return
     if min(args.sizes) < 2 * args.train:
         parser.error(f"--sizes must be at least twice --train ({args.train}): the epoch draws from the training split")
+    load_before = os.getloadavg()
     rows = run(args.sizes, args.n, args.train, args.storage)
     print(f"N = {args.n}, one epoch of {args.train} training sets, one rank\n")
     print(markdown_table(rows))
     print("\n" + verdict(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "command": " ".join(["python", *sys.argv]), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "load_average_before": load_before, "load_average_after": os.getloadavg(), "n": args.n,
+            "train": args.train, "rows": [{"storage": storage, "sets": size, **m} for storage, size, m in rows]},
+            indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

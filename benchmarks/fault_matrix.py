@@ -1,17 +1,21 @@
 """Inject each fault of the fault matrix once into a tiny job and print what happened, as a markdown table.
 
-    PYTHONPATH=QuantumGravPy/src .venv/bin/python benchmarks/fault_matrix.py [--folder DIR]
+    PYTHONPATH=QuantumGravPy/src .venv/bin/python benchmarks/fault_matrix.py [--folder DIR] [--out FILE.json]
 
 The job is the test suite's tiny config (``QuantumGravPy/tests/conftest.py``: 90 causal sets, 3 epochs,
 CPU); the faults are injected as in ``tests/test_fault_tolerance.py``, whose helpers this reuses. The
 "observed" column is built from what each run did: exit codes, the error line, the checkpoints that load.
+``--out`` also stores the rows with the command, date and load average (``benchmarks/results_fault_matrix.json``:
+the run that docs/distributed_training.md shows).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -148,16 +152,27 @@ ROWS = [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=None, help="a new work folder (default: a temporary one)")
+    parser.add_argument("--out", type=Path, default=None, help="also store the rows here as JSON")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="fault_matrix_"))
     folder.mkdir(parents=True, exist_ok=True)
     faults = Faults(folder)
-    lines = ["| fault | expected | observed |", "|---|---|---|"]
+    lines, rows = ["| fault | expected | observed |", "|---|---|---|"], []
     for fault, expected, method in ROWS:
         observed = getattr(faults, method)().replace(str(folder), "$TMP").replace("|", "\\|")
+        rows.append({"fault": fault, "expected": expected, "method": method, "observed": observed})
         lines.append(f"| {fault} | {expected} | {observed} |")
         print(lines[-1], file=sys.stderr, flush=True)
     print("\n".join(lines))
+    if args.out:
+        args.out.write_text(json.dumps({
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "machine": {"cpus": os.cpu_count(), "load_average_before": load_before,
+                        "load_average_after": os.getloadavg(), "platform": platform.platform(),
+                        "torch": torch.__version__},
+            "rows": rows}, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

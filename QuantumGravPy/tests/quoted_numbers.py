@@ -1,6 +1,7 @@
 r"""Quoted numbers: every measurement that the prose quotes is tied to the stored result it comes from.
 
-The convention (for writers and reviewers; test_quoted_numbers.py runs it):
+The convention (for writers and reviewers; test_quoted_numbers.py runs it, and
+``python QuantumGravPy/tests/quoted_numbers.py [DOCUMENT ...]`` lists the problems of some documents, one a line):
 
 * The prose stays as a reader sees it. Each document that quotes measurements has a registry,
   ``docs/quotes/<name>.yaml``, naming the document, its sources and, for each quoted passage, how every
@@ -14,29 +15,40 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it):
       quotes:
         - text: "0.980 ± 0.012"     # text of the document, any line break a space (every occurrence checked)
           values: [mean(acc), stdev(acc)]   # one expression per number in `text`, in order; ~ skips one
+      tables:                       # a whole markdown table: per body row, one value per number in it
+        - table: "| storage | sets |"   # text of the table's header line
+          rows: "[[r['sets'], r['rss_mb']] for r in runs['rows']]"   # ~ (None) skips a number
       not_measured:                 # numbers that look measured but are not; each with its reason
-        - text: "Python 3.10+"
-          why: a supported version
+        - text: "default 120 s"
+          why: SLURM's documented default (cred_expire)
 
 * A number matches its value when the value rounds to it at the precision written: ``0.980`` claims
   0.9795 <= value <= 0.9805, ``3`` (as in "about 3 minutes") claims 2.5 <= value <= 3.5, ``4.46e-3`` claims
   its three significant digits. Rounding coarser than the digits (to tens, say) is written in the
   expression: ``round(seconds, -1)``.
 * Expressions are Python over the loaded sources, with ``pick(records, key, **match)`` (the ``key`` of each
-  record whose fields equal ``match``), ``mean``, ``stdev`` (sample), ``median``, ``ratio(a, b)``,
-  ``minutes(s)``, ``pts(fraction)`` (x 100), ``find(text, regex)`` (the number of the regex's group), ``min``, ``max``, ``sum``, ``len``, ``abs``, ``round``, ``zip``,
-  ``sorted``. A ``.json`` or ``.yaml`` source is its data (a YAML ``!tag`` kept as text). Any other source is
-  text: ``src.find(r"LIMIT_S = (\d+)")`` is the number of the regex's group, and an ``.ipynb`` source is the
-  text of its stored outputs; in a notebook, ``output(r"test accuracy (\S+)")`` searches its own outputs.
+  record whose fields equal ``match``; ``field=None`` also matches a record without that field), ``mean``, ``stdev``
+  (sample), ``median``, ``ratio(a, b)``, ``minutes(s)``, ``pts(fraction)`` (x 100), ``find(text, regex)`` (the
+  number of the regex's group), ``constant("EXIT_GRACE_S")`` (a module-level constant of the library, found by
+  name wherever its module lives), ``min``, ``max``, ``sum``, ``len``, ``abs``, ``round``, ``zip``, ``sorted``.
+  A ``.json`` or ``.yaml`` source is its data (a YAML ``!tag`` kept as text). Any other source is text:
+  ``src.find(r"USR1@(\d+)")``; an ``.ipynb`` source is the text of its stored outputs (``nb.find(regex)``) with
+  ``nb.parameters`` (its papermill parameters cell's literal values); in a notebook ``output(r"test accuracy
+  (\S+)")`` searches its own outputs and ``parameters`` are its own.
+  In YAML, quote an expression that holds ``[`` and a text that holds ``: ``.
 * Measured-looking numbers in prose (not in code blocks, inline code, HTML comments or link targets) must be
   tied or listed under ``not_measured``: decimals (``0.980``, ``4.53``, ``1.4e-3``; versions such as
   ``2.13.0`` or ``3.10+`` excepted), numbers with a unit of time, memory, rate, share or speed-up (``s``,
-  ``min``, ``MB``, ``GiB``, ``graphs/s``, ``%``, ``1.5x``, ``points``) or after ``±``, and the numbers of a
-  markdown table's cells after the first (the row's label).
+  ``min``, ``MB``, ``GiB``, ``graphs/s``, ``%``, ``1.5x``, ``points``) or after ``±``, and a number that is a
+  whole table cell in a column whose header names a measure (``| s per run |``, ``| accuracy |``).
+  Integers without a unit (seeds, processes, epochs, exit codes) are not flagged, but may be tied.
+* ``not_measured`` is for numbers that only look measured: other projects' documented defaults, a config
+  value shown as an example. Prefer a tie wherever the number has a file of this repository behind it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import statistics
@@ -184,14 +196,24 @@ class TextSource:
 
 
 def notebook_outputs(path: Path) -> TextSource:
-    """The text of a notebook's stored outputs (streams, plain text, markdown and HTML)."""
+    """The text of a notebook's stored outputs (streams, plain text, markdown and HTML), and its ``parameters``:
+    the literal assignments of the cell tagged ``parameters`` (papermill's), e.g. ``nb.parameters["num_epochs"]``."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     texts = []
     for output in (output for cell in cells if cell["cell_type"] == "code" for output in cell.get("outputs", [])):
         data = output.get("data", {})
         texts.append("".join(output.get("text", "")))
         texts.extend("".join(data[kind]) for kind in ("text/plain", "text/markdown", "text/html") if kind in data)
-    return TextSource(f"{path.name}'s stored outputs", "\n".join(texts))
+    source = TextSource(f"{path.name}'s stored outputs", "\n".join(texts))
+    source.parameters = {}
+    for cell in (c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])):
+        for statement in ast.parse("".join(cell["source"])).body:
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                try:
+                    source.parameters[ast.unparse(statement.targets[0])] = ast.literal_eval(statement.value)
+                except ValueError:  # not a literal (a computed default): not a number to quote
+                    pass
+    return source
 
 
 def load_source(path: Path):
@@ -242,7 +264,10 @@ def registries(root: Path) -> dict[str, tuple[Path, dict]]:
     """Each registry by the document it names."""
     found = {}
     for path in sorted((root / REGISTRY_DIR).glob("*.yaml")):
-        registry = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            registry = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:  # one line naming the file, not the parser's stack
+            raise ValueError(f"{path}: not valid YAML (quote a text that holds ': '): {error}") from None
         document = registry.get("document")
         if document in found:
             raise ValueError(f"{path} and {found[document][0]} both name {document}")
@@ -250,10 +275,26 @@ def registries(root: Path) -> dict[str, tuple[Path, dict]]:
     return found
 
 
+LIBRARY = Path("QuantumGravPy") / "src" / "QuantumGrav"
+
+
+def library_constant(root: Path, name: str) -> float:
+    """The value of a module-level ``NAME = <arithmetic on numbers>`` of the library (``EXIT_GRACE_S = 30.0``,
+    ``_WORK_BYTES = 1 << 30``), wherever its module lives: a quote stays tied when modules move."""
+    pattern = re.compile(rf"^{re.escape(name)}\s*(?::[^=]+)?=\s*([0-9][0-9_.eE+\-*/<> ()]*?)\s*(?:#.*)?$", re.M)
+    found = {(path, m.group(1)) for path in (root / LIBRARY).rglob("*.py")
+             for m in pattern.finditer(path.read_text(encoding="utf-8"))}
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} definitions of {name} = <number> in {LIBRARY}: "
+                          f"{sorted(str(path.relative_to(root)) for path, _ in found)}")
+    return float(eval(found.pop()[1], {"__builtins__": {}}))  # noqa: S307 (digits and operators only)
+
+
 def namespace(root: Path, document: str, registry_path: Path, registry: dict, problems: Problems) -> dict:
-    names = dict(HELPERS)
+    names = dict(HELPERS, constant=lambda name: library_constant(root, name))
     if document.endswith(".ipynb"):
-        names["output"] = notebook_outputs(root / document).find
+        own = notebook_outputs(root / document)
+        names.update(output=own.find, parameters=own.parameters)
     for alias, source in (registry.get("sources") or {}).items():
         if not (root / source).is_file():
             problems.add(f"{registry_path.name}: source {alias}: {source} does not exist")
@@ -314,6 +355,50 @@ def check_quote(entry: dict, texts: list[Text], names: dict, registry_name: str,
             covered.add((text.where, offsets[index]))
 
 
+def table_rows(text: Text, header: str) -> list[tuple[int, str]] | None:
+    """The body rows of the markdown table whose header line contains ``header``: (offset, prose of the line)."""
+    lines, offset, rows, found = text.text.split("\n"), 0, [], False
+    for line in lines:
+        inside = line.lstrip().startswith("|")
+        if found and not inside:
+            break
+        if found and not re.fullmatch(r"[\s|:\-]*", line):
+            rows.append((offset, text.prose[offset:offset + len(line)]))
+        found = found or (inside and header in line)
+        offset += len(line) + 1
+    return rows if found else None
+
+
+def check_table(entry: dict, texts: list[Text], names: dict, registry_name: str, problems: Problems,
+                covered: set) -> None:
+    """A whole table against one expression: a list with, per body row, one value per number of the row."""
+    header, label = entry.get("table", ""), f"{registry_name}: table {entry.get('table', '')!r}"
+    tables = [(text, rows) for text in texts if (rows := table_rows(text, header)) is not None]
+    if len(tables) != 1:
+        problems.add(f"{label}: {len(tables)} tables have this in their header line; name exactly one")
+        return
+    (text, rows), expression = tables[0], entry.get("rows", "")
+    try:
+        expected = list(eval(expression, names))  # noqa: S307 (the registry is the project's own file)
+    except Exception as error:  # noqa: BLE001 (any failure is the registry's problem, reported)
+        problems.add(f"{label}: {expression!r} fails: {error!r}")
+        return
+    if len(expected) != len(rows):
+        problems.add(f"{label}: the document's table has {len(rows)} rows, the source {len(expected)}")
+        return
+    for (offset, line), values in zip(rows, expected):
+        tokens = numbers_in(line)
+        if len(tokens) != len(values):
+            problems.add(f"{label}: row {line.strip()!r} has {len(tokens)} numbers, the source row {len(values)}")
+            continue
+        for token, value in zip(tokens, values):
+            if value is None:
+                continue
+            if not matches(token.group(), value):
+                problems.add(f"{label}: row {line.strip()!r} says {token.group()}, the source gives {value!r}")
+            covered.add((text.where, offset + token.start()))
+
+
 def check_not_measured(entry: dict, texts: list[Text], registry_name: str, problems: Problems,
                        covered: set) -> None:
     quoted = entry.get("text", "")
@@ -350,6 +435,27 @@ def check_document(root: Path, document: str) -> list[str]:
         names = namespace(root, document, registry_path, registry, problems)
         for entry in registry.get("quotes") or []:
             check_quote(entry, texts, names, registry_path.name, problems, covered)
+        for entry in registry.get("tables") or []:
+            check_table(entry, texts, names, registry_path.name, problems, covered)
         for entry in registry.get("not_measured") or []:
             check_not_measured(entry, texts, registry_path.name, problems, covered)
     return problems.items + untied_numbers(texts, covered, hint)
+
+
+def main(argv: list[str]) -> int:
+    """``python QuantumGravPy/tests/quoted_numbers.py [DOCUMENT ...]``: each problem, one line (all documents by
+    default); exit 1 when there is one."""
+    root = Path(__file__).resolve().parents[2]
+    unknown = sorted(set(argv) - set(documents(root)))
+    if unknown:
+        print(f"error: not a checked document: {', '.join(unknown)} (one of: {', '.join(documents(root))})")
+        return 2
+    problems = [problem for document in (argv or documents(root)) for problem in check_document(root, document)]
+    print("\n".join(problems) or "every quoted number agrees with its source")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
