@@ -128,8 +128,10 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     assert "UserError: criterion = __main__.smoothed_cross_entropy: spawned worker processes cannot import" in outputs
 
 
-# The notebooks whose stored outputs are full-size runs with a header; the others follow as they get one.
-WITH_HEADER = ("01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb", "04_train_ddp.ipynb")
+# The notebooks whose stored outputs are full-size runs with a header: all of them.
+WITH_HEADER = ("01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb", "04_train_ddp.ipynb",
+               "05_logging_and_wandb.ipynb", "06_fault_tolerance.ipynb", "07_your_own_data.ipynb",
+               "08_hyperparameter_search.ipynb")
 
 
 def test_stored_outputs_are_full_size_runs_whose_header_gives_the_minutes_they_took():
