@@ -6,8 +6,9 @@ re-trained on several data seeds against the strong baseline.
     python benchmarks/study_tune.py --trials 2 --epochs 1 --samples 120 --n-max 32 --retrain-epochs 2 --top 1
 
 1. The study of ``configs/tune.yaml`` (``QG.tune``): its space is the convolution class (GraphConv, GINConv,
-   GATv2Conv, TransformerConv), depth and width, message directions, pooling, learning rate and weight
-   decay; ``--epochs`` per trial (the median pruner stops the unpromising ones), on ``--data-seed``'s sets.
+   GATv2Conv, SparseTransformerConv: PyG's TransformerConv with sparse products; the stored study ran PyG's),
+   depth and width, message directions, pooling, learning rate and weight decay; ``--epochs`` per trial
+   (the median pruner stops the unpromising ones), on ``--data-seed``'s sets.
    The study lives in ``--workdir``/studies: running the script again continues it (and only trains the
    trials it still lacks).
 2. The ``--top`` best COMPLETE trials, and the default (``configs/train.yaml``), each re-trained for

@@ -1,8 +1,8 @@
 """Notebook 05 (logging, W&B, memory, AMP, accumulation) through papermill with NON-default parameters.
 
-``pytest notebooks --nbval`` compares the stored outputs, made with the defaults of the notebook's
-``parameters`` cell (amp off, no accumulation). Here it runs with bf16 autocast, 2 accumulation
-steps (with a short last group: 3 batches per process per epoch), another per-process batch size and
+``pytest notebooks --nbval`` compares the stored outputs, made with the full-size defaults of the notebook's
+``parameters`` cell (amp off, no accumulation). Here it runs outside test mode, every size given, with bf16
+autocast, 2 accumulation steps (with a short last group: 3 batches per process per epoch), another per-process batch size and
 3 epochs, into tmp_path, and the test checks what the notebook reported in its last cell against
 the files the run left behind: the derived effective batch size and learning rate, one offline W&B
 run equal to metrics.csv, a log file per rank, and the set-up block of rank 0's log.
@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "05_logging_and_wandb.ipynb"
 
 PARAMETERS = {"world_size": 2, "num_epochs": 3, "amp": "bf16", "accumulation_steps": 2, "batch_size": 12,
-              "num_samples": 100, "n_min": 16, "n_max": 24}
+              "num_samples": 100, "n_min": 16, "n_max": 24, "log_every_n_steps": 2, "hidden_channels": 32,
+              "num_layers": 2}
 
 
 def _last_cell_summary(notebook) -> dict:

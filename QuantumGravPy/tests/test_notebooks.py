@@ -128,8 +128,10 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     assert "UserError: criterion = __main__.smoothed_cross_entropy: spawned worker processes cannot import" in outputs
 
 
-# The notebooks whose stored outputs are full-size runs with a header; the others follow as they get one.
-WITH_HEADER = ("01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb", "04_train_ddp.ipynb")
+# The notebooks whose stored outputs are full-size runs with a header: all of them.
+WITH_HEADER = ("01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb", "04_train_ddp.ipynb",
+               "05_logging_and_wandb.ipynb", "06_fault_tolerance.ipynb", "07_your_own_data.ipynb",
+               "08_hyperparameter_search.ipynb")
 
 
 def test_stored_outputs_are_full_size_runs_whose_header_gives_the_minutes_they_took():
@@ -150,8 +152,8 @@ def test_stored_outputs_are_full_size_runs_whose_header_gives_the_minutes_they_t
 def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(NOTEBOOKS))  # the run's config names my_causal_sets classes
     runs = tmp_path / "runs"
-    notebook = run_notebook("07_your_own_data.ipynb", tmp_path, num_sets=90, num_epochs=2, launch_epochs=2,
-                            hidden=16, threshold=0.4, seed=3, runs_root=str(runs))
+    notebook = run_notebook("07_your_own_data.ipynb", tmp_path, smoke_test=True, num_sets=90, num_epochs=2,
+                            launch_epochs=2, hidden=16, threshold=0.4, seed=3, runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
     assert summary["num_sets"] == 90 and summary["launch_epochs"] == [0, 1]
@@ -173,12 +175,12 @@ def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, 
 
 def test_hyperparameter_search_notebook_on_one_process_with_fewer_trials(tmp_path, data_root):
     runs = tmp_path / "runs"
-    notebook = run_notebook("08_hyperparameter_search.ipynb", tmp_path, trials=3, nproc=1, num_epochs=2,
-                            num_samples=90, n_min=12, n_max=20, data_root=str(data_root), runs_root=str(runs))
+    notebook = run_notebook("08_hyperparameter_search.ipynb", tmp_path, smoke_test=True, trials=3, nproc=1,
+                            num_epochs=2, retrain_epochs=3, data_root=str(data_root), runs_root=str(runs))
     summary = last_cell_summary(notebook)
 
     assert summary["trials"] == 3 and summary["nproc"] == 1 and summary["finished"] == 3
-    assert summary["best_is_complete"] is True and summary["retrained_epochs"] == [0, 1]
+    assert summary["best_is_complete"] is True and summary["retrained_epochs"] == [0, 1, 2]
     folder = runs / "studies" / "notebook"
     with open(folder / "trials.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -187,9 +189,11 @@ def test_hyperparameter_search_notebook_on_one_process_with_fewer_trials(tmp_pat
         assert Path(row["run_dir"]).parent == folder / "trials"
         assert sorted(p.name for p in (Path(row["run_dir"]) / "logs").iterdir()) == ["rank_0.log"]
     best = QG.load_config(folder / "best.yaml")
-    assert best["training"]["num_epochs"] == 2 and best["data"]["num_samples"] == 90
+    assert best["training"]["num_epochs"] == 2 and best["data"]["num_samples"] == 40  # the smoke-test data
     (retrained,) = [run for run in runs.iterdir() if run.name.startswith("run-")]  # the retrained best trial
-    assert (retrained / "summary.json").exists()
+    retrained_summary = json.loads((retrained / "summary.json").read_text())  # retrained for retrain_epochs, with both baselines
+    assert retrained_summary["stopped_at_epoch"] == 2
+    assert {"baseline_accuracy", "strong_baseline_accuracy"} <= set(retrained_summary)
 
 
 def test_ddp_by_hand_notebook_on_three_processes(tmp_path, data_root):
