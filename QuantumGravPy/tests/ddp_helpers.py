@@ -161,7 +161,7 @@ class CountValidations(QG.Callback):
 
     def __setstate__(self, state):  # a worker receives its copy pickled, before run_job builds the trainer
         self.__dict__.update(state)
-        import QuantumGrav.config as config
+        import QuantumGrav.config.schema as config
 
         validate, count = config.validate_config, self.count
 

@@ -183,7 +183,7 @@ def test_one_process_trains_on_the_budgets_batches_and_validates_every_item_once
 
 def test_a_run_with_a_budget_killed_mid_epoch_resumes_at_the_next_batch(tiny_config):
     import ddp_helpers
-    from QuantumGrav.config import resolve_pyobject
+    from QuantumGrav.config.schema import resolve_pyobject
 
     settings = {"training.num_epochs": 2, "training.checkpoint_every_n_steps": 1, "model.dropout": 0.3,
                 "training.batch_budget": {"edges": EDGE_BUDGET}}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config import resolve_pyobject
+from QuantumGrav.config.schema import resolve_pyobject
 
 SGD = resolve_pyobject("torch.optim.SGD")
 

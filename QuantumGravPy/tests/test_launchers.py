@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config import resolve_pyobject
+from QuantumGrav.config.schema import resolve_pyobject
 from QuantumGrav.launcher import _supervise
 from conftest import REPO, TINY
 

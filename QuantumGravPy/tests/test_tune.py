@@ -21,7 +21,7 @@ optuna = pytest.importorskip("optuna")
 
 import QuantumGrav as QG  # noqa: E402
 from QuantumGrav import cli  # noqa: E402
-from QuantumGrav.config import resolve_pyobject  # noqa: E402
+from QuantumGrav.config.schema import resolve_pyobject  # noqa: E402
 from QuantumGrav.search_space import SearchSpace  # noqa: E402
 from QuantumGrav.study_storage import HEARTBEAT_GRACE_S  # noqa: E402
 from QuantumGrav.wandb_logger import read_offline_runs  # noqa: E402

@@ -4,7 +4,7 @@
 """
 
 from .callbacks import Callback, Decision, Stop
-from .config import apply_overrides, dump_config, get_loader, load_config, validate_config
+from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
 from .data import CausalSetDataset, split_indices
 from .distributed import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
 from .errors import ConfigError, UserError
@@ -12,7 +12,7 @@ from .launcher import TrainingFailed, launch, run_job
 from .logging_utils import get_logger, setup_logging
 from .models import GNNClassifier, build_model, count_parameters
 from .sparse_attention import SparseTransformerConv
-from .roles import dataset_factory, loss_function
+from .config.roles import dataset_factory, loss_function
 from .train_ddp import TrainerDDP
 from .training import Trainer
 

@@ -21,7 +21,7 @@ import torch
 
 from .callbacks import Callback, Decision
 from .checkpoint import load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
-from .config import dump_config, load_config, load_yaml_text
+from .config.schema import dump_config, load_config, load_yaml_text
 from .errors import ConfigError
 from .logging_utils import get_logger, rank_zero_warn
 from .resume import forget_run

@@ -99,7 +99,7 @@ def _train(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from .config import load_config
+    from .config.schema import load_config
     from .launcher import check_job, run_from_entry_point
     from .logging_utils import rank_zero_only
     from .run_records import summarise_run
@@ -141,7 +141,7 @@ def _tune(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import time
 
-    from .config import load_config, pyobject_path
+    from .config.schema import load_config, pyobject_path
     from .data import CausalSetDataset, default_workers
     from .data_sources import naming_the_cache_folder
 
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
         if unknown:  # argparse would name the top-level program; the command's parser names what the user ran
             args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command == "doctor":
-            from .config import load_config
+            from .config.schema import load_config
             from .doctor import run_doctor
 
             config = load_config(args.config, args.overrides) if args.config else None

@@ -26,7 +26,7 @@ from torch_geometric.loader import DataLoader
 from . import tasks
 from .batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
                        graph_sizes)
-from .config import pyobject_path
+from .config.schema import pyobject_path
 from .data import CausalSetDataset, generate_share, split_indices
 from .derived_invariants import with_order_invariants
 from .distributed import Runtime

@@ -14,7 +14,7 @@ from torch_geometric import nn as pyg_nn
 from torch_geometric.data import Batch
 
 from .causal_sets import INVARIANT_NAMES
-from .config import pyobject_path
+from .config.schema import pyobject_path
 from .errors import ConfigError
 from .sparse_attention import Adjacency, SparseTransformerConv
 

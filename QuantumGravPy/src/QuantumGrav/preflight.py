@@ -244,7 +244,7 @@ def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
     data (generated and cached if missing), its model, its largest training batch."""
     from . import data_sources
-    from .config import resolve_config
+    from .config.schema import resolve_config
     from .distributed import resolve_device
     from .models import build_model
     from .optimization import build_named

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .baseline import describe_baselines
 from .callbacks import Callback, Decision
-from .config import dump_config
+from .config.schema import dump_config
 from .destroyed_sets import describe_curves
 from .logging_utils import get_logger
 from .run_artifacts import MetricsCSV, atomic_write_text, write_json

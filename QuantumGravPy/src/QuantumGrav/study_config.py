@@ -18,11 +18,11 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from .config import (Field, UnresolvedPyObject, _Invalid, _walk, apply_overrides, choice, integer, load_config,
+from .config.schema import (Field, UnresolvedPyObject, _Invalid, _walk, apply_overrides, choice, integer, load_config,
                      mapping, merge_configs, plain_name, read_config_file, resolve_pyobject, string, validate_config)
 from .errors import ConfigError, UserError
 from .search_space import SearchSpace
-from .smoke_test import cap_file_epochs, cap_file_trials
+from .config.smoke_test import cap_file_epochs, cap_file_trials
 from .tasks import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
 
 OPTUNA_EXTRA = "pip install 'QuantumGrav[tune]'"

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from .config import apply_overrides, dump_config, validate_config
+from .config.schema import apply_overrides, dump_config, validate_config
 from .run_artifacts import atomic_replace, atomic_write_text
 from .search_space import short_text
 from .study_config import StudySettings

@@ -27,7 +27,7 @@ from .baseline import Baselines
 from .callbacks import Callback, CallbackList, Decision, configured_callbacks
 from .checkpoint import RunLock
 from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
-from .config import resolve_config
+from .config.schema import resolve_config
 from .destroyed_sets import DestroyedSetCurves
 from .distributed import Runtime, names_stalled_ranks, resolve_device
 from .early_stopping import EarlyStopping

@@ -30,7 +30,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .callbacks import Callback, Stop
-from .config import apply_overrides, validate_config
+from .config.schema import apply_overrides, validate_config
 from .distributed import launched_by_torchrun
 from .errors import ConfigError, Preempted, UserError
 from .launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch

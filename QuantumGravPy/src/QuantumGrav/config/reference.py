@@ -1,4 +1,4 @@
-"""docs/configuration.md, generated from the config schema: ``python -m QuantumGrav.config_reference > docs/configuration.md``.
+"""docs/configuration.md, generated from the config schema: ``python -m QuantumGrav.config.reference > docs/configuration.md``.
 
 Each key's explanation is its ``Field.doc`` in ``config.py``; this module holds what belongs to no single key
 (how configs are read, each section's introduction) and writes plain CommonMark (a heading per section, a
@@ -14,9 +14,9 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from .config import Field, _is_pyobject, pyobject_path, schema
+from .schema import Field, _is_pyobject, pyobject_path, schema
 
-COMMAND = "python -m QuantumGrav.config_reference > docs/configuration.md"
+COMMAND = "python -m QuantumGrav.config.reference > docs/configuration.md"
 
 
 
@@ -40,7 +40,7 @@ def introduction() -> str:
     return f"""\
 # Configuration reference
 
-This file is generated from the schema in `QuantumGravPy/src/QuantumGrav/config.py` by
+This file is generated from the schema in `QuantumGravPy/src/QuantumGrav/config/schema.py` by
 `{COMMAND}`: change a key's explanation there (its `doc`), not
 here; a test fails when this file is out of date.
 

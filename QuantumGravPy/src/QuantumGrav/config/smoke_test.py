@@ -66,7 +66,7 @@ def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:
         data[key] = min(given, small) if _is_int(given) else given
     if _is_int(data["n_min"]) and _is_int(data["n_max"]):
         data["n_max"] = max(data["n_min"], data["n_max"])
-    from .logging_utils import get_logger, rank_zero_warn
+    from ..logging_utils import get_logger, rank_zero_warn
 
     rank_zero_warn(get_logger("smoke_test"), f"{SMOKE_TEST_ENV} is set: a smoke test on a tiny data set "
                                              f"(data.num_samples={data['num_samples']}, n_min={data['n_min']}, "
