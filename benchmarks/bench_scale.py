@@ -113,11 +113,11 @@ def table_scale(args) -> list[dict]:
 def prepare_data(source: str, n: int, batch: int, folder: Path) -> str:
     """Writes ``batch`` causal sets of N elements once (features cached), for the workers to read."""
     if source == "generator":
-        from QuantumGrav.data import CausalSetDataset
+        from QuantumGrav.data.dataset import CausalSetDataset
         CausalSetDataset(folder / "generator", num_samples=batch, n_min=n, n_max=n, seed=0, workers=1)
         return str(folder / "generator")
-    from QuantumGrav import causal_sets as cs
-    from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
+    from QuantumGrav.data import causal_sets as cs
+    from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
     rng = np.random.default_rng(0)
     matrices = [cs.sprinkle_diamond(n, 4, rng)[1] for _ in range(batch)]
     store = write_julia_store(folder / f"sprinklings_n{n}.zarr", matrices, [POLYNOMIAL] * batch,
@@ -158,11 +158,11 @@ def run_worker(spec: dict) -> dict:
 
 def load_items(spec: dict) -> tuple[list, int]:
     if spec["source"] == "generator":
-        from QuantumGrav.data import CausalSetDataset
+        from QuantumGrav.data.dataset import CausalSetDataset
         dataset = CausalSetDataset(spec["data"], num_samples=spec["batch"], n_min=spec["n"], n_max=spec["n"], seed=0,
                                    workers=1)
         return [dataset[i] for i in range(spec["batch"])], dataset.num_classes
-    from QuantumGrav.zarr_store import QuantumGravJLDataset
+    from QuantumGrav.data.zarr_store import QuantumGravJLDataset
     dataset = QuantumGravJLDataset(spec["data"])
     return [dataset[i] for i in range(spec["batch"])], 2
 
@@ -328,7 +328,7 @@ def _balance_loader(dataset, sizes, mode: str, batch_size: int, edge_budget: int
     from torch.utils.data import DistributedSampler
     from torch_geometric.loader import DataLoader
 
-    from QuantumGrav.batching import BatchBudget, DistributedBudgetBatchSampler
+    from QuantumGrav.data.batching import BatchBudget, DistributedBudgetBatchSampler
 
     if mode == "fixed":
         sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed)
@@ -367,7 +367,7 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
                     epochs: int) -> None:
     """One rank: each epoch once with fixed-count batches and once with the budget, alternating, so that a
     change of the machine's load falls on both alike."""
-    from QuantumGrav.batching import graph_sizes
+    from QuantumGrav.data.batching import graph_sizes
     from QuantumGrav.distributed import Runtime
     from QuantumGrav.models import build_model
 
@@ -415,7 +415,7 @@ def _spawn(target, world: int, *args) -> dict[int, dict]:
 def measure_balance(nproc: int, samples: int, n_min: int, n_max: int, batch_size: int, epochs: int,
                     workdir: str, classes: list[str]) -> dict:
     """Both modes on the same data: per-rank work and all-reduce wait per epoch, graphs/s, peak RSS."""
-    from QuantumGrav.batching import BatchBudget, pack_by_size
+    from QuantumGrav.data.batching import BatchBudget, pack_by_size
 
     config = balance_config(workdir, samples, n_min, n_max, classes)
     dataset = QG.CausalSetDataset.from_config(config["data"])  # generate once, outside the timing

@@ -41,7 +41,7 @@ def worker(spec: dict) -> dict:
     from torch_geometric.data import Batch
 
     import QuantumGrav as QG
-    from QuantumGrav.data import CausalSetDataset
+    from QuantumGrav.data.dataset import CausalSetDataset
 
     torch.set_num_threads(spec["threads"])
     dataset = CausalSetDataset(spec["data"], num_samples=spec["batch"], n_min=spec["n"], n_max=spec["n"], seed=0,

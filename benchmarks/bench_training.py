@@ -76,7 +76,7 @@ def _work(milliseconds: float, gradients: torch.Tensor) -> None:
 
 def default_model_parameters() -> int:
     """The parameters of configs/train.yaml's model on the generator's node features (5 classes)."""
-    from QuantumGrav import causal_sets
+    from QuantumGrav.data import causal_sets
     from QuantumGrav.models import build_model, count_parameters
 
     model = build_model(QG.load_config("configs/train.yaml")["model"], len(causal_sets.NODE_FEATURES), 5)
@@ -202,7 +202,7 @@ def _run_quantumgrav(rank: int, world_size: int, config: dict) -> dict:
 
 def _run_data(config: dict):
     """The job's data as QuantumGrav splits it: (training sets, number of classes)."""
-    from QuantumGrav import data_sources
+    from QuantumGrav.data import sources as data_sources
 
     data = data_sources.load_run_data(config, QG.distributed.Runtime())
     return data_sources.subset(data.dataset, data.split["train"]), data.task.output_width

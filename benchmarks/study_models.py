@@ -82,7 +82,7 @@ def first_features_model():
 
 def job_config(name: str, seed: int, args, workdir: str) -> dict:
     import QuantumGrav as QG
-    from QuantumGrav.causal_sets import INVARIANT_NAMES
+    from QuantumGrav.data.causal_sets import INVARIANT_NAMES
 
     overrides = dict(CANDIDATES[name][1])
     features = overrides.pop("features", "all")
@@ -113,7 +113,7 @@ def sweep_curves(trainer, args) -> dict:
     from torch_geometric.loader import DataLoader
 
     from QuantumGrav.baseline import fit_and_predict, invariants_matrix, labels_vector
-    from QuantumGrav.data import CausalSetDataset
+    from QuantumGrav.data.dataset import CausalSetDataset
 
     edges = trainer.config["data"]["edges"]
     evaluation = CausalSetDataset(args.data_root, num_samples=args.sweep_sets, classes=("destroyed",),
@@ -161,7 +161,7 @@ def run_job(args) -> dict:
 
 
 def generate(root: str, samples: int, seed: int, edges: str) -> None:
-    from QuantumGrav.data import CausalSetDataset
+    from QuantumGrav.data.dataset import CausalSetDataset
 
     CausalSetDataset(root, num_samples=samples, seed=seed, edges=edges)
 

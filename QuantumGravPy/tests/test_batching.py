@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
+from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
                                   pack_by_size)
 from QuantumGrav.distributed import Runtime
 from QuantumGrav.preflight import MemoryEstimate

@@ -8,8 +8,8 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GINEConv, GraphConv
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
-from QuantumGrav.derived_invariants import invariants_of_edges
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data.derived_invariants import invariants_of_edges
 from QuantumGrav.models import BidirectionalConv, build_model, check_model_forward
 from QuantumGrav.tasks import MulticlassTask
 from conftest import ALL_RESULTS

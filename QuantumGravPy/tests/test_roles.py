@@ -137,7 +137,7 @@ def test_every_pyobject_key_of_the_schema_has_a_role():
 
 
 ACCEPTED = [
-    ("data.type", "QuantumGrav.zarr_store.QuantumGravJLDataset"),
+    ("data.type", "QuantumGrav.data.zarr_store.QuantumGravJLDataset"),
     ("data.type", "my_causal_sets.MyCausalSets"),
     ("data.type", "own_data_helpers.SetsWithoutY"),  # a torch.utils.data.Dataset
     ("data.type", "role_helpers.causal_sets_from_a_function"),

@@ -9,7 +9,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import TransformerConv
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
+from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.models import BidirectionalConv, build_model
 from QuantumGrav.sparse_attention import Adjacency, SparseTransformerConv
 

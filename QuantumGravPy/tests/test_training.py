@@ -13,7 +13,7 @@ from torch_geometric.data import Batch
 
 import QuantumGrav as QG
 from QuantumGrav.config.schema import resolve_pyobject
-from QuantumGrav.data_sources import make_train_sampler
+from QuantumGrav.data.sources import make_train_sampler
 from conftest import ALL_RESULTS
 
 

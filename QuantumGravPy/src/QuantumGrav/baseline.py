@@ -28,7 +28,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from .callbacks import Callback
-from .causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
+from .data.causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
 from .tasks import ClassificationTask
 
 TASKS = ("classification", "regression")

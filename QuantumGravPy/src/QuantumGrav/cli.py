@@ -142,8 +142,8 @@ def _generate(args: argparse.Namespace) -> int:
     import time
 
     from .config.schema import load_config, pyobject_path
-    from .data import CausalSetDataset, default_workers
-    from .data_sources import naming_the_cache_folder
+    from .data.dataset import CausalSetDataset, default_workers
+    from .data.sources import naming_the_cache_folder
 
     data_cfg = load_config(args.config, args.overrides)["data"]
     if data_cfg["type"] is not None and pyobject_path(data_cfg["type"]) == STORE_DATASET:
@@ -165,13 +165,13 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-STORE_DATASET = "QuantumGrav.zarr_store.QuantumGravJLDataset"
+STORE_DATASET = "QuantumGrav.data.zarr_store.QuantumGravJLDataset"
 
 
 def _cache_stores(data_cfg: dict, workers: int) -> int:
     """``generate`` for QuantumGrav.jl stores: compute and cache the graphs of this task's share of the items
     (``zarr_store.build_cache_share``: task RANK of WORLD_SIZE, or SLURM_PROCID of SLURM_NTASKS)."""
-    from .zarr_store import build_cache_share
+    from .data.zarr_store import build_cache_share
 
     print(build_cache_share(data_cfg["kwargs"], workers))
     return 0

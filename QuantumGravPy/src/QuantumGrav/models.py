@@ -13,7 +13,7 @@ from torch import nn
 from torch_geometric import nn as pyg_nn
 from torch_geometric.data import Batch
 
-from .causal_sets import INVARIANT_NAMES
+from .data.causal_sets import INVARIANT_NAMES
 from .config.schema import pyobject_path
 from .errors import ConfigError
 from .sparse_attention import Adjacency, SparseTransformerConv
@@ -234,7 +234,7 @@ def _check_invariants(item, model_cfg: dict[str, Any]) -> None:
     if invariants is None:
         raise ConfigError(f"model.graph_features: the model's head reads each causal set's order invariants "
                           f"(invariants, [1, {width}]), but the item has none ({describe_item(item)}); wrap the "
-                          f"dataset in QuantumGrav.derived_invariants.OrderInvariants to derive them from "
+                          f"dataset in QuantumGrav.data.derived_invariants.OrderInvariants to derive them from "
                           f"edge_index (the trainer does), or set model.graph_features: false")
     if not isinstance(invariants, torch.Tensor) or invariants.numel() != width:
         got = list(invariants.shape) if isinstance(invariants, torch.Tensor) else type(invariants).__name__

@@ -23,7 +23,7 @@ import psutil
 import torch
 from torch_geometric.data import Batch
 
-from .batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
+from .data.batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
 from .distributed import Runtime
 from .errors import UserError
 from .memory import MB
@@ -243,7 +243,7 @@ def refuse_if_too_large(found: MemoryEstimate, training: dict[str, Any]) -> None
 def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
     data (generated and cached if missing), its model, its largest training batch."""
-    from . import data_sources
+    from .data import sources as data_sources
     from .config.schema import resolve_config
     from .distributed import resolve_device
     from .models import build_model

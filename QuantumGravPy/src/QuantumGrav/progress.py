@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import torch
 
 from .advice import config_advice
-from .batching import BatchBudget
+from .data.batching import BatchBudget
 from .logging_utils import PACKAGE_LOGGER, get_logger
 from .models import count_parameters
 

@@ -180,7 +180,7 @@ def _candidate_problems(space: SearchSpace, base: dict[str, Any]) -> list[str]:
 def task_of(config: dict[str, Any]) -> str | None:
     """The task a config trains, when the config alone says it (not for a dataset class of one's own
     with ``task.type: auto``: its data decide)."""
-    from .data import TARGET_TASKS
+    from .data.dataset import TARGET_TASKS
 
     if config["task"]["type"] != "auto":
         return config["task"]["type"]

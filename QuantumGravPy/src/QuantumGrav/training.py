@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import torch
 from torch_geometric.loader import DataLoader
 
-from . import data_sources, tasks
+from .data import sources as data_sources
+from . import tasks
 from .baseline import Baselines
 from .callbacks import Callback, CallbackList, Decision, configured_callbacks
 from .checkpoint import RunLock

@@ -300,7 +300,7 @@ def fraction_or_range(value: Any) -> float | list[float]:
 
 # --------------------------------------------------------------------------- the schema
 def _data_schema() -> dict[str, Field]:
-    from ..data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS
+    from ..data.dataset import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS
 
     d = DATA_DEFAULTS
     fraction = number(0.0, 1.0, exclusive_min=True)
@@ -642,7 +642,7 @@ def _cross_checks(cfg: dict, errors: list[str]) -> None:
     if abs(sum(data["split"]) - 1.0) > 1e-6:
         errors.append(f"data.split: expected three fractions that sum to 1, got {data['split']} "
                       f"(sum {sum(data['split']):.3f})")
-    from ..causal_sets import MANIFOLD_CLASSES
+    from ..data.causal_sets import MANIFOLD_CLASSES
 
     for cls in data["classes"]:
         if cls in MANIFOLD_CLASSES and MANIFOLD_CLASSES[cls] not in data["dimensions"]:

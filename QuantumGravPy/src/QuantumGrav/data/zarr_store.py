@@ -20,7 +20,7 @@ The layout, read from the Julia sources in github.com/ssciwr/QuantumGrav (``Quan
 Non-sprinkled sets need not be in a natural labelling (``R`` need not be upper triangular): the
 features are computed on a natural relabelling and mapped back, so node k of an item is element
 k + 1 of the Julia set. Features, edges and the order invariants (``invariants``, the default model's
-graph features and the baselines' input) are those of ``QuantumGrav.data.CausalSetDataset``, so a
+graph features and the baselines' input) are those of ``QuantumGrav.data.dataset.CausalSetDataset``, so a
 sprinkling read from a store gives the graph the generator gives for the same causal matrix.
 """
 
@@ -39,11 +39,11 @@ from torch_geometric.data import Data, Dataset
 
 from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, elements_between, features_and_invariants, natural_order,
                           transitive_closure)
-from .distributed import worker_context
-from .data import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
-from .errors import UserError
-from .logging_utils import get_logger
-from .run_artifacts import atomic_replace
+from ..distributed import worker_context
+from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
+from ..errors import UserError
+from ..logging_utils import get_logger
+from ..run_artifacts import atomic_replace
 
 logger = get_logger("zarr_store")
 

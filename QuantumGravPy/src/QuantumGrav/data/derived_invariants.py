@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .causal_sets import longest_paths, natural_order, order_invariants, transitive_closure
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 class NotACausalSet(ValueError):

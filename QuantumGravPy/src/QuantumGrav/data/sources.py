@@ -23,14 +23,14 @@ from torch.utils.data import DistributedSampler, Sampler, Subset
 from torch_geometric.data import Dataset as PyGDataset
 from torch_geometric.loader import DataLoader
 
-from . import tasks
+from .. import tasks
 from .batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
                        graph_sizes)
-from .config.schema import pyobject_path
-from .data import CausalSetDataset, generate_share, split_indices
+from ..config.schema import pyobject_path
+from .dataset import CausalSetDataset, generate_share, split_indices
 from .derived_invariants import with_order_invariants
-from .distributed import Runtime
-from .errors import ConfigError, UserError
+from ..distributed import Runtime
+from ..errors import ConfigError, UserError
 
 GENERATOR_SOURCE = "data (the built-in generator)"
 PASSED_SOURCE = "dataset (the object passed to the trainer)"

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from .distributed import Runtime
-from .errors import ConfigError
+from ..distributed import Runtime
+from ..errors import ConfigError
 
 NODES, EDGES = 0, 1  # the columns of a sizes array
 
