@@ -56,7 +56,7 @@ import QuantumGrav as QG
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results_bench_scale.json"
 BALANCE_RESULTS = REPO / "benchmarks" / "results_scale_balance.json"  # the balance table's runs
-LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.sparse_attention.SparseTransformerConv"}
+LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.models.sparse_attention.SparseTransformerConv"}
 BEFORE_BATCH = {128: 32, 512: 16, 1024: 4, 2048: 1}  # PyG's layer under ~6 GB on the shared 24 GB machine
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::sparse_sampled_addmm",
               "aten::_sparse_csr_mm", "aten::_sparse_mm")
@@ -64,7 +64,7 @@ STUDY_CONVS = {  # configs/tune.yaml's convolution choices, and the layer that r
     "torch_geometric.nn.GraphConv": {}, "torch_geometric.nn.GINConv": {},
     "torch_geometric.nn.GATv2Conv": {"heads": 2, "concat": False},
     "torch_geometric.nn.TransformerConv": {"heads": 2, "concat": False},
-    "QuantumGrav.sparse_attention.SparseTransformerConv": {"heads": 2, "concat": False}}
+    "QuantumGrav.models.sparse_attention.SparseTransformerConv": {"heads": 2, "concat": False}}
 POLYNOMIAL = 1  # cset_type_encoder code in QuantumGrav.jl/examples/produce_data.jl
 
 
@@ -369,7 +369,7 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
     change of the machine's load falls on both alike."""
     from QuantumGrav.data.batching import graph_sizes
     from QuantumGrav.distributed import Runtime
-    from QuantumGrav.models import build_model
+    from QuantumGrav.models.gnn import build_model
 
     torch.set_num_threads(1)
     QG.initialize_ddp(rank, world, master_port=port, backend="gloo", timeout_s=1800)

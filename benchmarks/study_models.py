@@ -66,7 +66,7 @@ SWEEP_CANDIDATE = "hybrid"  # the default model of configs/train.yaml
 
 def first_features_model():
     """A GNNClassifier that sees only the first BASIC_FEATURES node features (the old feature set)."""
-    from QuantumGrav.models import GNNClassifier
+    from QuantumGrav.models.gnn import GNNClassifier
 
     class FirstFeaturesGNN(GNNClassifier):
         def __init__(self, in_channels, num_classes, **kwargs):

@@ -30,7 +30,7 @@ from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
-from QuantumGrav import tasks
+from QuantumGrav.models import tasks
 from QuantumGrav.data import zarr_store
 from QuantumGrav.data.dataset import CausalSetDataset
 from QuantumGrav.errors import UserError

@@ -10,8 +10,8 @@ from .distributed import cleanup_ddp, find_free_port, get_rank, get_world_size, 
 from .errors import ConfigError, UserError
 from .launcher import TrainingFailed, launch, run_job
 from .logging_utils import get_logger, setup_logging
-from .models import GNNClassifier, build_model, count_parameters
-from .sparse_attention import SparseTransformerConv
+from .models.gnn import GNNClassifier, build_model, count_parameters
+from .models.sparse_attention import SparseTransformerConv
 from .config.roles import dataset_factory, loss_function
 from .train_ddp import TrainerDDP
 from .training import Trainer

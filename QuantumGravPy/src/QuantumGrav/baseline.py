@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 
 from .callbacks import Callback
 from .data.causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
-from .tasks import ClassificationTask
+from .models.tasks import ClassificationTask
 
 TASKS = ("classification", "regression")
 

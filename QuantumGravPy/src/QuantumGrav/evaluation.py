@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from . import tasks
+from .models import tasks
 from .distributed import Runtime
 
 

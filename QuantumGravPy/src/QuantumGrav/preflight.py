@@ -246,7 +246,7 @@ def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     from .data import sources as data_sources
     from .config.schema import resolve_config
     from .distributed import resolve_device
-    from .models import build_model
+    from .models.gnn import build_model
     from .optimization import build_named
 
     config = resolve_config(config)

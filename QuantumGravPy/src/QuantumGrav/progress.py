@@ -15,7 +15,7 @@ import torch
 from .advice import config_advice
 from .data.batching import BatchBudget
 from .logging_utils import PACKAGE_LOGGER, get_logger
-from .models import count_parameters
+from .models.gnn import count_parameters
 
 if TYPE_CHECKING:
     from .training import Trainer

@@ -23,7 +23,7 @@ import torch
 from torch_geometric.loader import DataLoader
 
 from .data import sources as data_sources
-from . import tasks
+from .models import tasks
 from .baseline import Baselines
 from .callbacks import Callback, CallbackList, Decision, configured_callbacks
 from .checkpoint import RunLock
@@ -37,7 +37,7 @@ from .evaluation import Evaluator
 from .figures import Figures
 from .logging_utils import close_run_log, get_logger, setup_logging
 from .memory import MemoryMonitor
-from .models import build_model, check_model_forward
+from .models.gnn import build_model, check_model_forward
 from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
 from .preemption import sigterm_requests_a_stop

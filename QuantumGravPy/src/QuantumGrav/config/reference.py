@@ -103,7 +103,7 @@ SECTIONS = {
     "training": "How the model is trained: optimizer, learning-rate schedule, batches, precision, checkpoints "
                 "and logging. Batch sizes are per process: the effective batch is batch_size x processes x "
                 "accumulation_steps.",
-    "model": "The built-in QuantumGrav.models.GNNClassifier (message passing, per-graph pooling, an MLP head), or "
+    "model": "The built-in QuantumGrav.models.gnn.GNNClassifier (message passing, per-graph pooling, an MLP head), or "
              "your own model.type. The defaults are the default job's model.",
     "validation": "The validation split's loader, evaluated after every epoch; the metrics are exact under DDP "
                   "(sums and counts are reduced across ranks, never per-rank means).",

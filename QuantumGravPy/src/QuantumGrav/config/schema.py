@@ -24,7 +24,7 @@ import yaml
 from ..errors import ConfigError
 from .roles import ROLES
 from .smoke_test import apply_smoke_test, cap_file_epochs
-from ..tasks import EARLY_STOPPING_METRICS, TASK_TYPES, metric_mode
+from ..models.tasks import EARLY_STOPPING_METRICS, TASK_TYPES, metric_mode
 
 PYOBJECT_TAG = "!pyobject"
 
@@ -488,14 +488,14 @@ def schema() -> dict[str, Any]:
                       doc="your model class (a subclass of torch.nn.Module), built as type(in_channels, out_channels, "
                           "**model.kwargs); its forward(batch) gets a PyG Batch and returns [graphs, out_channels] "
                           "(the contract and an example: docs/your_own_data.md); the keys conv to graph_features "
-                          "then do not apply. null: the built-in QuantumGrav.models.GNNClassifier"),
+                          "then do not apply. null: the built-in QuantumGrav.models.gnn.GNNClassifier"),
         # The built-in model's defaults are the default job's (configs/train.yaml, the study's best):
         # tests/test_config.py keeps them equal.
         "conv": Field(
             pyobject_of("convolution"),
-            resolve_pyobject("QuantumGrav.sparse_attention.SparseTransformerConv"),
+            resolve_pyobject("QuantumGrav.models.sparse_attention.SparseTransformerConv"),
             doc="message-passing layer class (a subclass of torch.nn.Module), built as conv(in, out, **conv_kwargs): "
-                "the default, QuantumGrav.sparse_attention.SparseTransformerConv, computes PyG's TransformerConv "
+                "the default, QuantumGrav.models.sparse_attention.SparseTransformerConv, computes PyG's TransformerConv "
                 "(same parameters, same state_dict) without [edges, heads, channels] tensors; PyG's own layers "
                 "(TransformerConv, GraphConv, GCNConv, GINConv, GATv2Conv, SAGEConv) can be named instead",
         ),

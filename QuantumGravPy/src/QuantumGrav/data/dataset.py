@@ -35,7 +35,7 @@ from ..lifeline import Lifeline, exit_when_gone
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
 VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
-# The task each target is learned as (QuantumGrav.tasks); task.type: auto reads it from the dataset.
+# The task each target is learned as (QuantumGrav.models.tasks); task.type: auto reads it from the dataset.
 TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
                                 "myrheim_meyer_dimension": "regression"}
 VALID_EDGES: tuple[str, ...] = ("links", "relations")
@@ -341,7 +341,7 @@ class CausalSetDataset(InMemoryDataset):
 
     @property
     def task(self) -> str:
-        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.tasks``)."""
+        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.models.tasks``)."""
         return TARGET_TASKS[self._params["target"]]
 
     @property

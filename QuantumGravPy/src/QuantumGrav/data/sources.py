@@ -23,7 +23,7 @@ from torch.utils.data import DistributedSampler, Sampler, Subset
 from torch_geometric.data import Dataset as PyGDataset
 from torch_geometric.loader import DataLoader
 
-from .. import tasks
+from ..models import tasks
 from .batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
                        graph_sizes)
 from ..config.schema import pyobject_path

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression")
 TASK_METRICS: dict[str, tuple[str, ...]] = {

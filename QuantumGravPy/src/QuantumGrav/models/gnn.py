@@ -13,9 +13,9 @@ from torch import nn
 from torch_geometric import nn as pyg_nn
 from torch_geometric.data import Batch
 
-from .data.causal_sets import INVARIANT_NAMES
-from .config.schema import pyobject_path
-from .errors import ConfigError
+from ..data.causal_sets import INVARIANT_NAMES
+from ..config.schema import pyobject_path
+from ..errors import ConfigError
 from .sparse_attention import Adjacency, SparseTransformerConv
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
