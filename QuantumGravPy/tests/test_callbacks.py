@@ -120,7 +120,7 @@ def test_a_step_vote_to_end_the_run_is_refused_it_would_pass_for_a_preemption():
 
 
 def test_a_metric_a_callback_adds_from_a_later_epoch_gets_its_column(tmp_path):
-    from QuantumGrav.run_artifacts import MetricsCSV
+    from QuantumGrav.runs.artifacts import MetricsCSV
 
     metrics = MetricsCSV(tmp_path / "metrics.csv")
     metrics.append({"epoch": 0, "val_loss": 0.5})

@@ -61,7 +61,7 @@ def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_
     assert 0.0 <= summary["baseline_accuracy"] <= 1.0 and 0.0 <= summary["strong_baseline_accuracy"] <= 1.0
     assert "gradient boosting" in summary["strong_baseline_method"]
     assert len(summary["baselines"]["strong"]["per_class_recall"]) == trainer.dataset.num_classes
-    lines = QG.run_records.summarise_run({"summary": summary, "test": test}).splitlines()
+    lines = QG.runs.records.summarise_run({"summary": summary, "test": test}).splitlines()
     assert any(line.startswith("strong baseline  accuracy") for line in lines)
 
 

@@ -81,7 +81,7 @@ def test_without_figures_and_baselines_a_run_draws_nothing_and_reports_the_model
     assert list(summary["destroyed_by_flip_fraction"]["recognised"]) == ["gnn"]  # the numbers, without the figure
     (test_line,) = [m for m in messages if m.startswith("test accuracy")]
     assert "baseline" not in test_line
-    files = QG.run_records.summarise_run({"summary": trainer.summary, "test": test}).splitlines()[-1]
+    files = QG.runs.records.summarise_run({"summary": trainer.summary, "test": test}).splitlines()[-1]
     assert files.split(None, 1)[1] == "config.yaml, metrics.csv, summary.json, checkpoints/, logs/"
 
 
@@ -105,7 +105,7 @@ def test_a_flip_fraction_range_adds_the_destroyed_sets_per_flip_fraction_to_figu
         assert sum(curves["recognised"][f"{name}_baseline"]) == round(recall * len(destroyed))
     for name, counts in curves["recognised"].items():
         assert curves["share"][name] == [c / n if n else None for c, n in zip(counts, curves["destroyed_sets"])]
-    summary = QG.run_records.summarise_run({"summary": trainer.summary, "test": test})
+    summary = QG.runs.records.summarise_run({"summary": trainer.summary, "test": test})
     assert "destroyed test sets recognised per flip-fraction bin (0.001..0.1, 5 log-spaced bins" in summary
 
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .callbacks import Callback, Decision
-from .checkpoint import load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
+from .runs.checkpoint_files import load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
 from .config.schema import dump_config, load_config, load_yaml_text
 from .errors import ConfigError
 from .logging_utils import get_logger, rank_zero_warn
-from .resume import forget_run
-from .run_artifacts import CHECKPOINT_DIR, MetricsCSV
+from .runs.resume import forget_run
+from .runs.artifacts import CHECKPOINT_DIR, MetricsCSV
 
 if TYPE_CHECKING:
     from .training import Trainer

@@ -102,7 +102,7 @@ def _train(args: argparse.Namespace) -> int:
     from .config.schema import load_config
     from .launcher import check_job, run_from_entry_point
     from .logging_utils import rank_zero_only
-    from .run_records import summarise_run
+    from .runs.records import summarise_run
 
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from .distributed import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
                           worker_context)
-from .wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
+from .runs.wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
 
 SMOKE_WORLD_SIZE = 2
 SMOKE_TIMEOUT_S = 30.0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .callbacks import Callback, Decision
 from .destroyed_sets import MODEL_LABELS
-from .run_artifacts import atomic_replace
+from .runs.artifacts import atomic_replace
 
 if TYPE_CHECKING:
     from .training import Trainer

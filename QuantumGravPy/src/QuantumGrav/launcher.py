@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from .callbacks import Callback
-from .checkpoint import has_checkpoint
+from .runs.checkpoint_files import has_checkpoint
 from .config.schema import find_unimportable, resolve_config, with_world_size
 from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           cores_per_process, launched_by_torchrun, resolve_device, worker_context)

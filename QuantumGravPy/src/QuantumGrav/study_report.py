@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .config.schema import apply_overrides, dump_config, validate_config
-from .run_artifacts import atomic_replace, atomic_write_text
+from .runs.artifacts import atomic_replace, atomic_write_text
 from .search_space import short_text
 from .study_config import StudySettings
 from .study_storage import HEARTBEAT_GRACE_S

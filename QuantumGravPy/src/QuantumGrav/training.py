@@ -26,7 +26,7 @@ from .data import sources as data_sources
 from .models import tasks
 from .baseline import Baselines
 from .callbacks import Callback, CallbackList, Decision, configured_callbacks
-from .checkpoint import RunLock
+from .runs.checkpoint_files import RunLock
 from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
 from .config.schema import resolve_config
 from .destroyed_sets import DestroyedSetCurves
@@ -42,10 +42,10 @@ from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
 from .preemption import sigterm_requests_a_stop
 from .progress import Progress
-from .resume import find_run_to_continue, job_token, open_run_dir
-from .run_artifacts import run_provenance
-from .run_records import RunRecords, write_resolved_config
-from .wandb_logger import WandbCallback
+from .runs.resume import find_run_to_continue, job_token, open_run_dir
+from .runs.artifacts import run_provenance
+from .runs.records import RunRecords, write_resolved_config
+from .runs.wandb_logger import WandbCallback
 
 logger = get_logger("training")
 

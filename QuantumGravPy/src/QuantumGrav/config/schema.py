@@ -345,7 +345,7 @@ def _data_schema() -> dict[str, Field]:
 
 
 def _wandb_schema() -> dict[str, Field]:
-    from ..wandb_logger import WANDB_DEFAULTS, WANDB_MODES
+    from ..runs.wandb_logger import WANDB_DEFAULTS, WANDB_MODES
 
     d = WANDB_DEFAULTS
     return {

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..run_artifacts import atomic_replace, atomic_write_text
+from ..runs.artifacts import atomic_replace, atomic_write_text
 
 MANIFEST = "manifest.json"
 INDEX = "index.npz"

@@ -43,7 +43,7 @@ from ..distributed import worker_context
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
 from ..errors import UserError
 from ..logging_utils import get_logger
-from ..run_artifacts import atomic_replace
+from ..runs.artifacts import atomic_replace
 
 logger = get_logger("zarr_store")
 

@@ -19,9 +19,9 @@ import os
 import secrets
 from pathlib import Path
 
-from .checkpoint import has_checkpoint
-from .distributed import Runtime, torchrun_store
-from .run_artifacts import atomic_write_text, create_run_dir
+from .checkpoint_files import has_checkpoint
+from ..distributed import Runtime, torchrun_store
+from .artifacts import atomic_write_text, create_run_dir
 
 JOBS_DIR = ".jobs"
 

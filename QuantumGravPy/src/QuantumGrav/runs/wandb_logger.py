@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .callbacks import Callback
-from .distributed import is_main_process
-from .logging_utils import get_logger
-from .run_artifacts import MetricsCSV
+from ..callbacks import Callback
+from ..distributed import is_main_process
+from ..logging_utils import get_logger
+from .artifacts import MetricsCSV
 
 logger = get_logger("wandb")
 

@@ -7,15 +7,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .baseline import describe_baselines
-from .callbacks import Callback, Decision
-from .config.schema import dump_config
-from .destroyed_sets import describe_curves
-from .logging_utils import get_logger
-from .run_artifacts import MetricsCSV, atomic_write_text, write_json
+from ..baseline import describe_baselines
+from ..callbacks import Callback, Decision
+from ..config.schema import dump_config
+from ..destroyed_sets import describe_curves
+from ..logging_utils import get_logger
+from .artifacts import MetricsCSV, atomic_write_text, write_json
 
 if TYPE_CHECKING:
-    from .training import Trainer
+    from ..training import Trainer
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")

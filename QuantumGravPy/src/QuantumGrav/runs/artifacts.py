@@ -14,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import UserError
+from ..errors import UserError
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -69,7 +69,7 @@ def run_provenance(world_size: int) -> dict[str, Any]:
     import torch
     import torch_geometric
 
-    from . import __version__
+    from .. import __version__
 
     return {"world_size": world_size, "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": {"python": platform.python_version(), "torch": torch.__version__,

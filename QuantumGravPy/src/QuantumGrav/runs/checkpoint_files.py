@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import UserError
-from .logging_utils import get_logger, rank_zero_warn
-from .run_artifacts import CHECKPOINT_DIR, atomic_replace
+from ..errors import UserError
+from ..logging_utils import get_logger, rank_zero_warn
+from .artifacts import CHECKPOINT_DIR, atomic_replace
 
 logger = get_logger("checkpoint")
 
