@@ -368,7 +368,7 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
     """One rank: each epoch once with fixed-count batches and once with the budget, alternating, so that a
     change of the machine's load falls on both alike."""
     from QuantumGrav.data.batching import graph_sizes
-    from QuantumGrav.distributed import Runtime
+    from QuantumGrav.distributed.runtime import Runtime
     from QuantumGrav.models.gnn import build_model
 
     torch.set_num_threads(1)
@@ -396,7 +396,7 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
 
 
 def _spawn(target, world: int, *args) -> dict[int, dict]:
-    from QuantumGrav.distributed import worker_context
+    from QuantumGrav.distributed.runtime import worker_context
 
     context = worker_context()
     results, port = context.Queue(), QG.find_free_port()

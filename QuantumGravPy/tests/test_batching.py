@@ -11,7 +11,7 @@ import torch
 import QuantumGrav as QG
 from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
                                   pack_by_size)
-from QuantumGrav.distributed import Runtime
+from QuantumGrav.distributed.runtime import Runtime
 from QuantumGrav.preflight import MemoryEstimate
 from conftest import TINY
 

@@ -6,9 +6,9 @@
 from .callbacks import Callback, Decision, Stop
 from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
 from .data.dataset import CausalSetDataset, split_indices
-from .distributed import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
+from .distributed.runtime import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
 from .errors import ConfigError, UserError
-from .launcher import TrainingFailed, launch, run_job
+from .distributed.launcher import TrainingFailed, launch, run_job
 from .logging_utils import get_logger, setup_logging
 from .models.gnn import GNNClassifier, build_model, count_parameters
 from .models.sparse_attention import SparseTransformerConv

@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import torch
 import torch.distributed as dist
 
-from .distributed import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
+from .distributed.runtime import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
                           worker_context)
 from .runs.wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
 

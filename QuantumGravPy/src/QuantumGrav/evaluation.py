@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from .models import tasks
-from .distributed import Runtime
+from .distributed.runtime import Runtime
 
 
 class Evaluator:

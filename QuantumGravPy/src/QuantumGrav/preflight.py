@@ -24,7 +24,7 @@ import torch
 from torch_geometric.data import Batch
 
 from .data.batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
-from .distributed import Runtime
+from .distributed.runtime import Runtime
 from .errors import UserError
 from .memory import MB
 
@@ -245,7 +245,7 @@ def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     data (generated and cached if missing), its model, its largest training batch."""
     from .data import sources as data_sources
     from .config.schema import resolve_config
-    from .distributed import resolve_device
+    from .distributed.runtime import resolve_device
     from .models.gnn import build_model
     from .optimization import build_named
 

@@ -30,7 +30,7 @@ from .runs.checkpoint_files import RunLock
 from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
 from .config.schema import resolve_config
 from .destroyed_sets import DestroyedSetCurves
-from .distributed import Runtime, names_stalled_ranks, resolve_device
+from .distributed.runtime import Runtime, names_stalled_ranks, resolve_device
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, Preempted
 from .evaluation import Evaluator
@@ -40,7 +40,7 @@ from .memory import MemoryMonitor
 from .models.gnn import build_model, check_model_forward
 from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
-from .preemption import sigterm_requests_a_stop
+from .distributed.preemption import sigterm_requests_a_stop
 from .progress import Progress
 from .runs.resume import find_run_to_continue, job_token, open_run_dir
 from .runs.artifacts import run_provenance

@@ -41,9 +41,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .distributed import _store_of_this_attempt, cleanup_ddp, configured_device_type, default_backend, get_local_rank
+from .distributed.runtime import _store_of_this_attempt, cleanup_ddp, configured_device_type, default_backend, get_local_rank
 from .errors import ConfigError, Preempted, UserError
-from .launcher import run_job, stop_when_the_agent_dies
+from .distributed.launcher import run_job, stop_when_the_agent_dies
 from .logging_utils import get_logger
 from .study_config import StudySettings
 from .study_storage import open_study, repeating

@@ -31,9 +31,9 @@ from optuna.trial import TrialState
 
 from .callbacks import Callback, Stop
 from .config.schema import apply_overrides, validate_config
-from .distributed import launched_by_torchrun
+from .distributed.runtime import launched_by_torchrun
 from .errors import ConfigError, Preempted, UserError
-from .launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
+from .distributed.launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
 from .logging_utils import get_logger, setup_logging
 from .search_space import short_text
 from .study_config import StudySettings, problem_lines, read_study_config

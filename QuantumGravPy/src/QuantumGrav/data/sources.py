@@ -29,7 +29,7 @@ from .batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudget
 from ..config.schema import pyobject_path
 from .dataset import CausalSetDataset, generate_share, split_indices
 from .derived_invariants import with_order_invariants
-from ..distributed import Runtime
+from ..distributed.runtime import Runtime
 from ..errors import ConfigError, UserError
 
 GENERATOR_SOURCE = "data (the built-in generator)"

@@ -25,14 +25,14 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from .callbacks import Callback
-from .runs.checkpoint_files import has_checkpoint
-from .config.schema import find_unimportable, resolve_config, with_world_size
-from .distributed import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
+from ..callbacks import Callback
+from ..runs.checkpoint_files import has_checkpoint
+from ..config.schema import find_unimportable, resolve_config, with_world_size
+from .runtime import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
                           cores_per_process, launched_by_torchrun, resolve_device, worker_context)
-from .errors import Preempted, UserError
+from ..errors import Preempted, UserError
 from .lifeline import Lifeline, stop_when_the_launcher_dies
-from .logging_utils import chosen_console_level, get_logger, setup_logging
+from ..logging_utils import chosen_console_level, get_logger, setup_logging
 
 logger = get_logger("launch")
 DEAD_WORKER_GRACE_S = 2.0
@@ -75,8 +75,8 @@ def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = 
         ConfigError: an invalid config.
         UserError: bad data or environment; a run directory without a checkpoint is removed.
     """
-    from .train_ddp import TrainerDDP
-    from .training import Trainer
+    from ..train_ddp import TrainerDDP
+    from ..training import Trainer
 
     trainer = (TrainerDDP(rank=dist.get_rank(), config=config, callbacks=callbacks) if dist.is_initialized()
                else Trainer(config, callbacks=callbacks))

@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .callbacks import Decision
-from .errors import ConfigError, UserError
+from ..callbacks import Decision
+from ..errors import ConfigError, UserError
 
 
 def get_rank() -> int:
@@ -189,7 +189,7 @@ def initialize_ddp(rank: int | None = None, worldsize: int | None = None, master
             raise UserError("initialize_ddp: pass rank and worldsize, or start the script with torchrun")
         if master_port is None:
             raise UserError("initialize_ddp: master_port is missing; pass a free port "
-                            "(QuantumGrav.distributed.find_free_port()) or set parallel.master_port")
+                            "(QuantumGrav.distributed.runtime.find_free_port()) or set parallel.master_port")
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = str(master_addr), str(master_port)
         os.environ["LOCAL_RANK"] = str(rank if local_rank is None else local_rank)
     backend = backend or default_backend()

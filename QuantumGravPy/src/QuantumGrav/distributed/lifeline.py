@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from .logging_utils import get_logger
+from ..logging_utils import get_logger
 
 logger = get_logger("launch")
 LAUNCHER_GONE_GRACE_S = 30.0  # from the launcher's death to a worker's hard exit, at the latest
