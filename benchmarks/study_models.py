@@ -7,7 +7,7 @@
 Every job trains one candidate on one data seed with ``QG.Trainer`` and ``configs/train.yaml``
 (only the overrides below differ), in its own process (``--threads`` torch threads each), and
 reports test accuracy, per-class recall, parameters, seconds per epoch and both baselines of
-``QuantumGrav.baseline`` on the same split. The table gives mean +- std over the seeds.
+``QuantumGrav.evaluation.baselines`` on the same split. The table gives mean +- std over the seeds.
 
 The flip-fraction sweep (``--sweep``): the ``sweep`` candidate and both baselines are trained on
 sets whose destroyed members have flip fractions log-uniform in [0.001, 0.1], then scored on
@@ -112,7 +112,7 @@ def sweep_curves(trainer, args) -> dict:
     import torch
     from torch_geometric.loader import DataLoader
 
-    from QuantumGrav.baseline import fit_and_predict, invariants_matrix, labels_vector
+    from QuantumGrav.evaluation.baselines import fit_and_predict, invariants_matrix, labels_vector
     from QuantumGrav.data.dataset import CausalSetDataset
 
     edges = trainer.config["data"]["edges"]

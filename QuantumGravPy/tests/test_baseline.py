@@ -6,7 +6,7 @@ import torch
 from torch_geometric.data import Data
 
 from QuantumGrav.data import causal_sets as cs
-from QuantumGrav.baseline import (baseline_models, describe_baselines, evaluate_baselines, fit_and_predict,
+from QuantumGrav.evaluation.baselines import (baseline_models, describe_baselines, evaluate_baselines, fit_and_predict,
                                   flatten_baselines, infer_task, invariants_matrix, labels_vector,
                                   myrheim_meyer_estimates)
 from QuantumGrav.data.dataset import CausalSetDataset, split_indices

@@ -24,17 +24,17 @@ from torch_geometric.loader import DataLoader
 
 from .data import sources as data_sources
 from .models import tasks
-from .baseline import Baselines
+from .evaluation.baselines import Baselines
 from .callbacks import Callback, CallbackList, Decision, configured_callbacks
 from .runs.checkpoint_files import RunLock
 from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
 from .config.schema import resolve_config
-from .destroyed_sets import DestroyedSetCurves
+from .evaluation.destroyed_sets import DestroyedSetCurves
 from .distributed.runtime import Runtime, names_stalled_ranks, resolve_device
 from .early_stopping import EarlyStopping
 from .errors import ConfigError, Preempted
-from .evaluation import Evaluator
-from .figures import Figures
+from .evaluation.evaluator import Evaluator
+from .evaluation.figures import Figures
 from .logging_utils import close_run_log, get_logger, setup_logging
 from .memory import MemoryMonitor
 from .models.gnn import build_model, check_model_forward

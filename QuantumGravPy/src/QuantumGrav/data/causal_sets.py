@@ -23,7 +23,7 @@ is chosen so that the simplest order invariants do not solve it. Layered and des
 overlap with the sprinklings in ordering fraction (so in Myrheim-Meyer dimension); layered
 ones still give themselves away by their height of 3, but a destroyed sprinkling keeps
 invariants close to those of some sprinkling. Richer invariants (interval abundances, the
-Benincasa-Dowker actions) do see most destroyed sets. Measured with ``QuantumGrav.baseline``
+Benincasa-Dowker actions) do see most destroyed sets. Measured with ``QuantumGrav.evaluation.baselines``
 on CausalSetDataset defaults, split [0.7, 0.15, 0.15] with split_seed 42, 300 test sets of
 2000: logistic regression on the five simple invariants 0.843 (seed 1234), gradient boosting on
 all ``INVARIANT_NAMES`` 0.967 (seed 1234), the default model of ``configs/train.yaml`` 0.963 (seed

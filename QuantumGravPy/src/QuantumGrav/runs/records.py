@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..baseline import describe_baselines
+from ..evaluation.baselines import describe_baselines
 from ..callbacks import Callback, Decision
 from ..config.schema import dump_config
-from ..destroyed_sets import describe_curves
+from ..evaluation.destroyed_sets import describe_curves
 from ..logging_utils import get_logger
 from .artifacts import MetricsCSV, atomic_write_text, write_json
 

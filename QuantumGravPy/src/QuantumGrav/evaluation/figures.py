@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .callbacks import Callback, Decision
+from ..callbacks import Callback, Decision
 from .destroyed_sets import MODEL_LABELS
-from .runs.artifacts import atomic_replace
+from ..runs.artifacts import atomic_replace
 
 if TYPE_CHECKING:
-    from .training import Trainer
+    from ..training import Trainer
 
 FIGURE_DIR = "figures"
 

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from .callbacks import Callback
-from .data.causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
-from .models.tasks import ClassificationTask
+from ..callbacks import Callback
+from ..data.causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
+from ..models.tasks import ClassificationTask
 
 TASKS = ("classification", "regression")
 

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .callbacks import Callback
-from .models.tasks import ClassificationTask
+from ..callbacks import Callback
+from ..models.tasks import ClassificationTask
 
 NUM_BINS = 5
 MODEL_LABELS = {"gnn": "GNN", "simple_baseline": "simple baseline", "strong_baseline": "strong baseline"}

@@ -14,8 +14,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .models import tasks
-from .distributed.runtime import Runtime
+from ..models import tasks
+from ..distributed.runtime import Runtime
 
 
 class Evaluator:
