@@ -12,7 +12,7 @@ import QuantumGrav as QG
 from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
                                   pack_by_size)
 from QuantumGrav.distributed.runtime import Runtime
-from QuantumGrav.preflight import MemoryEstimate
+from QuantumGrav.training.preflight import MemoryEstimate
 from conftest import TINY
 
 EDGE_BUDGET = 400  # TINY's sets (16-24 elements) have 10-80 links: 5 to 25 sets per batch

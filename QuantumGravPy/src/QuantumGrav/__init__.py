@@ -14,7 +14,7 @@ from .models.gnn import GNNClassifier, build_model, count_parameters
 from .models.sparse_attention import SparseTransformerConv
 from .config.roles import dataset_factory, loss_function
 from .train_ddp import TrainerDDP
-from .training import Trainer
+from .training.trainer import Trainer
 
 
 def tune(config, trials=None, nproc=None, overrides=None):

@@ -221,7 +221,7 @@ def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
 def check_memory_preflight(config: dict, nproc: int) -> Check:
     """The training preflight of ``config`` (``preflight``): its largest batch, run once here, against the limit."""
     from .errors import UserError
-    from .preflight import estimate_for_config
+    from .training.preflight import estimate_for_config
 
     try:
         found = estimate_for_config(config, nproc)

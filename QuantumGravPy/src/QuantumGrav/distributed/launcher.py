@@ -76,7 +76,7 @@ def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = 
         UserError: bad data or environment; a run directory without a checkpoint is removed.
     """
     from ..train_ddp import TrainerDDP
-    from ..training import Trainer
+    from ..training.trainer import Trainer
 
     trainer = (TrainerDDP(rank=dist.get_rank(), config=config, callbacks=callbacks) if dist.is_initialized()
                else Trainer(config, callbacks=callbacks))

@@ -16,7 +16,7 @@ from .destroyed_sets import MODEL_LABELS
 from ..runs.artifacts import atomic_replace
 
 if TYPE_CHECKING:
-    from ..training import Trainer
+    from ..training.trainer import Trainer
 
 FIGURE_DIR = "figures"
 

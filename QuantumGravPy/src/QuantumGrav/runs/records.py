@@ -15,7 +15,7 @@ from ..logging_utils import get_logger
 from .artifacts import MetricsCSV, atomic_write_text, write_json
 
 if TYPE_CHECKING:
-    from ..training import Trainer
+    from ..training.trainer import Trainer
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")

@@ -15,8 +15,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from .errors import ConfigError
-from .logging_utils import get_logger, rank_zero_warn
+from ..errors import ConfigError
+from ..logging_utils import get_logger, rank_zero_warn
 from .schedules import (build_scheduler, derive_hyperparameters, fast_forward, fit_schedule_to_num_epochs,
                         scheduler_steps_per_epoch)
 

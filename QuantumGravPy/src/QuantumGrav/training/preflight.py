@@ -23,9 +23,9 @@ import psutil
 import torch
 from torch_geometric.data import Batch
 
-from .data.batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
-from .distributed.runtime import Runtime
-from .errors import UserError
+from ..data.batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
+from ..distributed.runtime import Runtime
+from ..errors import UserError
 from .memory import MB
 
 SAFETY = 0.8  # the suggested batch uses this share of the room measured: allocators fragment, RSS is noisy
@@ -243,10 +243,10 @@ def refuse_if_too_large(found: MemoryEstimate, training: dict[str, Any]) -> None
 def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
     data (generated and cached if missing), its model, its largest training batch."""
-    from .data import sources as data_sources
-    from .config.schema import resolve_config
-    from .distributed.runtime import resolve_device
-    from .models.gnn import build_model
+    from ..data import sources as data_sources
+    from ..config.schema import resolve_config
+    from ..distributed.runtime import resolve_device
+    from ..models.gnn import build_model
     from .optimization import build_named
 
     config = resolve_config(config)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, ReduceLROnPlateau, SequentialLR
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def derive_hyperparameters(training_cfg: dict[str, Any], world_size: int) -> dict[str, Any]:

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .callbacks import Callback, Decision
-from .runs.checkpoint_files import load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
-from .config.schema import dump_config, load_config, load_yaml_text
-from .errors import ConfigError
-from .logging_utils import get_logger, rank_zero_warn
-from .runs.resume import forget_run
-from .runs.artifacts import CHECKPOINT_DIR, MetricsCSV
+from ..callbacks import Callback, Decision
+from ..runs.checkpoint_files import load_checkpoint, load_resume_checkpoint, save_checkpoint, save_last_checkpoint
+from ..config.schema import dump_config, load_config, load_yaml_text
+from ..errors import ConfigError
+from ..logging_utils import get_logger, rank_zero_warn
+from ..runs.resume import forget_run
+from ..runs.artifacts import CHECKPOINT_DIR, MetricsCSV
 
 if TYPE_CHECKING:
-    from .training import Trainer
+    from .trainer import Trainer
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import torch
 
 from .advice import config_advice
-from .data.batching import BatchBudget
-from .logging_utils import PACKAGE_LOGGER, get_logger
-from .models.gnn import count_parameters
+from ..data.batching import BatchBudget
+from ..logging_utils import PACKAGE_LOGGER, get_logger
+from ..models.gnn import count_parameters
 
 if TYPE_CHECKING:
-    from .training import Trainer
+    from .trainer import Trainer
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 

@@ -22,30 +22,30 @@ from typing import Any, Sequence
 import torch
 from torch_geometric.loader import DataLoader
 
-from .data import sources as data_sources
-from .models import tasks
-from .evaluation.baselines import Baselines
-from .callbacks import Callback, CallbackList, Decision, configured_callbacks
-from .runs.checkpoint_files import RunLock
+from ..data import sources as data_sources
+from ..models import tasks
+from ..evaluation.baselines import Baselines
+from ..callbacks import Callback, CallbackList, Decision, configured_callbacks
+from ..runs.checkpoint_files import RunLock
 from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
-from .config.schema import resolve_config
-from .evaluation.destroyed_sets import DestroyedSetCurves
-from .distributed.runtime import Runtime, names_stalled_ranks, resolve_device
+from ..config.schema import resolve_config
+from ..evaluation.destroyed_sets import DestroyedSetCurves
+from ..distributed.runtime import Runtime, names_stalled_ranks, resolve_device
 from .early_stopping import EarlyStopping
-from .errors import ConfigError, Preempted
-from .evaluation.evaluator import Evaluator
-from .evaluation.figures import Figures
-from .logging_utils import close_run_log, get_logger, setup_logging
+from ..errors import ConfigError, Preempted
+from ..evaluation.evaluator import Evaluator
+from ..evaluation.figures import Figures
+from ..logging_utils import close_run_log, get_logger, setup_logging
 from .memory import MemoryMonitor
-from .models.gnn import build_model, check_model_forward
+from ..models.gnn import build_model, check_model_forward
 from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
-from .distributed.preemption import sigterm_requests_a_stop
+from ..distributed.preemption import sigterm_requests_a_stop
 from .progress import Progress
-from .runs.resume import find_run_to_continue, job_token, open_run_dir
-from .runs.artifacts import run_provenance
-from .runs.records import RunRecords, write_resolved_config
-from .runs.wandb_logger import WandbCallback
+from ..runs.resume import find_run_to_continue, job_token, open_run_dir
+from ..runs.artifacts import run_provenance
+from ..runs.records import RunRecords, write_resolved_config
+from ..runs.wandb_logger import WandbCallback
 
 logger = get_logger("training")
 
