@@ -28,7 +28,7 @@ def test_exponent_without_dot_is_a_float():
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path):
     if "tune" in read_config_file(path):  # a study config: a training config plus its tune section
-        from QuantumGrav.study_config import read_study_config
+        from QuantumGrav.studies.config import read_study_config
 
         settings, config = read_study_config(path)
         assert settings.space.dimensions
@@ -268,7 +268,7 @@ def test_the_other_configs_differ_from_the_default_job_only_where_they_say(name,
 
 
 def test_a_study_config_is_the_default_jobs_task_and_data(monkeypatch):
-    from QuantumGrav.study_config import read_study_config
+    from QuantumGrav.studies.config import read_study_config
 
     pytest.importorskip("optuna")
     monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST", raising=False)

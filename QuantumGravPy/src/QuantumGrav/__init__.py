@@ -44,10 +44,10 @@ def tune(config, trials=None, nproc=None, overrides=None):
         >>> import QuantumGrav as QG
         >>> summary = QG.tune("configs/tune.yaml", trials=4, nproc=2)  # doctest: +SKIP
     """
-    from .study_config import require_optuna
+    from .studies.config import require_optuna
 
     require_optuna()
-    from .tuner import tune as run_study
+    from .studies.tuner import tune as run_study
 
     return run_study(config, trials=trials, nproc=nproc, overrides=overrides)
 

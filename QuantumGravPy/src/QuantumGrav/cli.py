@@ -119,11 +119,11 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .study_config import require_optuna
+    from .studies.config import require_optuna
 
     require_optuna()
-    from .study_report import summarise_study
-    from .tuner import StudyFailed, check_study, tune
+    from .studies.report import summarise_study
+    from .studies.tuner import StudyFailed, check_study, tune
 
     if args.check:
         print(f"{args.config}: ready: {check_study(args.config, args.trials, args.nproc, args.overrides)}")

@@ -18,12 +18,12 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from .config.schema import (Field, UnresolvedPyObject, _Invalid, _walk, apply_overrides, choice, integer, load_config,
+from ..config.schema import (Field, UnresolvedPyObject, _Invalid, _walk, apply_overrides, choice, integer, load_config,
                      mapping, merge_configs, plain_name, read_config_file, resolve_pyobject, string, validate_config)
-from .errors import ConfigError, UserError
+from ..errors import ConfigError, UserError
 from .search_space import SearchSpace
-from .config.smoke_test import cap_file_epochs, cap_file_trials
-from .models.tasks import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
+from ..config.smoke_test import cap_file_epochs, cap_file_trials
+from ..models.tasks import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
 
 OPTUNA_EXTRA = "pip install 'QuantumGrav[tune]'"
 
@@ -180,7 +180,7 @@ def _candidate_problems(space: SearchSpace, base: dict[str, Any]) -> list[str]:
 def task_of(config: dict[str, Any]) -> str | None:
     """The task a config trains, when the config alone says it (not for a dataset class of one's own
     with ``task.type: auto``: its data decide)."""
-    from .data.dataset import TARGET_TASKS
+    from ..data.dataset import TARGET_TASKS
 
     if config["task"]["type"] != "auto":
         return config["task"]["type"]

@@ -41,12 +41,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .distributed.runtime import _store_of_this_attempt, cleanup_ddp, configured_device_type, default_backend, get_local_rank
-from .errors import ConfigError, Preempted, UserError
-from .distributed.launcher import run_job, stop_when_the_agent_dies
-from .logging_utils import get_logger
-from .study_config import StudySettings
-from .study_storage import open_study, repeating
+from ..distributed.runtime import _store_of_this_attempt, cleanup_ddp, configured_device_type, default_backend, get_local_rank
+from ..errors import ConfigError, Preempted, UserError
+from ..distributed.launcher import run_job, stop_when_the_agent_dies
+from ..logging_utils import get_logger
+from .config import StudySettings
+from .storage import open_study, repeating
 from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")

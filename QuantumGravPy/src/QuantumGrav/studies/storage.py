@@ -36,8 +36,8 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from .errors import UserError
-from .study_config import StudySettings
+from ..errors import UserError
+from .config import StudySettings
 
 HEARTBEAT_INTERVAL_S = 5
 HEARTBEAT_GRACE_S = 20  # four missed heartbeats: a live worker under load is not mistaken for a dead one

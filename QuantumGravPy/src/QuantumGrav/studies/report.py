@@ -17,11 +17,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from .config.schema import apply_overrides, dump_config, validate_config
-from .runs.artifacts import atomic_replace, atomic_write_text
+from ..config.schema import apply_overrides, dump_config, validate_config
+from ..runs.artifacts import atomic_replace, atomic_write_text
 from .search_space import short_text
-from .study_config import StudySettings
-from .study_storage import HEARTBEAT_GRACE_S
+from .config import StudySettings
+from .storage import HEARTBEAT_GRACE_S
 
 FIGURES = ("optimization_history", "param_importances", "slice")
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")

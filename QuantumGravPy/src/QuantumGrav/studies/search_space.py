@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .config.schema import Field, mapping, pyobject_path, schema
+from ..config.schema import Field, mapping, pyobject_path, schema
 
 NUMERIC_KEYS = {"low", "high", "log", "step"}
 PRIMITIVE = (type(None), bool, int, float, str)

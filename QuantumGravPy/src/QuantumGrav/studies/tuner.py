@@ -29,15 +29,15 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from .callbacks import Callback, Stop
-from .config.schema import apply_overrides, validate_config
-from .distributed.runtime import launched_by_torchrun
-from .errors import ConfigError, Preempted, UserError
-from .distributed.launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
-from .logging_utils import get_logger, setup_logging
+from ..callbacks import Callback, Stop
+from ..config.schema import apply_overrides, validate_config
+from ..distributed.runtime import launched_by_torchrun
+from ..errors import ConfigError, Preempted, UserError
+from ..distributed.launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
+from ..logging_utils import get_logger, setup_logging
 from .search_space import short_text
-from .study_config import StudySettings, problem_lines, read_study_config
-from .study_storage import fail_stale_trials, heartbeat, open_storage, open_study, retry_now
+from .config import StudySettings, problem_lines, read_study_config
+from .storage import fail_stale_trials, heartbeat, open_storage, open_study, retry_now
 
 logger = get_logger("tune")
 WAIT_POLL_S = 2.0  # while other workers' trials would complete the study: how often to look again
@@ -308,7 +308,7 @@ class StudyWorker:
 
     def finish(self) -> dict[str, Any]:
         """Write the study's files from the storage (every worker that ends does; the last one's are complete)."""
-        from .study_report import write_study_outputs
+        from .report import write_study_outputs
 
         return write_study_outputs(self.study, self.settings, self.base)
 
