@@ -173,7 +173,7 @@ def test_configuration_reference_is_the_schema_and_up_to_date():
     assert text == reference_markdown(), f"docs/configuration.md is out of date: run {COMMAND}"
     assert set(SECTIONS) == set(schema()), "every top-level key of the schema needs its introduction"
     for key, field in leaf_keys(schema()):
-        assert field.doc, f"{key} has no explanation (its Field's doc in config.py)"
+        assert field.doc, f"{key} has no explanation (its Field's doc in config/schema.py)"
         assert f"\n- `{key}` (default `" in text, key
 
 

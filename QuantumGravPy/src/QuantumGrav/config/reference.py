@@ -1,6 +1,6 @@
 """docs/configuration.md, generated from the config schema: ``python -m QuantumGrav.config.reference > docs/configuration.md``.
 
-Each key's explanation is its ``Field.doc`` in ``config.py``; this module holds what belongs to no single key
+Each key's explanation is its ``Field.doc`` in ``schema.py``; this module holds what belongs to no single key
 (how configs are read, each section's introduction) and writes plain CommonMark (a heading per section, a
 list item per key, no raw HTML), so that the file reads the same on GitHub and in the Sphinx site.
 tests/test_config.py fails when the file is out of date or misses a key of the schema.

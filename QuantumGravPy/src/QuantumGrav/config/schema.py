@@ -599,7 +599,7 @@ def schema() -> dict[str, Any]:
 
 OPTIONAL_SECTIONS = {"logger.wandb", "training.batch_budget"}
 DERIVED_SECTION = "derived"  # absent (or null) means: feature off
-STUDY_SECTION = "tune"  # a study config's own section (study_config.py), which a training config does not have
+STUDY_SECTION = "tune"  # a study config's own section (studies/config.py), which a training config does not have
 
 
 # --------------------------------------------------------------------------- validation

@@ -1,4 +1,4 @@
-"""The files of a run: directory, metrics CSV, summary (checkpoints: checkpoint.py; figures: figures.py).
+"""The files of a run: directory, metrics CSV, summary (checkpoints: checkpoint_files.py; figures: evaluation/figures.py).
 
 Only rank 0 calls the writers. Every file is written to a temporary name and
 renamed, so an interrupted run never leaves a half-written file behind.

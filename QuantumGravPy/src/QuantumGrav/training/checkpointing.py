@@ -5,10 +5,10 @@ What a checkpoint holds: the plain model's weights, the optimizer, schedule and 
 (early stopping, the W&B run id, the users' own), the config, the world size and the derived
 hyper-parameters. All a resumed run needs, nothing more.
 
-When rank 0 writes one (``checkpoint.py`` makes every write atomic and keeps ``previous.pt``): at every epoch
+When rank 0 writes one (``runs/checkpoint_files.py`` makes every write atomic and keeps ``previous.pt``): at every epoch
 end ``last.pt``, ``best.pt`` when the early-stopping metric improved, ``epoch_K.pt`` every
 ``checkpoint_at`` epochs; inside an epoch every ``checkpoint_every_n_steps`` optimizer steps and when the
-run is interrupted (SIGTERM, a resumable vote). Which run a job continues is ``resume.py``'s business.
+run is interrupted (SIGTERM, a resumable vote). Which run a job continues is ``runs/resume.py``'s business.
 """
 
 from __future__ import annotations
