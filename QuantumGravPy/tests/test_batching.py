@@ -10,8 +10,10 @@ import torch
 
 import QuantumGrav as QG
 from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
-                                  pack_by_size)
+                                       pack_by_size)
+from QuantumGrav.data.sources import training_batches
 from QuantumGrav.distributed.runtime import Runtime
+from QuantumGrav.training.optimization import batches_per_epoch
 from QuantumGrav.training.preflight import MemoryEstimate
 from conftest import TINY
 
@@ -158,6 +160,17 @@ def test_a_budget_without_nodes_or_edges_or_with_drop_last_or_lr_scaling_is_a_co
     with pytest.raises(QG.ConfigError, match="training.lr_scaling: 'linear' scales the LR with the effective batch"):
         tiny_config({"training.batch_budget": {"edges": 100}, "training.lr_scaling": "linear"})
 
+
+def test_the_training_batches_and_their_count_need_only_the_training_section(tiny_config):
+    """The batch plan reads training.* alone, so it is handed that section and not the whole config."""
+    training = tiny_config({"training.batch_budget": {"edges": EDGE_BUDGET}})["training"]
+    sizes = {name: _sizes(count, seed) for name, count, seed in (("train", 40, 1), ("val", 10, 2), ("test", 10, 3))}
+    sizes = {name: np.minimum(s, [EDGE_BUDGET, EDGE_BUDGET]) for name, s in sizes.items()}
+    batches = training_batches(sizes, training, Runtime())
+    assert sorted(i for batch in batches for i in batch) == list(range(40))
+    assert training_batches(sizes, {**training, "batch_budget": None}, Runtime()) is None
+    fixed = {**training, "batch_size": 4, "drop_last": False}
+    assert batches_per_epoch(fixed, 10, 2) == 2 and batches_per_epoch({**fixed, "drop_last": True}, 10, 2) == 1
 
 # --------------------------------------------------------------------------- training with a budget
 def _train(config):

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from .distributed.runtime import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
-                          worker_context)
+                                  worker_context)
 from .runs.wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
 
 SMOKE_WORLD_SIZE = 2

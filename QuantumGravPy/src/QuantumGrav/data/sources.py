@@ -73,7 +73,7 @@ class RunData:
 def load_run_data(config: dict[str, Any], runtime: Runtime, dataset: Any = None) -> RunData:
     """The dataset (``load_dataset``), checked on a few items, the task its targets define, and the split
     (the same on every rank). Any problem is one ConfigError naming the source."""
-    source = source_name(config, dataset)
+    source = source_name(config["data"], dataset)
     # Items without the order invariants that the model or the baselines need get them from edge_index.
     loaded = with_order_invariants(load_dataset(config, runtime, dataset), config, source)
     samples = check_samples(loaded, source)
@@ -84,11 +84,11 @@ def load_run_data(config: dict[str, Any], runtime: Runtime, dataset: Any = None)
     return RunData(loaded, task, split, samples[0])
 
 
-def source_name(config: dict[str, Any], dataset: Any = None) -> str:
-    """How error messages name the data source."""
+def source_name(data_cfg: dict[str, Any], dataset: Any = None) -> str:
+    """How error messages name the data source (``data_cfg``: the config's ``data`` section)."""
     if dataset is not None:
         return PASSED_SOURCE
-    data_type = config["data"]["type"]
+    data_type = data_cfg["type"]
     return f"data.type ({pyobject_path(data_type)})" if data_type is not None else GENERATOR_SOURCE
 
 
@@ -196,10 +196,10 @@ def split_sizes(dataset, split: dict[str, list[int]], runtime: Runtime) -> dict[
     return {name: sizes[np.asarray(indices, dtype=np.int64)] for name, indices in split.items()}
 
 
-def training_batches(sizes: dict[str, np.ndarray], config: dict[str, Any], runtime: Runtime
+def training_batches(sizes: dict[str, np.ndarray], tcfg: dict[str, Any], runtime: Runtime
                      ) -> DistributedBudgetBatchSampler | None:
-    """This rank's training batches under ``training.batch_budget`` (None without one: fixed batch_size)."""
-    tcfg = config["training"]
+    """This rank's training batches under ``training.batch_budget`` (None without one: fixed batch_size);
+    ``tcfg``: the config's ``training`` section."""
     budget = BatchBudget.from_config(tcfg)
     if budget is None:
         return None
@@ -221,7 +221,7 @@ def prepare_dataloaders(dataset, split: dict[str, list[int]], config: dict[str, 
     if budget is not None:
         sizes = sizes if sizes is not None else split_sizes(dataset, split, runtime)
         val_batches = ShardedBudgetBatches(sizes["val"], budget, rank if sharded else 0, world if sharded else 1)
-        return (make_loader(train, tcfg, None, device, training_batches(sizes, config, runtime)),
+        return (make_loader(train, tcfg, None, device, training_batches(sizes, tcfg, runtime)),
                 make_loader(val, vcfg, None, device, val_batches),
                 make_loader(test, config["testing"], None, device, ShardedBudgetBatches(sizes["test"], budget, 0, 1)))
     train_sampler = make_train_sampler(train, rank, world, tcfg["shuffle"], tcfg["seed"])

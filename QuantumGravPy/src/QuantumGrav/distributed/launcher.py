@@ -29,7 +29,7 @@ from ..callbacks import Callback
 from ..runs.checkpoint_files import has_checkpoint
 from ..config.schema import find_unimportable, resolve_config, with_world_size
 from .runtime import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
-                          cores_per_process, launched_by_torchrun, resolve_device, worker_context)
+                      cores_per_process, launched_by_torchrun, resolve_device, worker_context)
 from ..errors import Preempted, UserError
 from .lifeline import Lifeline, stop_when_the_launcher_dies
 from ..logging_utils import chosen_console_level, get_logger, setup_logging
@@ -172,8 +172,9 @@ def _is_main_test(test: ast.expr) -> bool:
             and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
 
 
-def _check_devices(config: dict, nproc: int) -> None:
-    if resolve_device(config["training"]["device"]).type == "cuda":  # device: cuda without a GPU raises here
+def _check_devices(device: str, nproc: int) -> None:
+    """``device``: the config's ``training.device``."""
+    if resolve_device(device).type == "cuda":  # device: cuda without a GPU raises here
         visible = torch.cuda.device_count()
         if nproc > visible:
             raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
@@ -189,7 +190,7 @@ def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
     node: torchrun restarts its workers after any failure, a bad config included, and exits with 1."""
     config = resolve_config(config)
     nproc = config["parallel"]["world_size"] if nproc is None else nproc
-    _check_devices(config, nproc)
+    _check_devices(config["training"]["device"], nproc)
     device = configured_device_type(config["training"]["device"])
     return f"{nproc} process(es) on {device} ({_backend(config)}), {config['training']['num_epochs']} epochs"
 
@@ -271,7 +272,7 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
         return run_job(config, callbacks=callbacks)
     check_main_guard("QG.launch")
     check_spawnable(config, callbacks)
-    _check_devices(config, nproc)
+    _check_devices(config["training"]["device"], nproc)
     config = with_world_size(config, nproc)
     port = port or config["parallel"]["master_port"] or find_free_port()
     context = worker_context()

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.schema import (Field, UnresolvedPyObject, _Invalid, _walk, apply_overrides, choice, integer, load_config,
-                     mapping, merge_configs, plain_name, read_config_file, resolve_pyobject, string, validate_config)
+                             mapping, merge_configs, plain_name, read_config_file, resolve_pyobject, string, validate_config)
 from ..errors import ConfigError, UserError
 from .search_space import SearchSpace
 from ..config.smoke_test import cap_file_epochs, cap_file_trials

@@ -32,9 +32,9 @@ def build_named(key: str, constructor: Callable[..., Any], *args: Any, **kwargs:
                           f"arguments: {err}") from None
 
 
-def batches_per_epoch(config: dict[str, Any], train_size: int, world_size: int) -> int:
-    """Training batches per process and epoch, as the DataLoader of prepare_dataloaders will have."""
-    tcfg = config["training"]
+def batches_per_epoch(tcfg: dict[str, Any], train_size: int, world_size: int) -> int:
+    """Training batches per process and epoch, as the DataLoader of prepare_dataloaders will have
+    (``tcfg``: the config's ``training`` section)."""
     per_rank = math.ceil(train_size / world_size)  # DistributedSampler pads every rank to the same length
     return per_rank // tcfg["batch_size"] if tcfg["drop_last"] else math.ceil(per_rank / tcfg["batch_size"])
 

@@ -254,7 +254,7 @@ def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     runtime = Runtime(device=resolve_device(training["device"]))
     data = data_sources.load_run_data(config, runtime)
     sizes = data_sources.split_sizes(data.dataset, data.split, runtime)
-    train_batches = data_sources.training_batches(sizes, config, runtime)
+    train_batches = data_sources.training_batches(sizes, config["training"], runtime)
     torch.manual_seed(training["seed"])
     key = "model.kwargs" if config["model"]["type"] is not None else "model"
     model = build_named(key, build_model, config["model"], data.first.x.size(1), data.task.output_width)

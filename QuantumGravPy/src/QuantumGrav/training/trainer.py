@@ -116,14 +116,14 @@ class Trainer:
         # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
         self.sizes = data_sources.split_sizes(self.dataset, self.split, self.runtime) \
             if self.tcfg["batch_budget"] is not None or self.tcfg["preflight"] else None
-        self.train_batches = data_sources.training_batches(self.sizes, self.config, self.runtime) \
+        self.train_batches = data_sources.training_batches(self.sizes, self.tcfg, self.runtime) \
             if self.sizes is not None else None
         self.core_model = self._build_model(data.first)
         self.memory_estimate = self._preflight()  # before DDP wraps the model: its hooks would take this backward
         self.model = self._wrap_model(self.core_model)
         self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
         num_batches = len(self.train_batches) if self.train_batches is not None else \
-            batches_per_epoch(self.config, len(self.split["train"]), self.runtime.world_size)
+            batches_per_epoch(self.tcfg, len(self.split["train"]), self.runtime.world_size)
         self.optimization = Optimization(self.config, self.core_model, self.runtime.world_size, num_batches)
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime,
                                    self.config["validation"]["mode"],
