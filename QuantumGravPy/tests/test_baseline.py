@@ -7,8 +7,8 @@ from torch_geometric.data import Data
 
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.evaluation.baselines import (baseline_models, describe_baselines, evaluate_baselines, fit_and_predict,
-                                  flatten_baselines, infer_task, invariants_matrix, labels_vector,
-                                  myrheim_meyer_estimates)
+                                              flatten_baselines, infer_task, invariants_matrix, labels_vector,
+                                              myrheim_meyer_estimates)
 from QuantumGrav.data.dataset import CausalSetDataset, split_indices
 from QuantumGrav.data.derived_invariants import OrderInvariants
 

@@ -13,7 +13,7 @@ from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data import derived_invariants
 from QuantumGrav.data.dataset import CausalSetDataset, past_to_future_edges
 from QuantumGrav.data.derived_invariants import (NotACausalSet, OrderInvariants, causal_matrix_of_edges,
-                                            invariants_of_edges, keys_needing_invariants, with_order_invariants)
+                                                 invariants_of_edges, keys_needing_invariants, with_order_invariants)
 
 from own_data_helpers import UserCausalSets
 
