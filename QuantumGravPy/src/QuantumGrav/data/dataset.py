@@ -5,7 +5,7 @@ Each causal set becomes a directed graph: nodes are its elements (features
 Hasse diagram, ``edges="links"``) or along all of its relations (``edges="relations"``).
 The set is generated once and cached under ``root`` in a folder named by a hash of all
 generation parameters, so changing any of them regenerates and the same ones reload.
-The cache is a shard per generation block (``data_shards``), made by a pool of ``workers``
+The cache is a shard per generation block (``shards``), made by a pool of ``workers``
 processes and, under DDP, shared out over the ranks (``generate_share``); ``storage="memory"`` loads
 it whole, ``storage="disk"`` reads each item from its shard when asked.
 """
@@ -58,7 +58,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "workers": None,
 }
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
-_OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (data_sources), not the generator's
+_OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (sources), not the generator's
 CACHE_FORMAT_VERSION = 4  # bump when the generator or the stored Data change: old caches are then ignored
 MANIFOLD_LIKE_NAMES = ["non_manifold_like", "manifold_like"]
 
@@ -287,7 +287,7 @@ class CausalSetDataset(InMemoryDataset):
     def from_config(cls, data_cfg: dict[str, Any]) -> "CausalSetDataset":
         """Build from the config's ``data:`` section (keys of ``DATA_DEFAULTS``; missing keys take the
         defaults). ``split``/``split_seed`` belong to the caller: see ``split_indices``; ``type``/``kwargs``
-        name a dataset class to use instead of this one (``data_sources``) and are ignored here."""
+        name a dataset class to use instead of this one (``sources``) and are ignored here."""
         cfg = _config_with_defaults(data_cfg)
         kwargs = {key: cfg[key] for key in DATA_DEFAULTS if key not in (*_SPLIT_KEYS, "root")}
         return cls(cfg["root"], **{**kwargs, "dimensions": tuple(cfg["dimensions"]), "classes": tuple(cfg["classes"])})

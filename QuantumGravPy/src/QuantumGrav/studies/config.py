@@ -4,7 +4,7 @@
 against the training config's schema, every choice and both bounds of every range against the base
 config, the metric against the task, the sampler and the pruner. The rest is the base training config,
 validated by ``load_config`` like any other. All problems come in one ConfigError, one line each, and
-nothing has been written when it is raised (the storage is opened only afterwards, see ``study_storage``).
+nothing has been written when it is raised (the storage is opened only afterwards, see ``storage``).
 
 Why ``tune`` is not a section of the training schema: a trial's config.yaml and the study's best.yaml
 are then plain training configs, which ``python -m QuantumGrav train`` accepts as they are.

@@ -2,11 +2,11 @@
 
 fit = for each epoch: train one epoch, evaluate, let the callbacks act, stop when their votes say so.
 
-Everything else lives in a module named for it: the data (``data_sources``), the optimizer, schedule and
-step (``optimization``), exact evaluation (``evaluation``), checkpoints and resuming (``checkpointing``,
-``resume``), SIGTERM (``preemption``), and the callbacks: early stopping, the run's records
-(``run_records``), figures, baselines, destroyed-set curves, W&B (``wandb_logger``), the users' own
-(``callbacks``). Rank-specific work goes through ``self.runtime`` (``distributed.Runtime``): in one
+Everything else lives in a module named for it: the data (``data.sources``), the optimizer, schedule and
+step (``optimization``), exact evaluation (``evaluation.evaluator``), checkpoints and resuming (``checkpointing``,
+``runs.resume``), SIGTERM (``distributed.preemption``), and the callbacks: early stopping, the run's records
+(``runs.records``), figures, baselines, destroyed-set curves, W&B (``runs.wandb_logger``), the users' own
+(``callbacks``). Rank-specific work goes through ``self.runtime`` (``distributed.runtime.Runtime``): in one
 process its collectives are no-ops, so the loop reads the same for both and there is one copy of it.
 """
 
@@ -293,7 +293,7 @@ class Trainer:
                             f"{self.run_dir}; the same job started again (a requeue) continues from there")
 
     def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
-        """Exact metrics of the current model on ``loader`` (``evaluation``); None on ranks > 0 in rank0 mode."""
+        """Exact metrics of the current model on ``loader`` (``evaluation.evaluator``); None on ranks > 0 in rank0 mode."""
         return self.evaluator.evaluate(loader)
 
     # ------------------------------------------------------------------ end of epoch: one decision
