@@ -27,9 +27,9 @@ import time
 import numpy as np
 import torch
 
-from QuantumGrav import causal_sets as cs
-from QuantumGrav.data import past_to_future_edges
-from QuantumGrav.derived_invariants import invariants_of_edges
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data.dataset import past_to_future_edges
+from QuantumGrav.data.derived_invariants import invariants_of_edges
 
 
 def causal_matrices(n: int, num: int, rng: np.random.Generator) -> list[np.ndarray]:

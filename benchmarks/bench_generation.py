@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 2048 --scaling-n 64 128 256
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n 1024 2048 --large-num 12
 
-Stages use the public functions of ``QuantumGrav.causal_sets`` on chunks of 128 sets, the
+Stages use the public functions of ``QuantumGrav.data.causal_sets`` on chunks of 128 sets, the
 classes of ``DEFAULT_CLASSES`` in equal shares; the last row is the whole generator
 (``generate_causal_sets``), which computes the longest chains once for features and invariants.
 The large-set table times ``generate_causal_sets`` end to end at each ``--large-n`` (sets of one size, all
@@ -34,9 +34,9 @@ from typing import Callable
 
 import numpy as np
 
-from QuantumGrav import causal_sets as cs
-from QuantumGrav.data import CausalSetDataset
-from QuantumGrav.distributed import usable_cpu_count
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data.dataset import CausalSetDataset
+from QuantumGrav.distributed.runtime import usable_cpu_count
 
 CHUNK = 128
 

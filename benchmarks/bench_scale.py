@@ -56,7 +56,7 @@ import QuantumGrav as QG
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results_bench_scale.json"
 BALANCE_RESULTS = REPO / "benchmarks" / "results_scale_balance.json"  # the balance table's runs
-LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.sparse_attention.SparseTransformerConv"}
+LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.models.sparse_attention.SparseTransformerConv"}
 BEFORE_BATCH = {128: 32, 512: 16, 1024: 4, 2048: 1}  # PyG's layer under ~6 GB on the shared 24 GB machine
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::sparse_sampled_addmm",
               "aten::_sparse_csr_mm", "aten::_sparse_mm")
@@ -64,7 +64,7 @@ STUDY_CONVS = {  # configs/tune.yaml's convolution choices, and the layer that r
     "torch_geometric.nn.GraphConv": {}, "torch_geometric.nn.GINConv": {},
     "torch_geometric.nn.GATv2Conv": {"heads": 2, "concat": False},
     "torch_geometric.nn.TransformerConv": {"heads": 2, "concat": False},
-    "QuantumGrav.sparse_attention.SparseTransformerConv": {"heads": 2, "concat": False}}
+    "QuantumGrav.models.sparse_attention.SparseTransformerConv": {"heads": 2, "concat": False}}
 POLYNOMIAL = 1  # cset_type_encoder code in QuantumGrav.jl/examples/produce_data.jl
 
 
@@ -113,11 +113,11 @@ def table_scale(args) -> list[dict]:
 def prepare_data(source: str, n: int, batch: int, folder: Path) -> str:
     """Writes ``batch`` causal sets of N elements once (features cached), for the workers to read."""
     if source == "generator":
-        from QuantumGrav.data import CausalSetDataset
+        from QuantumGrav.data.dataset import CausalSetDataset
         CausalSetDataset(folder / "generator", num_samples=batch, n_min=n, n_max=n, seed=0, workers=1)
         return str(folder / "generator")
-    from QuantumGrav import causal_sets as cs
-    from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
+    from QuantumGrav.data import causal_sets as cs
+    from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
     rng = np.random.default_rng(0)
     matrices = [cs.sprinkle_diamond(n, 4, rng)[1] for _ in range(batch)]
     store = write_julia_store(folder / f"sprinklings_n{n}.zarr", matrices, [POLYNOMIAL] * batch,
@@ -158,11 +158,11 @@ def run_worker(spec: dict) -> dict:
 
 def load_items(spec: dict) -> tuple[list, int]:
     if spec["source"] == "generator":
-        from QuantumGrav.data import CausalSetDataset
+        from QuantumGrav.data.dataset import CausalSetDataset
         dataset = CausalSetDataset(spec["data"], num_samples=spec["batch"], n_min=spec["n"], n_max=spec["n"], seed=0,
                                    workers=1)
         return [dataset[i] for i in range(spec["batch"])], dataset.num_classes
-    from QuantumGrav.zarr_store import QuantumGravJLDataset
+    from QuantumGrav.data.zarr_store import QuantumGravJLDataset
     dataset = QuantumGravJLDataset(spec["data"])
     return [dataset[i] for i in range(spec["batch"])], 2
 
@@ -170,7 +170,7 @@ def load_items(spec: dict) -> tuple[list, int]:
 def worker(spec: dict) -> dict:
     """One measurement in this fresh process; prints one JSON line."""
     import QuantumGrav as QG
-    from QuantumGrav.config import resolve_pyobject
+    from QuantumGrav.config.schema import resolve_pyobject
     from torch_geometric.data import Batch
 
     torch.set_num_threads(spec["threads"])
@@ -328,7 +328,7 @@ def _balance_loader(dataset, sizes, mode: str, batch_size: int, edge_budget: int
     from torch.utils.data import DistributedSampler
     from torch_geometric.loader import DataLoader
 
-    from QuantumGrav.batching import BatchBudget, DistributedBudgetBatchSampler
+    from QuantumGrav.data.batching import BatchBudget, DistributedBudgetBatchSampler
 
     if mode == "fixed":
         sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed)
@@ -367,9 +367,9 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
                     epochs: int) -> None:
     """One rank: each epoch once with fixed-count batches and once with the budget, alternating, so that a
     change of the machine's load falls on both alike."""
-    from QuantumGrav.batching import graph_sizes
-    from QuantumGrav.distributed import Runtime
-    from QuantumGrav.models import build_model
+    from QuantumGrav.data.batching import graph_sizes
+    from QuantumGrav.distributed.runtime import Runtime
+    from QuantumGrav.models.gnn import build_model
 
     torch.set_num_threads(1)
     QG.initialize_ddp(rank, world, master_port=port, backend="gloo", timeout_s=1800)
@@ -396,7 +396,7 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
 
 
 def _spawn(target, world: int, *args) -> dict[int, dict]:
-    from QuantumGrav.distributed import worker_context
+    from QuantumGrav.distributed.runtime import worker_context
 
     context = worker_context()
     results, port = context.Queue(), QG.find_free_port()
@@ -415,7 +415,7 @@ def _spawn(target, world: int, *args) -> dict[int, dict]:
 def measure_balance(nproc: int, samples: int, n_min: int, n_max: int, batch_size: int, epochs: int,
                     workdir: str, classes: list[str]) -> dict:
     """Both modes on the same data: per-rank work and all-reduce wait per epoch, graphs/s, peak RSS."""
-    from QuantumGrav.batching import BatchBudget, pack_by_size
+    from QuantumGrav.data.batching import BatchBudget, pack_by_size
 
     config = balance_config(workdir, samples, n_min, n_max, classes)
     dataset = QG.CausalSetDataset.from_config(config["data"])  # generate once, outside the timing

@@ -41,7 +41,7 @@ def worker(spec: dict) -> dict:
     from torch_geometric.data import Batch
 
     import QuantumGrav as QG
-    from QuantumGrav.data import CausalSetDataset
+    from QuantumGrav import CausalSetDataset  # the public name: the before tree may have another layout
 
     torch.set_num_threads(spec["threads"])
     dataset = CausalSetDataset(spec["data"], num_samples=spec["batch"], n_min=spec["n"], n_max=spec["n"], seed=0,
@@ -106,8 +106,10 @@ def table_kernels(args) -> list[dict]:
 
 
 def _load_module(src: Path):
-    spec = importlib.util.spec_from_file_location(f"sparse_attention_{abs(hash(src))}",
-                                                  src / "QuantumGrav" / "sparse_attention.py")
+    # the layer is in models/ since the package has subpackages; a tree from before that has it at the top
+    path = next(p for p in (src / "QuantumGrav" / "models" / "sparse_attention.py",
+                            src / "QuantumGrav" / "sparse_attention.py") if p.is_file())
+    spec = importlib.util.spec_from_file_location(f"sparse_attention_{abs(hash(src))}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

@@ -76,8 +76,8 @@ def _work(milliseconds: float, gradients: torch.Tensor) -> None:
 
 def default_model_parameters() -> int:
     """The parameters of configs/train.yaml's model on the generator's node features (5 classes)."""
-    from QuantumGrav import causal_sets
-    from QuantumGrav.models import build_model, count_parameters
+    from QuantumGrav.data import causal_sets
+    from QuantumGrav.models.gnn import build_model, count_parameters
 
     model = build_model(QG.load_config("configs/train.yaml")["model"], len(causal_sets.NODE_FEATURES), 5)
     return count_parameters(model)["total_params"]
@@ -91,7 +91,7 @@ def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int,
     QG.initialize_ddp(rank, world_size, master_port=port, backend="gloo")
     torch.set_num_threads(1)
     try:
-        runtime = QG.distributed.Runtime(rank=rank, world_size=world_size, backend="gloo")
+        runtime = QG.distributed.runtime.Runtime(rank=rank, world_size=world_size, backend="gloo")
         gradients = torch.zeros(parameters)
 
         def timed(check) -> float:
@@ -117,7 +117,7 @@ def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int,
 
 
 def stop_check_table(nprocs: list[int], steps: int, step_ms: float) -> None:
-    from QuantumGrav.distributed import worker_context
+    from QuantumGrav.distributed.runtime import worker_context
 
     parameters = default_model_parameters()
     print(f"Stop check overhead per step of {step_ms:g} ms of work and an all-reduce of {parameters:,} gradients "
@@ -186,7 +186,7 @@ class _StepClock(QG.Callback):
 def _run_quantumgrav(rank: int, world_size: int, config: dict) -> dict:
     """The library as a user runs it: each rank runs QG.launch's per-process job (Trainer, or TrainerDDP on
     a gloo group). Its records' graphs/s: all ranks' training graphs over rank 0's training-loop time."""
-    from QuantumGrav.launcher import run_job
+    from QuantumGrav.distributed.launcher import run_job
 
     QG.setup_logging(rank, level="WARNING")  # as the benchmark's own process: no per-epoch lines
     if world_size > 1:
@@ -202,14 +202,14 @@ def _run_quantumgrav(rank: int, world_size: int, config: dict) -> dict:
 
 def _run_data(config: dict):
     """The job's data as QuantumGrav splits it: (training sets, number of classes)."""
-    from QuantumGrav import data_sources
+    from QuantumGrav.data import sources as data_sources
 
-    data = data_sources.load_run_data(config, QG.distributed.Runtime())
+    data = data_sources.load_run_data(config, QG.distributed.runtime.Runtime())
     return data_sources.subset(data.dataset, data.split["train"]), data.task.output_width
 
 
 def _plain_model(config: dict, num_classes: int, train_set) -> torch.nn.Module:
-    from QuantumGrav.models import build_model
+    from QuantumGrav.models.gnn import build_model
 
     torch.manual_seed(config["training"]["seed"])
     return build_model(config["model"], train_set[0].x.size(1), num_classes)
@@ -320,7 +320,7 @@ def _contender_process(name: str, rank: int, world_size: int, port: int, config:
 def run_contender(name: str, world_size: int, config: dict) -> dict:
     """Train the job with ``name`` in ``world_size`` fresh processes; rank 0's graphs/s of every epoch and
     CPU ms per step."""
-    from QuantumGrav.distributed import worker_context
+    from QuantumGrav.distributed.runtime import worker_context
 
     context, port = worker_context(), QG.find_free_port()
     results = context.Queue()

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from QuantumGrav import causal_sets as cs
-from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
 
 POLYNOMIAL, LAYERED = 1, 6  # cset_type_encoder codes in QuantumGrav.jl/examples/produce_data.jl
 

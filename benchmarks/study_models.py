@@ -7,7 +7,7 @@
 Every job trains one candidate on one data seed with ``QG.Trainer`` and ``configs/train.yaml``
 (only the overrides below differ), in its own process (``--threads`` torch threads each), and
 reports test accuracy, per-class recall, parameters, seconds per epoch and both baselines of
-``QuantumGrav.baseline`` on the same split. The table gives mean +- std over the seeds.
+``QuantumGrav.evaluation.baselines`` on the same split. The table gives mean +- std over the seeds.
 
 The flip-fraction sweep (``--sweep``): the ``sweep`` candidate and both baselines are trained on
 sets whose destroyed members have flip fractions log-uniform in [0.001, 0.1], then scored on
@@ -66,7 +66,7 @@ SWEEP_CANDIDATE = "hybrid"  # the default model of configs/train.yaml
 
 def first_features_model():
     """A GNNClassifier that sees only the first BASIC_FEATURES node features (the old feature set)."""
-    from QuantumGrav.models import GNNClassifier
+    from QuantumGrav.models.gnn import GNNClassifier
 
     class FirstFeaturesGNN(GNNClassifier):
         def __init__(self, in_channels, num_classes, **kwargs):
@@ -82,7 +82,7 @@ def first_features_model():
 
 def job_config(name: str, seed: int, args, workdir: str) -> dict:
     import QuantumGrav as QG
-    from QuantumGrav.causal_sets import INVARIANT_NAMES
+    from QuantumGrav.data.causal_sets import INVARIANT_NAMES
 
     overrides = dict(CANDIDATES[name][1])
     features = overrides.pop("features", "all")
@@ -112,8 +112,8 @@ def sweep_curves(trainer, args) -> dict:
     import torch
     from torch_geometric.loader import DataLoader
 
-    from QuantumGrav.baseline import fit_and_predict, invariants_matrix, labels_vector
-    from QuantumGrav.data import CausalSetDataset
+    from QuantumGrav.evaluation.baselines import fit_and_predict, invariants_matrix, labels_vector
+    from QuantumGrav.data.dataset import CausalSetDataset
 
     edges = trainer.config["data"]["edges"]
     evaluation = CausalSetDataset(args.data_root, num_samples=args.sweep_sets, classes=("destroyed",),
@@ -161,7 +161,7 @@ def run_job(args) -> dict:
 
 
 def generate(root: str, samples: int, seed: int, edges: str) -> None:
-    from QuantumGrav.data import CausalSetDataset
+    from QuantumGrav.data.dataset import CausalSetDataset
 
     CausalSetDataset(root, num_samples=samples, seed=seed, edges=edges)
 

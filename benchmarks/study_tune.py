@@ -65,8 +65,8 @@ def run_study(args) -> tuple:
     import optuna
 
     import QuantumGrav as QG
-    from QuantumGrav.study_config import read_study_config
-    from QuantumGrav.study_storage import open_storage
+    from QuantumGrav.studies.config import read_study_config
+    from QuantumGrav.studies.storage import open_storage
 
     overrides = {**data_overrides(args, args.data_seed), "training.num_epochs": args.epochs,
                  "tune.study": args.study, "tune.path": f"{args.workdir}/studies", "tune.trials": args.trials}
@@ -82,7 +82,7 @@ def run_study(args) -> tuple:
 def candidates(args, settings, base, complete: list) -> dict[str, tuple[str, dict]]:
     """name -> (description, config without its data seed): the default and the best trials."""
     import QuantumGrav as QG
-    from QuantumGrav.search_space import short_text
+    from QuantumGrav.studies.search_space import short_text
 
     found = {"default": ("configs/train.yaml", QG.load_config(str(REPO / "configs" / "train.yaml")))}
     ranked = sorted(complete, key=lambda t: t.value, reverse=settings.direction == "maximize")

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-SMOKE_TEST_ENV = "QUANTUMGRAV_SMOKE_TEST"  # QuantumGrav.smoke_test.SMOKE_TEST_ENV, not imported: no torch here
+SMOKE_TEST_ENV = "QUANTUMGRAV_SMOKE_TEST"  # QuantumGrav.config.smoke_test.SMOKE_TEST_ENV, not imported: no torch here
 _saved: list[str | None] = []
 
 

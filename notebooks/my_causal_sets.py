@@ -13,7 +13,7 @@ from torch import nn
 from torch_geometric import nn as pyg_nn
 from torch_geometric.data import Data, InMemoryDataset
 
-from QuantumGrav import causal_sets as cs
+from QuantumGrav.data import causal_sets as cs
 
 
 class MyCausalSets(InMemoryDataset):

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 import QuantumGrav as QG
-from QuantumGrav.distributed import Runtime
+from QuantumGrav.distributed.runtime import Runtime
 
 _calls = {"n": 0}
 
@@ -71,7 +71,7 @@ def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0) -> list
     """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` fresh processes (the library's
     worker context: forked from a server that imported torch once) and return what each put on ``results``
     (one tuple per rank, in the order they arrived)."""
-    from QuantumGrav.distributed import worker_context
+    from QuantumGrav.distributed.runtime import worker_context
 
     context = worker_context()
     results, port = context.Queue(), QG.find_free_port()
@@ -161,7 +161,7 @@ class CountValidations(QG.Callback):
 
     def __setstate__(self, state):  # a worker receives its copy pickled, before run_job builds the trainer
         self.__dict__.update(state)
-        import QuantumGrav.config as config
+        import QuantumGrav.config.schema as config
 
         validate, count = config.validate_config, self.count
 

@@ -1,4 +1,4 @@
-"""Objects that configs in the tests of the role checks name (QuantumGrav.roles)."""
+"""Objects that configs in the tests of the role checks name (QuantumGrav.config.roles)."""
 
 from pathlib import Path
 

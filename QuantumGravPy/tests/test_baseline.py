@@ -5,12 +5,12 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from QuantumGrav import causal_sets as cs
-from QuantumGrav.baseline import (baseline_models, describe_baselines, evaluate_baselines, fit_and_predict,
-                                  flatten_baselines, infer_task, invariants_matrix, labels_vector,
-                                  myrheim_meyer_estimates)
-from QuantumGrav.data import CausalSetDataset, split_indices
-from QuantumGrav.derived_invariants import OrderInvariants
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.evaluation.baselines import (baseline_models, describe_baselines, evaluate_baselines, fit_and_predict,
+                                              flatten_baselines, infer_task, invariants_matrix, labels_vector,
+                                              myrheim_meyer_estimates)
+from QuantumGrav.data.dataset import CausalSetDataset, split_indices
+from QuantumGrav.data.derived_invariants import OrderInvariants
 
 NUM_INVARIANTS = len(cs.INVARIANT_NAMES)
 SIMPLE = [cs.INVARIANT_NAMES.index(name) for name in cs.SIMPLE_INVARIANT_NAMES]

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
-                                  pack_by_size)
-from QuantumGrav.distributed import Runtime
-from QuantumGrav.preflight import MemoryEstimate
+from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
+                                       pack_by_size)
+from QuantumGrav.data.sources import training_batches
+from QuantumGrav.distributed.runtime import Runtime
+from QuantumGrav.training.optimization import batches_per_epoch
+from QuantumGrav.training.preflight import MemoryEstimate
 from conftest import TINY
 
 EDGE_BUDGET = 400  # TINY's sets (16-24 elements) have 10-80 links: 5 to 25 sets per batch
@@ -159,6 +161,17 @@ def test_a_budget_without_nodes_or_edges_or_with_drop_last_or_lr_scaling_is_a_co
         tiny_config({"training.batch_budget": {"edges": 100}, "training.lr_scaling": "linear"})
 
 
+def test_the_training_batches_and_their_count_need_only_the_training_section(tiny_config):
+    """The batch plan reads training.* alone, so it is handed that section and not the whole config."""
+    training = tiny_config({"training.batch_budget": {"edges": EDGE_BUDGET}})["training"]
+    sizes = {name: _sizes(count, seed) for name, count, seed in (("train", 40, 1), ("val", 10, 2), ("test", 10, 3))}
+    sizes = {name: np.minimum(s, [EDGE_BUDGET, EDGE_BUDGET]) for name, s in sizes.items()}
+    batches = training_batches(sizes, training, Runtime())
+    assert sorted(i for batch in batches for i in batch) == list(range(40))
+    assert training_batches(sizes, {**training, "batch_budget": None}, Runtime()) is None
+    fixed = {**training, "batch_size": 4, "drop_last": False}
+    assert batches_per_epoch(fixed, 10, 2) == 2 and batches_per_epoch({**fixed, "drop_last": True}, 10, 2) == 1
+
 # --------------------------------------------------------------------------- training with a budget
 def _train(config):
     trainer = QG.Trainer(config)
@@ -183,7 +196,7 @@ def test_one_process_trains_on_the_budgets_batches_and_validates_every_item_once
 
 def test_a_run_with_a_budget_killed_mid_epoch_resumes_at_the_next_batch(tiny_config):
     import ddp_helpers
-    from QuantumGrav.config import resolve_pyobject
+    from QuantumGrav.config.schema import resolve_pyobject
 
     settings = {"training.num_epochs": 2, "training.checkpoint_every_n_steps": 1, "model.dropout": 0.3,
                 "training.batch_budget": {"edges": EDGE_BUDGET}}

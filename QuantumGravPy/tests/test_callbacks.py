@@ -23,7 +23,7 @@ def test_a_callback_adds_a_metric_to_every_epoch_row(tiny_config):
 
 
 def test_callbacks_from_the_config_are_built_with_their_kwargs(tiny_config):
-    config = tiny_config({"callbacks": QG.config.load_yaml_text(
+    config = tiny_config({"callbacks": QG.config.schema.load_yaml_text(
         "[{type: !pyobject ddp_helpers.StopOnRank1, kwargs: {at_epoch: 0}}]")})
     assert config["callbacks"] == [{"type": StopOnRank1, "kwargs": {"at_epoch": 0}}]
     trainer = QG.Trainer(config)
@@ -34,7 +34,7 @@ def test_callbacks_from_the_config_are_built_with_their_kwargs(tiny_config):
 
 
 def test_callback_kwargs_its_class_refuses_leave_nothing_on_disk(tiny_config):
-    config = tiny_config({"training.run_name": "refused", "callbacks": QG.config.load_yaml_text(
+    config = tiny_config({"training.run_name": "refused", "callbacks": QG.config.schema.load_yaml_text(
         "[{type: !pyobject ddp_helpers.StopOnRank1, kwargs: {at_epoch: 0, when: later}}]")})
     with pytest.raises(QG.ConfigError, match=r"callbacks.0.kwargs: StopOnRank1\(\*\*kwargs\) failed: .*'when'"):
         QG.Trainer(config)
@@ -44,7 +44,7 @@ def test_callback_kwargs_its_class_refuses_leave_nothing_on_disk(tiny_config):
 @pytest.mark.parametrize("entry", ["{type: !pyobject subprocess.run}", "{kind: !pyobject ddp_helpers.StopOnRank1}"])
 def test_a_callbacks_entry_that_is_not_a_callback_class_is_refused(tiny_config, entry):
     with pytest.raises(QG.ConfigError, match=r"callbacks: item 0: expected \{type: !pyobject module.CallbackClass"):
-        tiny_config({"callbacks": [QG.config.load_yaml_text(entry)]})
+        tiny_config({"callbacks": [QG.config.schema.load_yaml_text(entry)]})
 
 
 def test_a_vote_on_rank_1_alone_stops_every_rank_at_the_same_epoch(tiny_config):
@@ -120,7 +120,7 @@ def test_a_step_vote_to_end_the_run_is_refused_it_would_pass_for_a_preemption():
 
 
 def test_a_metric_a_callback_adds_from_a_later_epoch_gets_its_column(tmp_path):
-    from QuantumGrav.run_artifacts import MetricsCSV
+    from QuantumGrav.runs.artifacts import MetricsCSV
 
     metrics = MetricsCSV(tmp_path / "metrics.csv")
     metrics.append({"epoch": 0, "val_loss": 0.5})

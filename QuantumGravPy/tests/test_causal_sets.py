@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from QuantumGrav import causal_sets as cs
+from QuantumGrav.data import causal_sets as cs
 
 
 # --------------------------------------------------------------------------- brute-force references

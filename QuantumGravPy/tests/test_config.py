@@ -9,7 +9,7 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.config import dump_config, find_unimportable, parse_override, read_config_file
+from QuantumGrav.config.schema import dump_config, find_unimportable, parse_override, read_config_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def test_exponent_without_dot_is_a_float():
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path):
     if "tune" in read_config_file(path):  # a study config: a training config plus its tune section
-        from QuantumGrav.study_config import read_study_config
+        from QuantumGrav.studies.config import read_study_config
 
         settings, config = read_study_config(path)
         assert settings.space.dimensions
@@ -166,14 +166,14 @@ def test_partial_configs_merge_in_order():
 
 
 def test_configuration_reference_is_the_schema_and_up_to_date():
-    from QuantumGrav.config import schema
-    from QuantumGrav.config_reference import COMMAND, SECTIONS, leaf_keys, reference_markdown
+    from QuantumGrav.config.schema import schema
+    from QuantumGrav.config.reference import COMMAND, SECTIONS, leaf_keys, reference_markdown
 
     text = (REPO / "docs" / "configuration.md").read_text()
     assert text == reference_markdown(), f"docs/configuration.md is out of date: run {COMMAND}"
     assert set(SECTIONS) == set(schema()), "every top-level key of the schema needs its introduction"
     for key, field in leaf_keys(schema()):
-        assert field.doc, f"{key} has no explanation (its Field's doc in config.py)"
+        assert field.doc, f"{key} has no explanation (its Field's doc in config/schema.py)"
         assert f"\n- `{key}` (default `" in text, key
 
 
@@ -181,7 +181,7 @@ def test_configuration_reference_is_plain_commonmark_with_a_heading_per_section(
     """The Sphinx site includes the file as it is (MyST): CommonMark without raw HTML, and every key's text as
     written in the schema (no '**kwargs' turned bold, no '<timestamp>' read as a tag)."""
     markdown_it = pytest.importorskip("markdown_it")
-    from QuantumGrav.config import schema
+    from QuantumGrav.config.schema import schema
 
     tokens = markdown_it.MarkdownIt("commonmark").parse((REPO / "docs" / "configuration.md").read_text())
     assert not [t for t in tokens if t.type.startswith("html")]
@@ -268,7 +268,7 @@ def test_the_other_configs_differ_from_the_default_job_only_where_they_say(name,
 
 
 def test_a_study_config_is_the_default_jobs_task_and_data(monkeypatch):
-    from QuantumGrav.study_config import read_study_config
+    from QuantumGrav.studies.config import read_study_config
 
     pytest.importorskip("optuna")
     monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST", raising=False)
@@ -280,7 +280,7 @@ def test_a_study_config_is_the_default_jobs_task_and_data(monkeypatch):
 def test_changing_only_the_convolution_names_conv_kwargs(tiny_config):
     """The default conv_kwargs are TransformerConv's: a config that changes only model.conv gets one message
     naming the key and the fix, not a TypeError of PyG's."""
-    graph_conv = QG.config.resolve_pyobject("torch_geometric.nn.GraphConv")
+    graph_conv = QG.config.schema.resolve_pyobject("torch_geometric.nn.GraphConv")
     with pytest.raises(QG.ConfigError, match=r"model.conv_kwargs: GraphConv rejects \{'heads': 2, 'concat': False\}"
                                              r".*--set 'model.conv_kwargs=\{\}'"):
         QG.Trainer(tiny_config({"model.conv": graph_conv, "model.conv_kwargs": {"heads": 2, "concat": False}}))
@@ -310,7 +310,7 @@ def test_a_config_is_validated_once_per_process_on_the_cli_and_launch_paths(tmp_
                                                                             cli_in_process):
     """Where a config enters (the CLI, QG.launch) it is validated; the trainer and the workers, which receive
     it validated, do not validate it again (each worker counts from the moment it receives it)."""
-    import QuantumGrav.config as config_module
+    import QuantumGrav.config.schema as config_module
     from ddp_helpers import CountValidations
 
     path = tmp_path / "tiny.yaml"

@@ -10,11 +10,11 @@ import torch
 from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
+from QuantumGrav.data import causal_sets as cs
 from QuantumGrav import cli
-from QuantumGrav import data as qg_data
-from QuantumGrav import distributed as qg_distributed
-from QuantumGrav.data import CausalSetDataset, generate_share
+from QuantumGrav.data import dataset as qg_data
+from QuantumGrav.distributed import runtime as qg_distributed
+from QuantumGrav.data.dataset import CausalSetDataset, generate_share
 
 REPO = Path(__file__).resolve().parents[2]
 # Two generation blocks of tiny sets: enough to share out, milliseconds to make.

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
-from QuantumGrav import data as qg_data
-from QuantumGrav.data import DATA_DEFAULTS, CausalSetDataset, split_indices
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data import dataset as qg_data
+from QuantumGrav.data.dataset import DATA_DEFAULTS, CausalSetDataset, split_indices
 
 SMALL = {"num_samples": 30, "n_min": 12, "n_max": 18, "seed": 5}
 

@@ -1,4 +1,4 @@
-"""Order invariants derived from edge_index for items that come without them (QuantumGrav.derived_invariants)."""
+"""Order invariants derived from edge_index for items that come without them (QuantumGrav.data.derived_invariants)."""
 
 import pickle
 
@@ -9,11 +9,11 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
-from QuantumGrav import derived_invariants
-from QuantumGrav.data import CausalSetDataset, past_to_future_edges
-from QuantumGrav.derived_invariants import (NotACausalSet, OrderInvariants, causal_matrix_of_edges,
-                                            invariants_of_edges, keys_needing_invariants, with_order_invariants)
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data import derived_invariants
+from QuantumGrav.data.dataset import CausalSetDataset, past_to_future_edges
+from QuantumGrav.data.derived_invariants import (NotACausalSet, OrderInvariants, causal_matrix_of_edges,
+                                                 invariants_of_edges, keys_needing_invariants, with_order_invariants)
 
 from own_data_helpers import UserCausalSets
 

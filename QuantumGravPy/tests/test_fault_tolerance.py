@@ -18,9 +18,9 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.checkpoint import RunLock, save_last_checkpoint
-from QuantumGrav.config import resolve_pyobject
-from QuantumGrav.distributed import Runtime, _check_in_after_timeout, _timeout_message
+from QuantumGrav.runs.checkpoint_files import RunLock, save_last_checkpoint
+from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.distributed.runtime import Runtime, _check_in_after_timeout, _timeout_message
 from conftest import REPO, TINY
 
 HERE = Path(__file__).resolve().parent

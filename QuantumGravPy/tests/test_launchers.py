@@ -17,9 +17,11 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config import resolve_pyobject
-from QuantumGrav.launcher import _supervise
+from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.distributed.launcher import _supervise
 from conftest import REPO, TINY
+
+LIBRARY = str(Path(QG.__file__).resolve().parents[1])  # the tree under test, not another installed one
 
 SCRIPT = REPO / "QuantumGravPy" / "examples" / "train_ddp_standalone.py"
 EPOCHS = 2
@@ -95,7 +97,7 @@ def test_module_cli_with_nproc_matches(job, reference):
 
 
 def test_torchrun_job_with_a_failing_rank_exits_with_the_rank_and_error(job):
-    env = {**job.env, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**job.env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), LIBRARY])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                            f"--master_port={QG.find_free_port()}", str(SCRIPT), *job.arguments("torchrun-fails"),
                            "--set", "criterion=!pyobject ddp_helpers.loss_failing_on_rank_1",
@@ -184,7 +186,7 @@ def test_supervisor_names_a_rank_killed_without_reporting():
 def test_a_worker_that_reported_success_but_never_exits_is_stopped_with_a_warning(monkeypatch, collect_log):
     import multiprocessing
 
-    from QuantumGrav import launcher
+    from QuantumGrav.distributed import launcher
 
     monkeypatch.setattr(launcher, "EXIT_GRACE_S", 1.0)
     warnings = collect_log("QuantumGrav.launch")

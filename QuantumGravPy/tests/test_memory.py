@@ -5,7 +5,7 @@ import logging
 import pytest
 import torch
 
-from QuantumGrav.memory import SNAPSHOT_KEYS, MemoryMonitor
+from QuantumGrav.training.memory import SNAPSHOT_KEYS, MemoryMonitor
 
 
 @pytest.fixture

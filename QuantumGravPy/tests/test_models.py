@@ -8,10 +8,10 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GINEConv, GraphConv
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
-from QuantumGrav.derived_invariants import invariants_of_edges
-from QuantumGrav.models import BidirectionalConv, build_model, check_model_forward
-from QuantumGrav.tasks import MulticlassTask
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data.derived_invariants import invariants_of_edges
+from QuantumGrav.models.gnn import BidirectionalConv, build_model, check_model_forward
+from QuantumGrav.models.tasks import MulticlassTask
 from conftest import ALL_RESULTS
 
 NUM_FEATURES = len(cs.NODE_FEATURES)
@@ -61,7 +61,7 @@ def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_
     assert 0.0 <= summary["baseline_accuracy"] <= 1.0 and 0.0 <= summary["strong_baseline_accuracy"] <= 1.0
     assert "gradient boosting" in summary["strong_baseline_method"]
     assert len(summary["baselines"]["strong"]["per_class_recall"]) == trainer.dataset.num_classes
-    lines = QG.run_records.summarise_run({"summary": summary, "test": test}).splitlines()
+    lines = QG.runs.records.summarise_run({"summary": summary, "test": test}).splitlines()
     assert any(line.startswith("strong baseline  accuracy") for line in lines)
 
 

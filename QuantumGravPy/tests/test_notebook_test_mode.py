@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 import QuantumGrav as QG
-from QuantumGrav.smoke_test import SMOKE_DATA, SMOKE_TEST_ENV
+from QuantumGrav.config.smoke_test import SMOKE_DATA, SMOKE_TEST_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = {"num_samples": 2000, "n_min": 64, "n_max": 128, "num_epochs": 40, "world_size": 2}

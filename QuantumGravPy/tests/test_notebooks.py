@@ -28,7 +28,7 @@ papermill = pytest.importorskip("papermill")
 nbformat = pytest.importorskip("nbformat")
 
 import QuantumGrav as QG  # noqa: E402
-from QuantumGrav.causal_sets import NODE_FEATURES  # noqa: E402
+from QuantumGrav.data.causal_sets import NODE_FEATURES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"

@@ -180,9 +180,17 @@ def test_the_real_tree_fails_when_a_tied_number_changes(tmp_path):
     if not tied:
         pytest.skip("no document is tied yet")
     # The checked files and their sources, without environments, data and runs (a few MB).
-    shutil.copytree(REPO, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".ruff_cache", "__pycache__", "data", "runs", "build", "studies", "wandb", "benchmark_runs",
-        "_runs", "_data", "*.png"))
+    # Run outputs are skipped only outside the package: its data/, runs/ and studies/ subpackages are sources.
+    package = REPO / "QuantumGravPy" / "src"
+    skipped = shutil.ignore_patterns(".git", ".venv", ".ruff_cache", "__pycache__", "build", "wandb", "benchmark_runs",
+                                     "_runs", "_data", "*.png")
+    outputs = shutil.ignore_patterns("data", "runs", "studies")
+
+    def ignore(folder, names):
+        inside_package = Path(folder).is_relative_to(package)
+        return set(skipped(folder, names)) | (set() if inside_package else set(outputs(folder, names)))
+
+    shutil.copytree(REPO, tmp_path, dirs_exist_ok=True, ignore=ignore)
     for document in tied:
         path, registry = qn.registries(tmp_path)[document]
         quote = next((entry for entry in registry.get("quotes") or [] if any(v is not None for v in entry["values"])),

@@ -22,9 +22,11 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config import resolve_pyobject
+from QuantumGrav.config.schema import resolve_pyobject
 import ddp_helpers
 from conftest import REPO, TINY
+
+LIBRARY = str(Path(QG.__file__).resolve().parents[1])  # the tree under test, not another installed one
 
 EPOCHS = 6
 
@@ -115,7 +117,7 @@ def test_sigterm_to_the_launching_process_stops_every_worker_after_a_checkpoint(
     runs = tmp_path / "runs"
     command = [sys.executable, "-m", "QuantumGrav", "train", "--config", str(config_file), "--nproc", "2",
                "--set", f"training.path={runs}", "--set", "training.run_name=spawned"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), LIBRARY])}
     launcher = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
     run_dir = runs / "spawned"

@@ -1,5 +1,5 @@
 """Every `!pyobject` key has a role, checked in validation: a config cannot make the library call what its
-key does not take (QuantumGrav.roles). Each refusal is one line naming the key, the role and what was given;
+key does not take (QuantumGrav.config.roles). Each refusal is one line naming the key, the role and what was given;
 the CLI exits 2 and nothing named was called (the helpers leave a file behind when they are)."""
 
 import subprocess
@@ -10,8 +10,8 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.config import _Invalid, dump_config, load_yaml_text, resolve_pyobject, schema
-from QuantumGrav.roles import function_origin
+from QuantumGrav.config.schema import _Invalid, dump_config, load_yaml_text, resolve_pyobject, schema
+from QuantumGrav.config.roles import function_origin
 from role_helpers import EVIDENCE, causal_sets_from_a_function, leave_evidence
 
 ISSUE_YAML = 'data:\n  type: !pyobject subprocess.run\n  kwargs: {args: "touch pwned", shell: true}\n'
@@ -137,7 +137,7 @@ def test_every_pyobject_key_of_the_schema_has_a_role():
 
 
 ACCEPTED = [
-    ("data.type", "QuantumGrav.zarr_store.QuantumGravJLDataset"),
+    ("data.type", "QuantumGrav.data.zarr_store.QuantumGravJLDataset"),
     ("data.type", "my_causal_sets.MyCausalSets"),
     ("data.type", "own_data_helpers.SetsWithoutY"),  # a torch.utils.data.Dataset
     ("data.type", "role_helpers.causal_sets_from_a_function"),

@@ -9,9 +9,9 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import TransformerConv
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
-from QuantumGrav.models import BidirectionalConv, build_model
-from QuantumGrav.sparse_attention import Adjacency, SparseTransformerConv
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.models.gnn import BidirectionalConv, build_model
+from QuantumGrav.models.sparse_attention import Adjacency, SparseTransformerConv
 
 NUM_FEATURES = len(cs.NODE_FEATURES)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -190,7 +190,7 @@ def test_a_checkpoint_of_the_old_default_model_loads_and_predicts_the_same(tiny_
     trainer = QG.Trainer(config)
     train_loader, val_loader, _ = trainer.prepare_dataloaders()
     trainer.run_training(train_loader, val_loader)
-    state = QG.checkpoint.load_checkpoint(trainer.run_dir / "checkpoints" / "best.pt")
+    state = QG.runs.checkpoint_files.load_checkpoint(trainer.run_dir / "checkpoints" / "best.pt")
     widths = trainer.core_model.convs[0].forward_conv.in_channels, trainer.core_model.head[-1].out_features
     trainer.close()
     batch = next(iter(val_loader))

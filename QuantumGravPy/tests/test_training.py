@@ -12,8 +12,8 @@ import torch_geometric
 from torch_geometric.data import Batch
 
 import QuantumGrav as QG
-from QuantumGrav.config import resolve_pyobject
-from QuantumGrav.data_sources import make_train_sampler
+from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.data.sources import make_train_sampler
 from conftest import ALL_RESULTS
 
 
@@ -33,7 +33,7 @@ def _csv_rows(run_dir):
 
 @pytest.mark.parametrize("conv", ["GraphConv", "GCNConv", "GINConv", "SAGEConv"])
 def test_model_builds_from_config_for_each_layer_type(tiny_config, conv):
-    config = tiny_config({"model.conv": QG.config.resolve_pyobject(f"torch_geometric.nn.{conv}")})
+    config = tiny_config({"model.conv": QG.config.schema.resolve_pyobject(f"torch_geometric.nn.{conv}")})
     dataset = QG.CausalSetDataset.from_config(config["data"])
     model = QG.build_model(config["model"], dataset.num_node_features, dataset.num_classes)
     logits = model(Batch.from_data_list([dataset[0], dataset[1], dataset[2]]))
@@ -81,7 +81,7 @@ def test_without_figures_and_baselines_a_run_draws_nothing_and_reports_the_model
     assert list(summary["destroyed_by_flip_fraction"]["recognised"]) == ["gnn"]  # the numbers, without the figure
     (test_line,) = [m for m in messages if m.startswith("test accuracy")]
     assert "baseline" not in test_line
-    files = QG.run_records.summarise_run({"summary": trainer.summary, "test": test}).splitlines()[-1]
+    files = QG.runs.records.summarise_run({"summary": trainer.summary, "test": test}).splitlines()[-1]
     assert files.split(None, 1)[1] == "config.yaml, metrics.csv, summary.json, checkpoints/, logs/"
 
 
@@ -105,12 +105,12 @@ def test_a_flip_fraction_range_adds_the_destroyed_sets_per_flip_fraction_to_figu
         assert sum(curves["recognised"][f"{name}_baseline"]) == round(recall * len(destroyed))
     for name, counts in curves["recognised"].items():
         assert curves["share"][name] == [c / n if n else None for c, n in zip(counts, curves["destroyed_sets"])]
-    summary = QG.run_records.summarise_run({"summary": trainer.summary, "test": test})
+    summary = QG.runs.records.summarise_run({"summary": trainer.summary, "test": test})
     assert "destroyed test sets recognised per flip-fraction bin (0.001..0.1, 5 log-spaced bins" in summary
 
 
 def test_destroyed_sets_are_binned_by_log_spaced_flip_fraction_edges_included():
-    from QuantumGrav.destroyed_sets import destroyed_curves
+    from QuantumGrav.evaluation.destroyed_sets import destroyed_curves
 
     fractions = np.array([0.0, 0.001, 0.0011, 0.01, 0.1, np.nan])
     correct = np.array([True, True, False, True, True, True])
@@ -126,7 +126,7 @@ def test_checkpoints_load_with_weights_only_into_a_fresh_model(tiny_config):
     state = torch.load(trainer.run_dir / "checkpoints/last.pt", weights_only=True)
     assert state["epoch"] == 1 and {"model", "optimizer", "scheduler", "callbacks", "config_yaml"} <= set(state)
     assert state["callbacks"]["early_stopping"]["best_epoch"] in (0, 1)  # every callback's state, by its key
-    config = QG.load_config(QG.config.load_yaml_text(state["config_yaml"]))
+    config = QG.load_config(QG.config.schema.load_yaml_text(state["config_yaml"]))
     model = QG.build_model(config["model"], trainer.dataset.num_node_features, trainer.dataset.num_classes)
     model.load_state_dict(state["model"])
     batch = Batch.from_data_list([trainer.dataset[i] for i in range(4)])
@@ -138,11 +138,11 @@ def test_checkpoints_load_with_weights_only_into_a_fresh_model(tiny_config):
 
 def test_resume_continues_the_same_run_exactly(tiny_config):
     straight, _, _ = _train(tiny_config({"training.num_epochs": 4, "training.run_name": "straight",
-                                         "training.scheduler_type": QG.config.resolve_pyobject(
+                                         "training.scheduler_type": QG.config.schema.resolve_pyobject(
                                              "torch.optim.lr_scheduler.StepLR"),
                                          "training.scheduler_kwargs": {"step_size": 1, "gamma": 0.5}}))
     first, _, _ = _train(tiny_config({"training.num_epochs": 2, "training.run_name": "split",
-                                      "training.scheduler_type": QG.config.resolve_pyobject(
+                                      "training.scheduler_type": QG.config.schema.resolve_pyobject(
                                           "torch.optim.lr_scheduler.StepLR"),
                                       "training.scheduler_kwargs": {"step_size": 1, "gamma": 0.5}}))
     resumed, _, _ = _train(QG.apply_overrides(first.config, {"training.num_epochs": 4,

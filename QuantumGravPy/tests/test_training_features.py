@@ -9,9 +9,9 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.advice import config_advice
-from QuantumGrav.config import resolve_pyobject
-from QuantumGrav.schedules import derive_hyperparameters
+from QuantumGrav.training.advice import config_advice
+from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.training.schedules import derive_hyperparameters
 
 COSINE = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")
 

@@ -21,10 +21,10 @@ optuna = pytest.importorskip("optuna")
 
 import QuantumGrav as QG  # noqa: E402
 from QuantumGrav import cli  # noqa: E402
-from QuantumGrav.config import resolve_pyobject  # noqa: E402
-from QuantumGrav.search_space import SearchSpace  # noqa: E402
-from QuantumGrav.study_storage import HEARTBEAT_GRACE_S  # noqa: E402
-from QuantumGrav.wandb_logger import read_offline_runs  # noqa: E402
+from QuantumGrav.config.schema import resolve_pyobject  # noqa: E402
+from QuantumGrav.studies.search_space import SearchSpace  # noqa: E402
+from QuantumGrav.studies.storage import HEARTBEAT_GRACE_S  # noqa: E402
+from QuantumGrav.runs.wandb_logger import read_offline_runs  # noqa: E402
 from conftest import REPO, TINY  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -346,8 +346,8 @@ def test_the_other_ranks_wait_for_rank_0_as_long_as_it_beats_and_stop_with_one_l
 
     import torch.distributed as dist
 
-    from QuantumGrav import tune_ddp
-    from QuantumGrav.tuner import StudyFailed
+    from QuantumGrav.studies import tune_ddp
+    from QuantumGrav.studies.tuner import StudyFailed
 
     store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=10),
                           wait_for_workers=False)
@@ -372,7 +372,7 @@ def test_rank_0_beats_while_its_main_thread_blocks_on_the_store():
 
     import torch.distributed as dist
 
-    from QuantumGrav import tune_ddp
+    from QuantumGrav.studies import tune_ddp
 
     store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=10),
                           wait_for_workers=False)
@@ -400,7 +400,7 @@ def test_a_retry_is_not_taken_for_dead_before_its_first_heartbeat(tmp_path, monk
     """Optuna's retry copies the dead trial's system attributes, its last heartbeat among them: between
     being asked for and its first beat, the retry looked dead already to any worker that looked (the
     two-torchrun-workers test failed so under the suite's load)."""
-    from QuantumGrav import study_storage
+    from QuantumGrav.studies import storage as study_storage
 
     storage = study_storage.open_storage(str(tmp_path / "study.journal"))
     study = optuna.create_study(storage=storage)

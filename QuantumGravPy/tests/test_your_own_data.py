@@ -15,8 +15,8 @@ import torch
 from sklearn import metrics as skm
 
 import QuantumGrav as QG
-from QuantumGrav.config import resolve_pyobject
-from QuantumGrav.tasks import BinaryTask, RegressionTask
+from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.models.tasks import BinaryTask, RegressionTask
 
 import own_data_helpers  # noqa: F401 - puts notebooks/ on sys.path (my_causal_sets)
 from conftest import TINY
@@ -227,7 +227,7 @@ def test_a_multiclass_loss_for_a_binary_task_is_refused(tiny_config):
 
 # --------------------------------------------------------------------------- the generator's targets
 def test_the_generator_offers_the_myrheim_meyer_dimension_as_a_continuous_target(tmp_path):
-    from QuantumGrav.causal_sets import INVARIANT_NAMES
+    from QuantumGrav.data.causal_sets import INVARIANT_NAMES
 
     dataset = QG.CausalSetDataset(tmp_path, num_samples=20, n_min=12, n_max=16, target="myrheim_meyer_dimension")
     column = INVARIANT_NAMES.index("myrheim_meyer_dimension")

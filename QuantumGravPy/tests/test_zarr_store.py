@@ -29,12 +29,12 @@ import zarr
 from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
-from QuantumGrav import causal_sets as cs
-from QuantumGrav import tasks
-from QuantumGrav import zarr_store
-from QuantumGrav.data import CausalSetDataset
+from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.models import tasks
+from QuantumGrav.data import zarr_store
+from QuantumGrav.data.dataset import CausalSetDataset
 from QuantumGrav.errors import UserError
-from QuantumGrav.zarr_store import QuantumGravJLDataset, write_julia_store
+from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
 
 REPO = Path(__file__).resolve().parents[2]
 POLYNOMIAL, LAYERED, RANDOM = 1, 6, 7  # codes of cset_type_encoder in produce_data.jl
@@ -375,7 +375,7 @@ def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
 
 RANK_SCRIPT = """
 import sys
-from QuantumGrav import zarr_store
+from QuantumGrav.data import zarr_store
 computed = []
 real = zarr_store.graph_tensors
 zarr_store.graph_tensors = lambda *args: computed.append(1) or real(*args)

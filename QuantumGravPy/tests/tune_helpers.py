@@ -49,7 +49,7 @@ class SlowEpochs(QG.Callback):
 
 def open_new_database(rank: int, world_size: int, port: int, results, path: str) -> None:
     """One of several workers opening the same new SQLite study database at once (``spawn_ranks``'s signature)."""
-    from QuantumGrav.study_storage import open_storage
+    from QuantumGrav.studies.storage import open_storage
 
     try:
         open_storage(f"sqlite:///{path}")

@@ -4,18 +4,18 @@
 """
 
 from .callbacks import Callback, Decision, Stop
-from .config import apply_overrides, dump_config, get_loader, load_config, validate_config
-from .data import CausalSetDataset, split_indices
-from .distributed import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
+from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
+from .data.dataset import CausalSetDataset, split_indices
+from .distributed.runtime import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
 from .errors import ConfigError, UserError
-from .launcher import TrainingFailed, launch, run_job
+from .distributed.launcher import TrainingFailed, launch, run_job
 from .logging_utils import get_logger, setup_logging
-from .models import GNNClassifier, build_model, count_parameters
-from .smoke_test import print_run_header, shrink_for_smoke_test
-from .sparse_attention import SparseTransformerConv
-from .roles import dataset_factory, loss_function
+from .models.gnn import GNNClassifier, build_model, count_parameters
+from .config.smoke_test import print_run_header, shrink_for_smoke_test
+from .models.sparse_attention import SparseTransformerConv
+from .config.roles import dataset_factory, loss_function
 from .train_ddp import TrainerDDP
-from .training import Trainer
+from .training.trainer import Trainer
 
 
 def tune(config, trials=None, nproc=None, overrides=None):
@@ -45,10 +45,10 @@ def tune(config, trials=None, nproc=None, overrides=None):
         >>> import QuantumGrav as QG
         >>> summary = QG.tune("configs/tune.yaml", trials=4, nproc=2)  # doctest: +SKIP
     """
-    from .study_config import require_optuna
+    from .studies.config import require_optuna
 
     require_optuna()
-    from .tuner import tune as run_study
+    from .studies.tuner import tune as run_study
 
     return run_study(config, trials=trials, nproc=nproc, overrides=overrides)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:  # the hooks receive the trainer; importing it here would be circular
-    from .training import Trainer
+    from .training.trainer import Trainer
 
 
 @dataclass(frozen=True)

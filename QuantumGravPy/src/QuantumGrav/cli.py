@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .errors import Preempted, UserError
-from .launcher import TrainingFailed
+from .distributed.launcher import TrainingFailed
 
 EXIT_BAD_INPUT = 2
 EXIT_PREEMPTED = 143  # what a shell reports for a process ended by SIGTERM: schedulers treat it so
@@ -99,10 +99,10 @@ def _train(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from .config import load_config
-    from .launcher import check_job, run_from_entry_point
+    from .config.schema import load_config
+    from .distributed.launcher import check_job, run_from_entry_point
     from .logging_utils import rank_zero_only
-    from .run_records import summarise_run
+    from .runs.records import summarise_run
 
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
@@ -119,11 +119,11 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .study_config import require_optuna
+    from .studies.config import require_optuna
 
     require_optuna()
-    from .study_report import summarise_study
-    from .tuner import StudyFailed, check_study, tune
+    from .studies.report import summarise_study
+    from .studies.tuner import StudyFailed, check_study, tune
 
     if args.check:
         print(f"{args.config}: ready: {check_study(args.config, args.trials, args.nproc, args.overrides)}")
@@ -141,9 +141,9 @@ def _tune(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import time
 
-    from .config import load_config, pyobject_path
-    from .data import CausalSetDataset, default_workers
-    from .data_sources import naming_the_cache_folder
+    from .config.schema import load_config, pyobject_path
+    from .data.dataset import CausalSetDataset, default_workers
+    from .data.sources import naming_the_cache_folder
 
     data_cfg = load_config(args.config, args.overrides)["data"]
     if data_cfg["type"] is not None and pyobject_path(data_cfg["type"]) == STORE_DATASET:
@@ -165,13 +165,13 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-STORE_DATASET = "QuantumGrav.zarr_store.QuantumGravJLDataset"
+STORE_DATASET = "QuantumGrav.data.zarr_store.QuantumGravJLDataset"
 
 
 def _cache_stores(data_cfg: dict, workers: int) -> int:
     """``generate`` for QuantumGrav.jl stores: compute and cache the graphs of this task's share of the items
     (``zarr_store.build_cache_share``: task RANK of WORLD_SIZE, or SLURM_PROCID of SLURM_NTASKS)."""
-    from .zarr_store import build_cache_share
+    from .data.zarr_store import build_cache_share
 
     print(build_cache_share(data_cfg["kwargs"], workers))
     return 0
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
         if unknown:  # argparse would name the top-level program; the command's parser names what the user ran
             args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command == "doctor":
-            from .config import load_config
+            from .config.schema import load_config
             from .doctor import run_doctor
 
             config = load_config(args.config, args.overrides) if args.config else None
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
         print(f"stopped: {err}", file=sys.stderr)
         return EXIT_PREEMPTED
     except UserError as err:
-        from .distributed import get_rank, get_world_size
+        from .distributed.runtime import get_rank, get_world_size
 
         rank = f"[RANK {get_rank()}] " if get_world_size() > 1 else ""  # under torchrun: which worker
         print(f"{rank}error: {err}", file=sys.stderr)

@@ -26,9 +26,9 @@ from urllib.parse import urlparse
 import torch
 import torch.distributed as dist
 
-from .distributed import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
-                          worker_context)
-from .wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
+from .distributed.runtime import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
+                                  worker_context)
+from .runs.wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
 
 SMOKE_WORLD_SIZE = 2
 SMOKE_TIMEOUT_S = 30.0
@@ -221,7 +221,7 @@ def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
 def check_memory_preflight(config: dict, nproc: int) -> Check:
     """The training preflight of ``config`` (``preflight``): its largest batch, run once here, against the limit."""
     from .errors import UserError
-    from .preflight import estimate_for_config
+    from .training.preflight import estimate_for_config
 
     try:
         found = estimate_for_config(config, nproc)

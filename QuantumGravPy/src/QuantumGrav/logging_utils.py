@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from .distributed import get_rank
+from .distributed.runtime import get_rank
 
 PACKAGE_LOGGER = "QuantumGrav"
 DATE_FORMAT = "%H:%M:%S"

@@ -24,11 +24,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .callbacks import Callback
-from .config import resolve_config, with_world_size
-from .distributed import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown, resolve_device
+from .config.schema import resolve_config, with_world_size
+from .distributed.runtime import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown, resolve_device
 from .errors import ConfigError, UserError
 from .logging_utils import get_logger, rank_zero_warn
-from .training import Trainer
+from .training.trainer import Trainer
 
 logger = get_logger("train_ddp")
 

@@ -1,0 +1,466 @@
+"""QuantumGrav.jl's Zarr stores as a lazy PyG dataset (needs the extra: ``pip install 'QuantumGrav[zarr]'``).
+
+The layout, read from the Julia sources in github.com/ssciwr/QuantumGrav (``QuantumGrav.jl/``):
+
+* ``src/preparation.jl`` (``prepare_dataproduction``, ``produce_data``): one directory store
+  ``{cset_type}_{pid}_{datetime}.zarr`` per run, hence per causal-set type, in the config's
+  ``output`` folder (next to a YAML copy of the config and the producing ``.jl`` file). Its root
+  group holds one group ``cset_{i}`` per causal set, i = 1..num_datapoints.
+* ``examples/produce_data.jl`` (``make_cset_data``): each group holds ``adj`` =
+  ``make_adj(cset, type=Matrix, eltype=UInt8)``, ``manifold_like`` (Bool: polynomial or
+  complex_topology) and ``cset_type``, an Int64 code of ``cset_type_encoder`` (``JULIA_CSET_TYPES``).
+* ``src/save_data.jl`` (``dict_to_zarr``, ``write_arraylike_to_zarr``): every value is an array,
+  scalars as one-element arrays, Blosc-compressed (lz4, clevel 9, bit-shuffle), Zarr format 2.
+* ``src/graph_utils.jl`` (``make_adj``): ``adj = transpose(hcat(c.future_relations...))``, so in
+  Julia ``adj[i, j] == 1`` iff element i precedes j. Zarr.jl writes an array's column-major bytes
+  and declares them C order with the dimensions reversed (Zarr.jl's ``metadata.jl``; format 3 alike,
+  ``metadata3.jl``), so numpy reads the *transpose*: ``stored[j, i] == 1`` iff i precedes j, and
+  our causal matrix is ``R = stored.T``.
+
+Non-sprinkled sets need not be in a natural labelling (``R`` need not be upper triangular): the
+features are computed on a natural relabelling and mapped back, so node k of an item is element
+k + 1 of the Julia set. Features, edges and the order invariants (``invariants``, the default model's
+graph features and the baselines' input) are those of ``QuantumGrav.data.dataset.CausalSetDataset``, so a
+sprinkling read from a store gives the graph the generator gives for the same causal matrix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch_geometric.data import Data, Dataset
+
+from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, elements_between, features_and_invariants, natural_order,
+                          transitive_closure)
+from ..distributed.runtime import worker_context
+from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
+from ..errors import UserError
+from ..logging_utils import get_logger
+from ..runs.artifacts import atomic_replace
+
+logger = get_logger("zarr_store")
+
+# cset_type_encoder in QuantumGrav.jl/examples/produce_data.jl (code -> name).
+JULIA_CSET_TYPES: dict[int, str] = {
+    1: "polynomial", 2: "complex_topology", 3: "destroyed", 4: "merged", 5: "grid", 6: "layered",
+    7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
+}
+VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
+ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
+# Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
+# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32.
+STORE_CACHE_VERSION = 3
+ZARR_EXTRA_HINT = "install the optional extra: pip install 'QuantumGrav[zarr]'"
+_GROUP_NAME = re.compile(r"^cset_(\d+)$")
+
+
+def import_zarr():
+    """The zarr module, or one UserError naming the extra to install."""
+    try:
+        import zarr
+    except ImportError as err:
+        raise UserError(f"Reading QuantumGrav.jl's Zarr stores needs the package zarr: {ZARR_EXTRA_HINT}") from err
+    return zarr
+
+
+def _is_store(path: Path) -> bool:
+    return path.is_dir() and ((path / ".zgroup").is_file() or (path / "zarr.json").is_file())
+
+
+def find_stores(path: str | os.PathLike) -> list[Path]:
+    """``path`` itself if it is a store, else the stores directly inside the folder ``path``, by name."""
+    path = Path(path).expanduser()
+    if _is_store(path):
+        return [path]
+    if not path.is_dir():
+        raise UserError(f"QuantumGrav.jl data path {path}: no such folder (expected a Zarr store written by "
+                        f"QuantumGrav.jl's produce_data, or a folder of such stores)")
+    stores = sorted(child for child in path.iterdir() if _is_store(child))
+    if not stores:
+        raise UserError(f"QuantumGrav.jl data path {path}: not a Zarr store (no .zgroup or zarr.json) and no store "
+                        f"inside; expected a store written by QuantumGrav.jl's produce_data or a folder of them")
+    return stores
+
+
+def list_groups(store: Path) -> list[str]:
+    """The ``cset_{i}`` groups of a directory store, by i (a listing, no data read)."""
+    found = [(int(match.group(1)), entry.name) for entry in os.scandir(store)
+             if entry.is_dir() and (match := _GROUP_NAME.match(entry.name))]
+    if not found:
+        raise UserError(f"QuantumGrav.jl store {store}: no cset_{{i}} groups; expected one group per causal set "
+                        f"as produce_data writes them")
+    return [name for _, name in sorted(found)]
+
+
+def _format_error(store: Path, group: str, problem: str) -> UserError:
+    return UserError(f"QuantumGrav.jl store {store}, group {group}: {problem}")
+
+
+def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
+    if value.shape != (1,):
+        raise _format_error(store, group, f"'{name}' has shape {value.shape}; expected a one-element array "
+                                          f"(how save_data.jl writes a scalar)")
+    return value[0].item()
+
+
+def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray:
+    """The causal matrix R (bool, R[i, j]: i precedes j) of an ``adj`` as numpy reads it from the store:
+    the transpose (Zarr.jl reverses Julia's dimensions; Julia's adj[i, j] means i precedes j). Only its
+    shape and entries are checked here; that it is a strict partial order is checked by ``graph_tensors``,
+    with the product that the features need anyway."""
+    if stored_adj.ndim != 2 or stored_adj.shape[0] != stored_adj.shape[1] or stored_adj.shape[0] == 0:
+        raise _format_error(store, group, f"'adj' has shape {stored_adj.shape}; expected a non-empty square "
+                                          f"N x N causal matrix")
+    if stored_adj.dtype.kind not in "biu" or ((stored_adj != 0) & (stored_adj != 1)).any():
+        raise _format_error(store, group, f"'adj' ({stored_adj.dtype}) has entries other than 0 and 1")
+    return np.ascontiguousarray(stored_adj.T.astype(bool))
+
+
+def _order_problem(R: np.ndarray) -> str:
+    """Why ``R`` is not a causal matrix (a transitively closed strict order): a cycle, or missing relations."""
+    closure = transitive_closure(R)
+    if closure.diagonal().any():
+        return "'adj' has a cycle (or relates an element to itself); expected a causal matrix, a strict partial order"
+    return ("'adj' is not transitively closed; expected the causal matrix make_adj writes, with every relation, "
+            "not only the links")
+
+
+def graph_tensors(R: np.ndarray, edges: str, store: Path, group: str
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Node features, past -> future edge index and order invariants ([1, K], ``INVARIANT_NAMES``) of a
+    causal matrix in any labelling, exactly as ``CausalSetDataset`` builds them for a naturally labelled one;
+    one clear error if ``R`` is not a strict partial order, transitively closed.
+
+    All from one product ``R @ R`` of the naturally relabelled matrix (strictly upper triangular, so
+    ``elements_between`` multiplies only the tiles on and above the diagonal): R is closed iff every
+    two-step path is a relation, and a strictly upper-triangular R has no cycle. A matrix that no sort by
+    past size makes upper triangular is no closed order; ``_order_problem`` then says why."""
+    order = None if not np.tril(R).any() else natural_order(R)
+    natural = R if order is None else R[np.ix_(order, order)]
+    if np.tril(natural).any():
+        raise _format_error(store, group, _order_problem(R))
+    between = elements_between(natural)
+    if ((between > 0) & ~natural).any():
+        raise _format_error(store, group, _order_problem(R))
+    natural_features, invariants = features_and_invariants(natural, between)
+    adjacency = natural & (between == 0) if edges == "links" else natural
+    if order is None:
+        features = natural_features
+    else:  # back to the store's labelling: node k of the item is element k + 1 of the Julia set
+        features, position = np.empty_like(natural_features), np.argsort(order)
+        features[order] = natural_features
+        adjacency = adjacency[np.ix_(position, position)]
+    return torch.from_numpy(features), past_to_future_edges(adjacency), torch.from_numpy(invariants).reshape(1, -1)
+
+
+class QuantumGravJLDataset(Dataset):
+    """Causal sets from QuantumGrav.jl's Zarr stores as PyG graphs, read lazily item by item.
+
+    * ``path``: one store or a folder of stores (e.g. the ``output`` folder of produce_data runs,
+      one store per causal-set type); items are the stores' ``cset_{i}`` groups, stores by name.
+    * ``target="manifold_like"``: y = 1 for manifold-like sets, 0 otherwise (as upstream trains).
+      ``target="cset_type"``: y indexes ``class_names``, the ``JULIA_CSET_TYPES`` names given in
+      ``cset_types`` or, by default, those found in the first group of each store (one type per
+      store is how produce_data writes them), ordered by code.
+    * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
+    * ``cache=True``: features, edges, invariants and labels are computed once per causal set and cached in a
+      folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
+      edges and the feature version; where that folder cannot be written, under ``cache_dir``.
+      ``cache=False`` computes them on the fly at every read.
+
+    Nothing is read at construction but the folder listings and the first group of each store
+    (checked, so that a wrong path or format fails before training). Stores are opened lazily in
+    each process (DataLoader workers included). Each item is ``Data(x, edge_index, y, invariants)``, the
+    invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, target: str = "manifold_like", edges: str = "links",
+                 cache: bool = True, cache_dir: str | os.PathLike | None = None,
+                 cset_types: Sequence[str] | None = None, transform: Callable | None = None):
+        import_zarr()
+        if target not in VALID_TARGETS:
+            raise UserError(f"target: expected one of {VALID_TARGETS}, got {target!r}")
+        if edges not in VALID_EDGES:
+            raise UserError(f"edges: expected one of {VALID_EDGES}, got {edges!r}")
+        self.target, self.edges, self.cache = target, edges, bool(cache)
+        self.stores = find_stores(path)
+        self.groups = [list_groups(store) for store in self.stores]
+        self._offsets = np.cumsum([0] + [len(groups) for groups in self.groups])
+        self._handles: dict[int, Any] = {}
+        self._handles_pid = os.getpid()
+        self._cache_dirs = [self._feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
+        # The first group of each store is read whole (order checked, features cached), so that a wrong format
+        # fails here, before training.
+        first_codes = [int(self._graph(k, self.groups[k][0])["labels"][1]) for k in range(len(self.stores))]
+        self._cset_types = self._choose_cset_types(cset_types, first_codes)
+        super().__init__(root=None, transform=transform)
+
+    # ------------------------------------------------------------------ labels
+    @staticmethod
+    def _choose_cset_types(cset_types: Sequence[str] | None, first_codes: list[int]) -> list[str]:
+        if cset_types is None:
+            return [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
+        unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
+        if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
+            raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
+                            f"got {list(cset_types)!r}")
+        return list(cset_types)
+
+    @property
+    def task(self) -> str:
+        """How ``y`` is learned (``task.type: auto`` reads it): as the generator's targets of the same name."""
+        return TARGET_TASKS[self.target]
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(MANIFOLD_LIKE_NAMES) if self.target == "manifold_like" else list(self._cset_types)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def num_node_features(self) -> int:
+        return len(NODE_FEATURES)
+
+    # ------------------------------------------------------------------ reading
+    def len(self) -> int:
+        return int(self._offsets[-1])
+
+    def _open(self, store_index: int):
+        """The root group of a store, opened once per process (handles are not shared across a fork)."""
+        if self._handles_pid != os.getpid():
+            self._handles, self._handles_pid = {}, os.getpid()
+        if store_index not in self._handles:
+            store = self.stores[store_index]
+            zarr_format = 2 if (store / ".zgroup").is_file() else 3
+            self._handles[store_index] = import_zarr().open_group(str(store), mode="r", zarr_format=zarr_format)
+        return self._handles[store_index]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_handles": {}}  # open stores stay in their process
+
+    def _read_arrays(self, store_index: int, group: str) -> dict[str, np.ndarray]:
+        """The arrays of one group, opened by path from the root with the format given: zarr 3 then skips
+        metadata probes that cost more than these small reads (about half the time per group, measured)."""
+        root, arrays = self._open(store_index), {}
+        for name in ARRAYS:
+            try:
+                array = root[f"{group}/{name}"]
+            except KeyError:
+                array = None
+            if not isinstance(array, import_zarr().Array):
+                raise _format_error(self.stores[store_index], group, f"array '{name}' is missing; produce_data "
+                                                                     f"writes {', '.join(ARRAYS)} in every group")
+            arrays[name] = np.asarray(array[...])
+        return arrays
+
+    def _read_checked(self, store_index: int, group: str) -> tuple[np.ndarray, bool, int]:
+        """The causal matrix, manifold_like and cset_type code of one group, each checked."""
+        store, arrays = self.stores[store_index], self._read_arrays(store_index, group)
+        manifold_like = _scalar(arrays["manifold_like"], "manifold_like", store, group)
+        code = _scalar(arrays["cset_type"], "cset_type", store, group)
+        if manifold_like not in (0, 1):
+            raise _format_error(store, group, f"'manifold_like' is {manifold_like!r}; expected a Bool")
+        if type(code) is not int or code not in JULIA_CSET_TYPES:  # not a bool or a float 1.0
+            raise _format_error(store, group, f"unknown cset_type code {code!r}; expected one of "
+                                              f"{JULIA_CSET_TYPES} (cset_type_encoder in produce_data.jl)")
+        return causal_matrix(arrays["adj"], store, group), bool(manifold_like), code
+
+    def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        R, manifold_like, code = self._read_checked(store_index, group)
+        x, edge_index, invariants = graph_tensors(R, self.edges, self.stores[store_index], group)
+        return {"x": x, "edge_index": edge_index, "invariants": invariants,
+                "labels": torch.tensor([int(manifold_like), code])}
+
+    def _label(self, store_index: int, group: str, labels: torch.Tensor) -> int:
+        manifold_like, code = (int(value) for value in labels)
+        if self.target == "manifold_like":
+            return manifold_like
+        name = JULIA_CSET_TYPES[code]
+        if name not in self._cset_types:
+            raise _format_error(self.stores[store_index], group,
+                                f"cset_type '{name}' (code {code}) is not among the classes {self._cset_types}; "
+                                f"pass every type of the data in cset_types")
+        return self._cset_types.index(name)
+
+    def _locate(self, idx: int) -> tuple[int, str]:
+        """The store (its index) and group of item ``idx``."""
+        store_index = int(np.searchsorted(self._offsets, idx, side="right")) - 1
+        return store_index, self.groups[store_index][idx - self._offsets[store_index]]
+
+    def get(self, idx: int) -> Data:
+        store_index, group = self._locate(idx)
+        graph = self._graph(store_index, group)
+        y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
+        return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
+                    num_nodes=graph["x"].shape[0])
+
+    # ------------------------------------------------------------------ feature cache
+    def _feature_cache_dir(self, store: Path, cache_dir: str | os.PathLike | None) -> Path:
+        """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
+        beside = store.parent / f"{store.name}.qg_features"
+        if _writable_folder(beside):
+            return beside
+        if cache_dir is None:
+            raise UserError(f"Cannot write the feature cache next to the QuantumGrav.jl store {store} (its folder "
+                            f"is read-only): set cache_dir (data.kwargs.cache_dir) to a writable folder, or "
+                            f"cache: false to compute the features at every read")
+        store_id = hashlib.blake2b(str(store.resolve()).encode(), digest_size=4).hexdigest()
+        elsewhere = Path(cache_dir).expanduser() / f"{store.name}-{store_id}.qg_features"
+        if not _writable_folder(elsewhere):
+            raise UserError(f"cache_dir {cache_dir}: cannot create or write {elsewhere}; choose a writable folder")
+        logger.info("QuantumGrav.jl store %s is in a read-only folder: caching its features in %s", store, elsewhere)
+        return elsewhere
+
+    def _cache_key(self, store_index: int, group: str) -> str:
+        """A hash of every file of the group as stored (compressed chunks and metadata: its content, read
+        without zarr, which costs more than the bytes), the edge kind and the feature version."""
+        folder = self.stores[store_index] / group
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
+                      f"invariants={','.join(INVARIANT_NAMES)} edges={self.edges}".encode())
+        for file in sorted(path for path in folder.rglob("*") if path.is_file()):
+            digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+            digest.update(file.read_bytes())
+        return digest.hexdigest()
+
+    def _graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        return self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
+
+    def _cached_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        """The group's graph from its cache file, else computed and cached. Several processes (DataLoader workers,
+        the ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a
+        temporary name and renames it, so a reader sees no file or a whole one, never a mix. A file that cannot
+        be read back (damaged on disk, not written by this code) is computed again and replaced, with a warning."""
+        path = self._cache_dirs[store_index] / f"{self._cache_key(store_index, group)}.pt"
+        if path.is_file():
+            try:
+                return _expanded(torch.load(path, weights_only=True))
+            except Exception as err:  # noqa: BLE001 - any unreadable file is rebuilt; the warning names why
+                logger.warning("feature cache file %s (store %s, group %s) cannot be read (%s: %s); computing it "
+                               "again and replacing it", path, self.stores[store_index], group,
+                               type(err).__name__, err)
+        graph = self._read_graph(store_index, group)
+        atomic_replace(path, lambda tmp: torch.save(_compacted(graph), tmp))
+        return graph
+
+    def build_cache(self, *, workers: int = 1, rank: int = 0, world_size: int = 1) -> int:
+        """Compute and cache the graphs of items ``rank``, ``rank + world_size``, ... (this process's share when
+        ``world_size`` processes build one cache, e.g. the tasks of a SLURM job) with ``workers`` processes;
+        items already cached are read, not computed. Returns the number of items of the share. Sharing out
+        needs no communication: a group that two processes compute is written whole by each (same bytes)."""
+        if not self.cache:
+            raise UserError("build_cache: this dataset was made with cache=False; make it with cache=True")
+        share = range(rank, len(self), world_size)
+        if workers <= 1:
+            for index in share:
+                self._graph(*self._locate(index))
+            return len(share)
+        # Forked from a fork server that imported the package once (not from the caller, which may hold threads
+        # or CUDA); each worker computes whole items and writes their files itself.
+        with ProcessPoolExecutor(min(workers, len(share)), mp_context=worker_context()) as pool:
+            for _ in pool.map(self._build_one, share, chunksize=4):
+                pass
+        return len(share)
+
+    def _build_one(self, index: int) -> None:
+        torch.set_num_threads(1)  # one core per worker: the products run on this process's core only
+        self._graph(*self._locate(index))
+
+
+# Cached tensors are stored compactly: node indices in the smallest integer type that holds them (int16 up to
+# 32,767 elements: a quarter of int64's disk and page cache), expanded back to what the model reads on load.
+def _compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    num_nodes = graph["x"].shape[0]
+    small = torch.int16 if num_nodes <= torch.iinfo(torch.int16).max else torch.int32
+    return {**graph, "edge_index": graph["edge_index"].to(small)}
+
+
+def _expanded(stored: Any) -> dict[str, torch.Tensor]:
+    """A cache file's graph, its edge index as int64; ValueError if it is not one this code wrote."""
+    names = ("x", "edge_index", "invariants", "labels")
+    if not isinstance(stored, dict) or any(not isinstance(stored.get(name), torch.Tensor) for name in names):
+        raise ValueError(f"expected a dict of the tensors {names}")
+    x, edge_index = stored["x"], stored["edge_index"]
+    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,):
+        raise ValueError("tensors of unexpected shapes")
+    return {**stored, "edge_index": edge_index.long()}
+
+
+def _writable_folder(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK)
+
+
+def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndarray], cset_type_codes: Sequence[int],
+                      manifold_like: Sequence[bool], *, zarr_format: int = 2) -> Path:
+    """Write causal sets with zarr-python exactly as QuantumGrav.jl's produce_data writes them (for tests,
+    examples and benchmarks): groups ``cset_1``.. with ``adj`` (UInt8, stored as Zarr.jl stores Julia's
+    ``make_adj``: the transpose of R), ``manifold_like`` (Bool) and ``cset_type`` (Int64) as one-element
+    arrays, Blosc lz4 clevel 9 bit-shuffle and chunks as save_data.jl's defaults (``default_chunks``:
+    1000 x 1000 for UInt8 matrices), Zarr format 2 as Zarr.jl 0.9 (QuantumGrav.jl's compat) writes it.
+    ``zarr_format=3`` writes what a newer Zarr.jl writes in format 3 (dimensions also reversed, C order)."""
+    zarr = import_zarr()
+    if zarr_format == 2:
+        from numcodecs import Blosc
+        blosc = Blosc(cname="lz4", clevel=9, shuffle=Blosc.BITSHUFFLE)
+    else:
+        blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=9, shuffle="bitshuffle")
+    root = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
+    for i, (R, code, manifold) in enumerate(zip(causal_matrices, cset_type_codes, manifold_like, strict=True), 1):
+        group = root.create_group(f"cset_{i}")
+        values = {"adj": np.asarray(R, dtype=np.uint8).T, "manifold_like": np.array([manifold], dtype=bool),
+                  "cset_type": np.array([code], dtype="<i8")}
+        for name, value in values.items():
+            chunks = tuple(min(size, 1000) for size in value.shape)
+            array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,
+                                       compressors=blosc, fill_value=None if zarr_format == 2 else 0)
+            array[...] = value
+    return Path(path)
+
+
+def task_share() -> tuple[int, int]:
+    """(rank, world size) of this task among those that build one cache together: torchrun's RANK and
+    WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS (``srun``), else (0, 1)."""
+    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank_name in os.environ and size_name in os.environ:
+            try:
+                rank, size = int(os.environ[rank_name]), int(os.environ[size_name])
+            except ValueError:
+                rank, size = -1, 0
+            if not 0 <= rank < size:
+                raise UserError(f"{rank_name}={os.environ[rank_name]!r} and {size_name}={os.environ[size_name]!r}: "
+                                f"expected integers with 0 <= {rank_name} < {size_name}")
+            return rank, size
+    return 0, 1
+
+
+def build_cache_share(kwargs: dict[str, Any], workers: int) -> str:
+    """Build this task's share (``task_share``) of the feature cache of ``QuantumGravJLDataset(**kwargs)`` with
+    ``workers`` processes; a line saying what was done and how fast."""
+    import time
+
+    if not kwargs.get("cache", True):
+        raise UserError("data.kwargs.cache is false: there is no feature cache to build; remove it or set it true")
+    try:
+        dataset = QuantumGravJLDataset(**kwargs)
+    except TypeError as err:
+        raise UserError(f"data.kwargs: QuantumGravJLDataset(**data.kwargs) failed: {err}") from None
+    rank, world_size = task_share()
+    start = time.perf_counter()
+    done = dataset.build_cache(workers=workers, rank=rank, world_size=world_size)
+    seconds = time.perf_counter() - start
+    share = f" (task {rank} of {world_size}: items {rank}, {rank} + {world_size}, ...)" if world_size > 1 else ""
+    return (f"{kwargs['path']}: {done} of {len(dataset)} causal sets cached{share} in {seconds:.1f} s with "
+            f"{workers} processes: {done / max(seconds, 1e-9):,.1f} sets/s (items cached before are read, not computed)")

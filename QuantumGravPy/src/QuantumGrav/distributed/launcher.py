@@ -1,0 +1,421 @@
+"""Start a training job: in this process, in N spawned processes, or as one torchrun worker.
+
+``run_job`` builds, trains, tests and tears down inside one process. ``launch`` starts
+N worker processes from anywhere, a Jupyter kernel included: the workers run library
+code only, so nothing defined in the notebook needs to be pickled or imported. If one
+worker fails, the others are stopped at once and the error is raised here with its rank.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import os
+import pickle
+import queue as queue_module
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..callbacks import Callback
+from ..runs.checkpoint_files import has_checkpoint
+from ..config.schema import find_unimportable, resolve_config, with_world_size
+from .runtime import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
+                      cores_per_process, launched_by_torchrun, resolve_device, worker_context)
+from ..errors import Preempted, UserError
+from .lifeline import Lifeline, stop_when_the_launcher_dies
+from ..logging_utils import chosen_console_level, get_logger, setup_logging
+
+logger = get_logger("launch")
+DEAD_WORKER_GRACE_S = 2.0
+EXIT_GRACE_S = 30.0  # how long a worker that reported its result may take to exit
+
+
+class TrainingFailed(RuntimeError):
+    """A worker process of ``launch`` raised or died; raised in the launching process.
+
+    Args:
+        rank: the rank that failed first.
+        message: what it raised (``"ValueError: ..."``), or how it exited.
+        worker_traceback: the worker's traceback as text (empty when it died without reporting).
+
+    Attributes:
+        rank: the rank that failed first.
+        worker_traceback: the worker's traceback as text.
+    """
+
+    def __init__(self, rank: int, message: str, worker_traceback: str):
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank, self.worker_traceback = rank, worker_traceback
+
+
+def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = None,
+            callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Train and test in this process: a single process, or one rank of a DDP job (when a process group is
+    initialised, a ``TrainerDDP`` is used).
+
+    Args:
+        config: a config path, dict or resolved config (``load_config``).
+        on_start: called as ``on_start(trainer)`` once the trainer (and its run directory) exists.
+        callbacks: ``QuantumGrav.Callback`` instances added to the trainer's own.
+
+    Returns:
+        ``{"rank", "run_dir", "history", "test", "summary"}``: ``test`` holds the test metrics on rank 0 and
+        None on the other ranks.
+
+    Raises:
+        ConfigError: an invalid config.
+        UserError: bad data or environment; a run directory without a checkpoint is removed.
+    """
+    from ..train_ddp import TrainerDDP
+    from ..training.trainer import Trainer
+
+    trainer = (TrainerDDP(rank=dist.get_rank(), config=config, callbacks=callbacks) if dist.is_initialized()
+               else Trainer(config, callbacks=callbacks))
+    if on_start:
+        on_start(trainer)
+    try:
+        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+        trainer.run_training(train_loader, val_loader)
+        test = trainer.run_test(test_loader)  # rank 0 evaluates; the others get None
+        return {"rank": trainer.runtime.rank, "run_dir": str(trainer.run_dir), "history": trainer.history,
+                "test": test, "summary": dict(trainer.summary)}
+    except BaseException as err:
+        if dist.is_initialized():
+            _log_failure(err)  # now, while this rank's log file is open (close() ends it)
+        if isinstance(err, UserError) and trainer.runtime.is_main:
+            remove_unfinished_run(trainer.run_dir)
+        raise
+    finally:
+        trainer.close()
+
+
+def remove_unfinished_run(run_dir: str | Path | None) -> None:
+    """A run that failed on bad input before its first checkpoint leaves nothing on disk
+    (a resumed run has a checkpoint, so it is never removed)."""
+    if run_dir and not has_checkpoint(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
+    """Spawned processes import every class and function of the config (and the classes of the callbacks
+    handed to ``launch``) by name, and get the callbacks pickled: fail now, not there."""
+    try:
+        pickle.dumps(list(callbacks))
+    except (pickle.PicklingError, TypeError, AttributeError) as err:
+        raise UserError(f"callbacks: QG.launch hands each rank a pickled copy of its callbacks, and one cannot be "
+                        f"pickled ({err}); keep names and numbers in a callback and open files, connections or "
+                        "models in its on_fit_start") from None
+    unimportable = find_unimportable(config) + find_unimportable({"callbacks": [type(c) for c in callbacks]})
+    if unimportable:
+        listing = ", ".join(f"{key} = {path}" for key, path in unimportable)
+        name = unimportable[0][1].rsplit(".", 1)[-1]
+        raise UserError(f"{listing}: spawned worker processes cannot import objects defined in a notebook or "
+                        "script (__main__) or inside a function. Move it into a .py module next to the notebook "
+                        f"(e.g. my_module.py) and refer to it as !pyobject my_module.{name}, or use nproc=1")
+
+
+def check_main_guard(caller: str) -> None:
+    """Refuse, before any worker starts, a call made by a script's top level outside the main guard.
+
+    Workers started with forkserver or spawn import the script that is ``__main__`` again (as
+    ``__mp_main__``); a ``QG.launch`` it calls at its top level would then run again in every worker,
+    which multiprocessing stops with a 40-line traceback. A notebook, ``python -c`` and an interactive
+    session have no script to import again."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    line = _line_of_the_main_scripts_top_level(main)
+    if path is None or line is None:
+        return
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return  # not a readable Python file (a zipapp, a frozen program): nothing to check
+    if not _under_the_main_guard(tree, line):
+        raise UserError(f"{caller} is called at the top level of {path} (line {line}) without the main guard: "
+                        "its worker processes import this script again and each would start the job again. "
+                        f'Put the call under `if __name__ == "__main__":` (as examples/train_ddp_standalone.py does)')
+
+
+def _line_of_the_main_scripts_top_level(main: Any) -> int | None:
+    """The line the ``__main__`` module's top-level code is running (the outermost such frame), if it is."""
+    line, frame = None, sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is getattr(main, "__dict__", None):
+            line = frame.f_lineno
+        frame = frame.f_back
+    return line
+
+
+def _under_the_main_guard(tree: ast.Module, line: int) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test):
+            if any(statement.lineno <= line <= (statement.end_lineno or statement.lineno) for statement in node.body):
+                return True
+    return False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def _check_devices(device: str, nproc: int) -> None:
+    """``device``: the config's ``training.device``."""
+    if resolve_device(device).type == "cuda":  # device: cuda without a GPU raises here
+        visible = torch.cuda.device_count()
+        if nproc > visible:
+            raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
+                            f"use nproc <= {visible}, or check CUDA_VISIBLE_DEVICES")
+
+
+def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
+    """What can be known before a job's processes start, found by one process: the config is valid and this
+    machine can run ``nproc`` processes of it (default ``parallel.world_size``). Raises the ``UserError``
+    the workers would raise; returns a line saying what would run.
+
+    A batch script calls it (``python -m QuantumGrav train --check``) before it starts torchrun on every
+    node: torchrun restarts its workers after any failure, a bad config included, and exits with 1."""
+    config = resolve_config(config)
+    nproc = config["parallel"]["world_size"] if nproc is None else nproc
+    _check_devices(config["training"]["device"], nproc)
+    device = configured_device_type(config["training"]["device"])
+    return f"{nproc} process(es) on {device} ({_backend(config)}), {config['training']['num_epochs']} epochs"
+
+
+def _backend(config: dict) -> str:
+    return config["parallel"]["backend"] or default_backend(configured_device_type(config["training"]["device"]))
+
+
+def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
+            console_level: str | int | None, environment: dict[str, str], callbacks: Sequence[Callback],
+            lifeline) -> None:
+    """Entry point of a worker process (module level, so that the worker can import it by name)."""
+    # First of all: from here on, this worker stops whenever the launching process ends (lifeline.py).
+    stop_when_the_launcher_dies(lifeline)
+    # The launching process's environment now, not the fork server's from its start (worker_context):
+    # a notebook that sets CUDA_VISIBLE_DEVICES or WANDB_MODE before its second launch gets it applied.
+    os.environ.clear()
+    os.environ.update(environment)
+    # The environment torchrun would give this worker: from here on both launchers share one code path
+    # (and a MASTER_PORT inherited from the parent can never override the port picked for this job).
+    os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      MASTER_ADDR=str(config["parallel"]["master_addr"]), MASTER_PORT=str(port))
+    # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
+    torch.set_num_threads(cores_per_process(world_size))
+    setup_logging(rank, level=console_level)
+    try:
+        initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
+        # Rank 0 tells the parent where the run lives, so that the parent can remove it if the
+        # job fails on bad input after rank 0 was already stopped. A SimpleQueue writes at once:
+        # a Queue's feeder thread might not have sent it yet when the parent stops rank 0.
+        report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
+        result = run_job(config, on_start=report_run_dir, callbacks=callbacks)
+        results.put(("ok", rank, result if rank == 0 else None))
+    except Preempted as err:  # every rank stopped at the same step, after rank 0's checkpoint
+        results.put(("preempted", rank, str(err)))
+    except BaseException as err:  # report every failure, with its rank, to the parent
+        _log_failure(err)
+        results.put(("error", rank, f"{type(err).__name__}: {err}", traceback.format_exc(),
+                     isinstance(err, UserError)))
+        raise SystemExit(1)
+    finally:
+        cleanup_ddp()
+
+
+def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | None = None,
+           callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Run the job on ``nproc`` processes of this machine and return rank 0's result.
+
+    Works from a terminal, a script and a Jupyter kernel; SIGTERM and a kernel interrupt reach every
+    worker, and no worker is left running when it returns or raises.
+
+    Args:
+        config: a config path, dict or resolved config; validated once, here.
+        nproc: the number of processes; None: ``parallel.world_size``. ``1`` runs in this process.
+        port: the rendezvous port; None: ``parallel.master_port``, else a free one.
+        callbacks: ``QuantumGrav.Callback`` instances added to every rank's trainer; with ``nproc > 1`` each
+            rank gets a pickled copy, so their classes must be importable by name (defined in a module, not
+            in the notebook).
+
+    Returns:
+        Rank 0's result, as ``run_job`` returns it.
+
+    Raises:
+        ConfigError: an invalid config.
+        UserError: ``nproc`` below 1, something the workers could not import, more processes than GPUs, or
+            bad data (then the unfinished run directory is removed).
+        TrainingFailed: a worker raised or died; names its rank and carries its traceback.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> result = QG.launch("configs/train_ddp.yaml", nproc=2)  # doctest: +SKIP
+        >>> result["test"]["accuracy"]  # doctest: +SKIP
+    """
+    config = resolve_config(config)  # validated once here; the workers receive it validated
+    nproc = config["parallel"]["world_size"] if nproc is None else nproc
+    if nproc < 1:
+        raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
+    if nproc == 1:
+        return run_job(config, callbacks=callbacks)
+    check_main_guard("QG.launch")
+    check_spawnable(config, callbacks)
+    _check_devices(config["training"]["device"], nproc)
+    config = with_world_size(config, nproc)
+    port = port or config["parallel"]["master_port"] or find_free_port()
+    context = worker_context()
+    results, run_dirs, lifeline = context.Queue(), context.SimpleQueue(), Lifeline(context)
+    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks),
+                 lifeline.reader)
+    processes = [context.Process(target=_worker, args=(rank, *arguments), name=f"rank{rank}") for rank in range(nproc)]
+    try:
+        for process in processes:
+            process.start()
+        with _sigterm_passed_to(processes):
+            return _supervise(processes, results)
+    except UserError:
+        _stop(processes)
+        if not run_dirs.empty():  # empty: rank 0 failed before it created the run directory
+            remove_unfinished_run(run_dirs.get())
+        raise
+    finally:  # on success, on a worker's failure and on KeyboardInterrupt (a kernel interrupt)
+        _stop(processes)
+        lifeline.close()  # after the workers are gone: closed earlier, it would tell them to stop
+
+
+def _supervise(processes: list, results) -> dict[str, Any]:
+    """Wait for every rank; on the first failure raise it (the caller stops the rest)."""
+    finished: dict[int, Any] = {}
+    first_seen_dead: float | None = None
+    while len(finished) < len(processes):
+        try:
+            status, rank, *payload = results.get(timeout=0.2)
+        except queue_module.Empty:
+            dead = [p for p in processes if p.exitcode not in (None, 0) and int(p.name[4:]) not in finished]
+            if dead:
+                # A rank that failed normally reported first; give its message a moment to arrive
+                # before concluding it was killed without one (e.g. by the out-of-memory killer).
+                first_seen_dead = first_seen_dead or time.monotonic()
+                if time.monotonic() - first_seen_dead > DEAD_WORKER_GRACE_S:
+                    rank = int(dead[0].name[4:])
+                    raise TrainingFailed(rank, f"process exited with code {dead[0].exitcode} without reporting", "")
+            continue
+        if status == "error":
+            message, worker_traceback, is_user_error = payload
+            if is_user_error:
+                raise UserError(f"rank {rank}: {message.split(': ', 1)[-1]}")
+            raise TrainingFailed(rank, message, worker_traceback)
+        finished[rank] = (status, payload[0])
+    _wait_for_exit(processes, EXIT_GRACE_S)
+    status, result = finished[0]
+    if status == "preempted":  # the ranks stopped together: report it once every rank has
+        raise Preempted(result)
+    return result
+
+
+@contextlib.contextmanager
+def _sigterm_passed_to(processes: list):
+    """SIGTERM to the launching process (a scheduler's notice, ``kill``) goes on to every worker, which
+    checkpoints and stops; without this the workers would train on with no one to report to."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def pass_on(signum, frame) -> None:
+        logger.warning("SIGTERM: passing it to every rank (they checkpoint, then stop)")
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+
+    previous = signal.signal(signal.SIGTERM, pass_on)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _wait_for_exit(processes: list, grace_s: float) -> None:
+    """Every rank reported success: the job succeeded. A worker stuck in its teardown (a hang in
+    a library's destructor, say) is stopped after ``grace_s`` instead of being waited for forever."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    stuck = [p for p in processes if p.is_alive()]
+    if stuck:
+        ranks = ", ".join(p.name[4:] for p in stuck)
+        logger.warning(f"rank {ranks} reported success but had not exited {grace_s:.0f} s later; stopping it "
+                       "(the results are complete)")
+        _stop(stuck, grace_s=2.0)
+
+
+def _stop(processes: list, grace_s: float = 5.0) -> None:
+    processes = [p for p in processes if p.pid is not None]  # a start that failed leaves the rest unstarted
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(grace_s)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) -> dict[str, Any] | None:
+    """What scripts and the CLI call: one torchrun worker if torchrun started us, else ``launch``."""
+    config = resolve_config(config)
+    if not launched_by_torchrun():
+        return launch(config, nproc)
+    # torchrun started one copy of us per process and exported RANK, WORLD_SIZE, ...
+    stop_when_the_agent_dies()
+    setup_logging(int(os.environ["RANK"]))
+    try:
+        initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
+        return run_job(config)
+    except BaseException as err:
+        _log_failure(err)  # torchrun then stops the other workers
+        raise
+    finally:
+        cleanup_ddp()
+
+
+def stop_when_the_agent_dies() -> None:
+    """A torchrun worker gets SIGTERM when its torchrun (the agent, its parent) dies, and stops as on a
+    preemption: every rank checkpoints at the next step, or fails within parallel.timeout_s where a peer
+    is gone too. torchrun passes SIGTERM on to its workers when it is told to stop, but killed (``kill -9``,
+    the out-of-memory killer, a node's job step killed) it leaves them running: holding their GPUs, waiting
+    in a collective for ranks that are gone, and, under SLURM's proctrack/linuxproc, outliving the job.
+    Linux only (prctl); the request is the parent's thread's, and torchrun starts its workers from its
+    main thread."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() == 1:  # the agent died before the request was made: nothing would send it now
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _log_failure(err: BaseException) -> None:
+    """One line with the rank prefix, on the console of every rank (ERROR passes their filter);
+    once per exception, however many layers it passes on its way out."""
+    if getattr(err, "_quantumgrav_logged", False):
+        return
+    if isinstance(err, Preempted):  # not a failure: the run is checkpointed and continues when restarted
+        logger.warning(str(err))
+    else:  # the full traceback for failures that are not bad input: it lands in this rank's log file too
+        logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__ is logged again: harmless
+        err._quantumgrav_logged = True  # type: ignore[attr-defined]

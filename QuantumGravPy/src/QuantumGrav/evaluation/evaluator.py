@@ -1,0 +1,71 @@
+"""Evaluation whose numbers are exact under DDP: sums and counts reduced over ranks, then divided.
+
+``validation.mode: sharded``: every rank evaluates its shard (disjoint, no padding) and the task's totals
+(loss sum, count, confusion matrix or error sums, ``tasks``) are summed over ranks, then turned into metrics
+once: never an average of per-rank means. ``rank0``: rank 0 evaluates the whole split, the others get None.
+Either way the numbers equal one process evaluating the split.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from ..models import tasks
+from ..distributed.runtime import Runtime
+
+
+class Evaluator:
+    """Evaluates the plain (unwrapped) model on a loader: DDP's forward would broadcast buffers, a
+    collective that hangs when ranks hold different numbers of evaluation batches."""
+
+    def __init__(self, model: torch.nn.Module, task: tasks.Task, criterion: Callable, runtime: Runtime,
+                 mode: str, autocast: Callable[[], Any]):
+        self.model, self.task, self.criterion, self.runtime = model, task, criterion, runtime
+        self.mode, self.autocast = mode, autocast
+
+    def evaluate(self, loader) -> dict[str, Any] | None:
+        """The task's metrics (loss, count and the task's) of the current model on ``loader``."""
+        if self.mode == "rank0":
+            # Rank 0 evaluates the whole split; the others go straight on to the epoch's broadcast.
+            return self.task.metrics(self.local_totals(loader)) if self.runtime.is_main else None
+        self._sync_buffers_from_main()
+        return self.task.metrics(self.runtime.sum_across_ranks(self.local_totals(loader)))
+
+    @torch.no_grad()
+    def local_totals(self, loader, predictions: list | None = None) -> torch.Tensor:
+        """The task's metric totals over this rank's batches; each graph's (prediction, true value, flip
+        fraction) is appended to ``predictions`` when it is given."""
+        device = next(self.model.parameters()).device
+        totals = self.task.zero_totals(device)
+        was_training = self.model.training
+        self.model.eval()
+        for batch in loader:
+            batch = batch.to(device, non_blocking=True)
+            with self.autocast():
+                outputs = self.model(batch)
+            target = self.task.target(batch.y)
+            outputs = outputs.float()
+            totals += self.task.batch_totals(outputs, target, self.criterion(outputs, target))
+            if predictions is not None:
+                predictions += self._per_graph(outputs, target, batch)
+        self.model.train(was_training)
+        return totals
+
+    def _per_graph(self, outputs: torch.Tensor, target: torch.Tensor, batch) -> list[tuple[float, float, float]]:
+        """(prediction, true value, flip fraction) of each graph: the predicted class for classification, the
+        output for regression; the flip fraction is NaN for data without one."""
+        classification = isinstance(self.task, tasks.ClassificationTask)
+        predicted = self.task.predict(outputs) if classification else outputs.view(-1)
+        fractions = batch.flip_fraction.view(-1).tolist() if "flip_fraction" in batch else [math.nan] * len(predicted)
+        return list(zip(predicted.tolist(), target.view(-1).tolist(), fractions))
+
+    def _sync_buffers_from_main(self) -> None:
+        # Each rank's last training forward updated its own BatchNorm running statistics;
+        # evaluate every shard with rank 0's, so the result equals one process evaluating rank 0's model.
+        if self.runtime.distributed:
+            for buffer in self.model.buffers():
+                dist.broadcast(buffer, src=0)

@@ -1,0 +1,126 @@
+"""Figures of a run (rank 0, with ``training.figures``): training curves when training ends; the test's
+confusion matrix (classification) or predicted against true values (regression), and the destroyed sets
+recognised per flip fraction, after the test. PNGs in ``run_dir/figures/``; ``trainer.figures`` maps each
+name to its file, for the experiment logger.
+
+Drawn without pyplot (no backend switch), so a notebook's inline plots keep working.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..callbacks import Callback, Decision
+from .destroyed_sets import MODEL_LABELS
+from ..runs.artifacts import atomic_replace
+
+if TYPE_CHECKING:
+    from ..training.trainer import Trainer
+
+FIGURE_DIR = "figures"
+
+
+class Figures(Callback):
+    main_process_only = True
+
+    def on_fit_end(self, trainer: "Trainer", decision: Decision) -> None:
+        if trainer.history:
+            self._draw(trainer, "training_curves", plot_training_curves, trainer.history,
+                       metric=f"val_{trainer.task.metric_names[1]}")
+
+    def on_test_end(self, trainer: "Trainer", result: dict[str, Any]) -> None:
+        if "confusion_matrix" in result:
+            self._draw(trainer, "confusion_matrix", plot_confusion_matrix, result["confusion_matrix"],
+                       result["class_names"])
+        else:
+            self._draw(trainer, "predictions", plot_predictions, [(p, t) for p, t, _ in trainer.test_predictions])
+        if "destroyed_by_flip_fraction" in result:
+            self._draw(trainer, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction,
+                       result["destroyed_by_flip_fraction"], MODEL_LABELS)
+
+    @staticmethod
+    def _draw(trainer: "Trainer", name: str, plot: Callable[..., Path], *data: Any, **options: Any) -> None:
+        trainer.figures[name] = plot(*data, trainer.run_dir / FIGURE_DIR / f"{name}.png", **options)
+
+
+def _new_figure(width: float, height: float, columns: int = 1):
+    """A figure drawn without pyplot: no backend switch, so a notebook's inline plots keep working."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height))
+    return figure, figure.subplots(1, columns)
+
+
+def _save_figure(figure, path: Path) -> Path:
+    figure.tight_layout()
+    atomic_replace(Path(path), lambda tmp: figure.savefig(tmp, format="png", dpi=90))
+    return Path(path)
+
+
+def plot_training_curves(rows: list[dict[str, Any]], path: Path, metric: str = "val_accuracy") -> Path:
+    """Loss, a validation ``metric`` (the task's first after the loss) and learning rate per epoch."""
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = [int(r["epoch"]) for r in rows]
+    series = lambda key: [float(r[key]) for r in rows]  # noqa: E731
+    figure, axes = _new_figure(13, 3.6, columns=3)
+    axes[0].plot(epochs, series("train_loss"), label="train")
+    axes[0].plot(epochs, series("val_loss"), label="validation")
+    axes[0].set(xlabel="epoch", ylabel="loss", title="Loss")
+    axes[0].legend()
+    name = metric.removeprefix("val_")
+    axes[1].plot(epochs, series(metric), color="tab:green")
+    axes[1].set(xlabel="epoch", ylabel=name, title=f"Validation {name}")
+    if name in ("accuracy", "precision", "recall", "f1"):
+        axes[1].set_ylim(0, 1)
+    axes[2].plot(epochs, series("lr"), color="tab:orange")
+    axes[2].set(xlabel="epoch", ylabel="learning rate", title="Learning rate")
+    axes[2].ticklabel_format(axis="y", useOffset=False, style="sci", scilimits=(-3, 3))
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+    return _save_figure(figure, path)
+
+
+def plot_confusion_matrix(matrix: list[list[int]], class_names: list[str], path: Path) -> Path:
+    figure, ax = _new_figure(1.1 * len(class_names) + 2.5, 1.0 * len(class_names) + 2)
+    ax.imshow(matrix, cmap="Blues")
+    ax.set(xticks=range(len(class_names)), yticks=range(len(class_names)), xlabel="predicted", ylabel="true",
+           title="Test confusion matrix")
+    ax.set_xticklabels(class_names, rotation=45, ha="right")
+    ax.set_yticklabels(class_names)
+    largest = max((max(row) for row in matrix), default=0)
+    for i, row in enumerate(matrix):
+        for j, count in enumerate(row):  # white on dark cells, black on light ones
+            ax.text(j, i, str(count), ha="center", va="center", color="white" if count > largest / 2 else "black")
+    return _save_figure(figure, path)
+
+
+def plot_predictions(pairs: list[tuple[float, float]], path: Path) -> Path:
+    """Regression: predicted against true value of every test set, with the diagonal of perfect predictions."""
+    predicted, true = zip(*pairs) if pairs else ((), ())
+    figure, ax = _new_figure(4.5, 4.2)
+    ax.scatter(true, predicted, s=8, alpha=0.6)
+    low, high = (min(true + predicted), max(true + predicted)) if pairs else (0.0, 1.0)
+    ax.plot([low, high], [low, high], color="black", linewidth=0.8, label="predicted = true")
+    ax.set(xlabel="true", ylabel="predicted", title="Test predictions")
+    ax.legend()
+    return _save_figure(figure, path)
+
+
+def plot_destroyed_by_flip_fraction(curves: dict[str, Any], labels: dict[str, str], path: Path) -> Path:
+    """Share of the destroyed test sets recognised, per log-spaced flip-fraction bin (``destroyed_sets``),
+    one line per model, at the geometric centre of each bin; empty bins are left out."""
+    edges = curves["bin_edges"]
+    centres = [(low * high) ** 0.5 for low, high in zip(edges, edges[1:])]
+    figure, ax = _new_figure(5.5, 4.0)
+    for name, shares in curves["share"].items():
+        points = [(x, s) for x, s in zip(centres, shares) if s is not None]
+        ax.plot(*zip(*points), marker="o", label=labels.get(name, name))
+    for x, count in zip(centres, curves["destroyed_sets"]):  # above the curves: how many sets each point has
+        ax.annotate(f"n={count}", (x, 1.08), ha="center", fontsize=7, color="grey")
+    ax.set_xscale("log")
+    ax.set(xlim=(edges[0], edges[-1]), ylim=(-0.02, 1.15), xlabel="flip fraction (share of pairs flipped)",
+           ylabel="share recognised as destroyed", title="Destroyed test sets")
+    ax.legend(loc="center left")  # the curves rise from the lower left to the upper right
+    return _save_figure(figure, path)

@@ -1,0 +1,296 @@
+"""Graph classifiers built from the config's ``model:`` section.
+
+The model knows nothing about DDP (torchtitan's rule): wrapping, devices and
+gradient synchronisation are the trainer's business.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch_geometric import nn as pyg_nn
+from torch_geometric.data import Batch
+
+from ..data.causal_sets import INVARIANT_NAMES
+from ..config.schema import pyobject_path
+from ..errors import ConfigError
+from .sparse_attention import Adjacency, SparseTransformerConv
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
+# Convolutions whose constructor takes an MLP instead of (in, out) channel counts. (GINEConv
+# needs edge features, which causal-set graphs do not have.)
+_MLP_CONVS = {"GINConv"}
+
+
+def make_conv(conv_cls: type, in_channels: int, out_channels: int, conv_kwargs: dict[str, Any]) -> nn.Module:
+    """One message-passing layer; GIN-style layers get a two-layer MLP as their `nn`."""
+    if conv_cls.__name__ in _MLP_CONVS:
+        mlp = nn.Sequential(nn.Linear(in_channels, out_channels), nn.ReLU(), nn.Linear(out_channels, out_channels))
+        return conv_cls(mlp, **conv_kwargs)
+    return conv_cls(in_channels, out_channels, **conv_kwargs)
+
+
+def make_norm(kind: str, channels: int) -> nn.Module:
+    if kind == "batch":
+        return pyg_nn.BatchNorm(channels)
+    if kind == "layer":
+        return nn.LayerNorm(channels)  # per node: independent of batch composition
+    if kind == "graph":
+        return pyg_nn.GraphNorm(channels)
+    return nn.Identity()
+
+
+class BidirectionalConv(nn.Module):
+    """Two message-passing layers, one along the edges (past -> future) and one against them, summed.
+
+    Past and future of an element are different (a cone and its dual), so each direction gets
+    its own weights instead of treating the graph as undirected.
+    """
+
+    def __init__(self, forward_conv: nn.Module, backward_conv: nn.Module):
+        super().__init__()
+        self.forward_conv, self.backward_conv = forward_conv, backward_conv
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor | Adjacency) -> torch.Tensor:
+        return self.forward_conv(x, edge_index) + self.backward_conv(x, reverse_edges(edge_index))
+
+
+def reverse_edges(edge_index: torch.Tensor | Adjacency) -> torch.Tensor | Adjacency:
+    """The edges against the order: a [2, E] edge_index with its rows swapped, or the flipped Adjacency."""
+    return edge_index.flip() if isinstance(edge_index, Adjacency) else edge_index.flip(0)
+
+
+class GraphFeatureNorm(nn.BatchNorm1d):
+    """BatchNorm over the graphs of a batch for per-set features of very different scales (N ~ 100,
+    fractions ~ 0.01). A training batch of one graph has no batch statistics: it uses the running ones."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.size(0) == 1:
+            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                            training=False, eps=self.eps)
+        return super().forward(x)
+
+
+class GNNClassifier(nn.Module):
+    """Message passing -> per-graph pooling -> MLP head, giving class logits per causal set.
+
+    The built-in model of ``model:`` in the config (``build_model`` builds it from there); its arguments are
+    that section's keys.
+
+    Args:
+        in_channels: node features per element (``x``'s width).
+        num_classes: outputs per graph.
+        conv: a PyG message-passing layer class, built as ``conv(in, out, **conv_kwargs)``.
+        conv_kwargs: extra arguments of every ``conv`` layer.
+        hidden_channels: the width of each message-passing layer.
+        norm: the normalisation after each layer: ``"batch"``, ``"layer"``, ``"graph"`` or ``"none"``.
+        activation: ``"relu"``, ``"gelu"``, ``"elu"``, ``"tanh"`` or ``"leaky_relu"``.
+        dropout: dropout after each layer and in the head.
+        pooling: ``"mean_max"``, ``"mean"``, ``"max"`` or ``"add"`` over each graph's elements.
+        head_hidden: the widths of the head's hidden layers.
+        directions: ``"forward"``: messages along the order; ``"both"``: along and against it
+            (``BidirectionalConv``).
+        graph_features: K > 0 makes it a hybrid: the K per-set features in ``data.invariants``
+            (standardised by a BatchNorm) join the pooled node states in the head, so the GNN starts from
+            what the invariant baselines see.
+
+    Raises:
+        ValueError: ``directions`` is neither ``"forward"`` nor ``"both"``.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> model = QG.GNNClassifier(in_channels=10, num_classes=5, hidden_channels=[32, 32])
+        >>> QG.count_parameters(model)["total_params"] > 0
+        True
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, *, conv: type = pyg_nn.GraphConv,
+                 conv_kwargs: dict | None = None, hidden_channels: list[int] = (64, 64, 64),
+                 norm: str = "batch", activation: str = "relu", dropout: float = 0.1,
+                 pooling: str = "mean_max", head_hidden: list[int] = (64,), directions: str = "forward",
+                 graph_features: int = 0):
+        super().__init__()
+        if directions not in ("forward", "both"):
+            raise ValueError(f"directions: expected 'forward' or 'both', got {directions!r}")
+        widths = [in_channels, *hidden_channels]
+        kwargs = dict(conv_kwargs or {})
+        if directions == "both":
+            self.convs = nn.ModuleList(BidirectionalConv(make_conv(conv, a, b, kwargs), make_conv(conv, a, b, kwargs))
+                                       for a, b in zip(widths, widths[1:]))
+        else:
+            self.convs = nn.ModuleList(make_conv(conv, a, b, kwargs) for a, b in zip(widths, widths[1:]))
+        self.norms = nn.ModuleList(make_norm(norm, b) for b in hidden_channels)
+        self.norm_kind = norm
+        # SparseTransformerConv layers share one CSR adjacency per batch (two sorts of the edges, not six)
+        self.shares_adjacency = isinstance(conv, type) and issubclass(conv, SparseTransformerConv)
+        self.activation = ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.pooling = pooling
+        pooled = hidden_channels[-1] * (2 if pooling == "mean_max" else 1) + graph_features
+        self.graph_norm = GraphFeatureNorm(graph_features) if graph_features else None
+        head: list[nn.Module] = []
+        for width in head_hidden:
+            head += [nn.Linear(pooled, width), ACTIVATIONS[activation](), nn.Dropout(dropout)]
+            pooled = width
+        head.append(nn.Linear(pooled, num_classes))
+        self.head = nn.Sequential(*head)
+
+    def _pool(self, x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+        if self.pooling == "mean_max":
+            return torch.cat([pyg_nn.global_mean_pool(x, batch), pyg_nn.global_max_pool(x, batch)], dim=-1)
+        pool = {"mean": pyg_nn.global_mean_pool, "max": pyg_nn.global_max_pool, "add": pyg_nn.global_add_pool}
+        return pool[self.pooling](x, batch)
+
+    def forward(self, data) -> torch.Tensor:
+        x, edge_index = data.x, data.edge_index
+        batch = data.batch if getattr(data, "batch", None) is not None else x.new_zeros(x.size(0), dtype=torch.long)
+        if self.shares_adjacency:
+            edge_index = Adjacency.from_edge_index(edge_index, x.size(0))
+        for conv, norm in zip(self.convs, self.norms):
+            x = conv(x, edge_index)
+            x = norm(x, batch) if self.norm_kind == "graph" else norm(x)
+            x = self.dropout(self.activation(x))
+        pooled = self._pool(x, batch)
+        if self.graph_norm is not None:
+            invariants = data.invariants.reshape(pooled.size(0), -1).to(pooled.dtype)
+            pooled = torch.cat([pooled, self.graph_norm(invariants)], dim=-1)
+        return self.head(pooled)
+
+
+def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) -> nn.Module:
+    """The model the config describes.
+
+    A custom ``model.type`` is built as ``type(in_channels, out_channels, **model.kwargs)`` and its
+    ``forward(batch)`` gets a PyG ``Batch`` (x, edge_index, batch and every other attribute of the
+    dataset's items, e.g. graph-level ``invariants`` [graphs, K]) and returns ``[graphs, out_channels]``.
+    ``graph_features: true`` feeds the data's ``invariants`` (columns ``causal_sets.INVARIANT_NAMES``) to the
+    built-in model's head.
+
+    Args:
+        model_cfg: the config's ``model`` section.
+        in_channels: node features per element.
+        out_channels: outputs per graph, the task's width: the number of classes, or 1 for binary and
+            regression tasks.
+
+    Returns:
+        The model (a ``GNNClassifier`` unless ``model.type`` names another ``nn.Module``).
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> model = QG.build_model(QG.load_config()["model"], in_channels=10, out_channels=5)
+        >>> type(model).__name__
+        'GNNClassifier'
+    """
+    model_type = model_cfg.get("type") or GNNClassifier
+    if model_type is not GNNClassifier:
+        return model_type(in_channels, out_channels, **model_cfg.get("kwargs", {}))
+    keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden",
+            "directions")
+    if "conv" in model_cfg:
+        first_width = (model_cfg.get("hidden_channels") or [in_channels])[0]
+        _check_conv_kwargs(model_cfg["conv"], model_cfg.get("conv_kwargs") or {}, in_channels, first_width)
+    graph_features = len(INVARIANT_NAMES) if model_cfg.get("graph_features") else 0
+    return GNNClassifier(in_channels, out_channels, graph_features=graph_features,
+                         **{k: model_cfg[k] for k in keys if k in model_cfg})
+
+
+def _check_conv_kwargs(conv: type, conv_kwargs: dict[str, Any], in_channels: int, out_channels: int) -> None:
+    """A convolution that rejects model.conv_kwargs is that key's error (checked on the first layer). The default
+    conv_kwargs are TransformerConv's ({heads: 2, concat: false}), so a config that changes only model.conv
+    lands here."""
+    try:
+        make_conv(conv, in_channels, out_channels, conv_kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"model.conv_kwargs: {conv.__name__} rejects {conv_kwargs} ({err}); conv_kwargs are the "
+                          f"arguments of model.conv, and the default ones are TransformerConv's: give "
+                          f"{conv.__name__}'s with it, e.g. --set 'model.conv_kwargs={{}}'") from None
+
+
+def describe_item(item) -> str:
+    """What a causal set's ``Data`` holds, e.g. 'x float32 [12, 10], edge_index int64 [2, 30], y int64 [1]'."""
+    parts = []
+    for key, value in item:
+        shown = (f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}" if isinstance(value, torch.Tensor)
+                 else type(value).__name__)
+        parts.append(f"{key} {shown}")
+    return ", ".join(parts)
+
+
+def _builtin_model_needs(model_cfg: dict[str, Any]) -> str:
+    needs = ("the built-in model passes its layers (model.conv) x (float [nodes, features]) and edge_index (long "
+             "[2, edges]) only, no edge features")
+    if model_cfg.get("graph_features"):
+        needs += f", and reads invariants ([1, {len(INVARIANT_NAMES)}]) in its head (model.graph_features)"
+    return needs
+
+
+def _check_invariants(item, model_cfg: dict[str, Any]) -> None:
+    """The built-in model with graph_features reads a row of the K order invariants per causal set."""
+    if model_cfg.get("type") is not None or not model_cfg.get("graph_features"):
+        return
+    invariants, width = getattr(item, "invariants", None), len(INVARIANT_NAMES)
+    if invariants is None:
+        raise ConfigError(f"model.graph_features: the model's head reads each causal set's order invariants "
+                          f"(invariants, [1, {width}]), but the item has none ({describe_item(item)}); wrap the "
+                          f"dataset in QuantumGrav.data.derived_invariants.OrderInvariants to derive them from "
+                          f"edge_index (the trainer does), or set model.graph_features: false")
+    if not isinstance(invariants, torch.Tensor) or invariants.numel() != width:
+        got = list(invariants.shape) if isinstance(invariants, torch.Tensor) else type(invariants).__name__
+        raise ConfigError(f"model.graph_features: the model's head reads a row of the {width} order invariants "
+                          f"(causal_sets.INVARIANT_NAMES) per causal set, but the item's invariants are {got}; "
+                          f"give items invariants of shape [1, {width}] or none (they are then derived from "
+                          f"edge_index), or set model.graph_features: false")
+
+
+@torch.no_grad()
+def check_model_forward(model: nn.Module, item, task, model_cfg: dict[str, Any], device: torch.device) -> None:
+    """One forward pass on a real causal set ``item``, so that a model that cannot run on these graphs (a
+    layer that needs edge features, a graph attribute the data lack) or returns the wrong shape for
+    ``task`` is a ConfigError naming the key to change and saying what the model needs and what the item
+    has, before any run exists, not a crash in epoch 0."""
+    custom = model_cfg.get("type")
+    name = f"model.type ({pyobject_path(custom)})" if custom is not None else "model"
+    _check_invariants(item, model_cfg)
+    graph = Batch.from_data_list([item]).to(device)
+    was_training = model.training
+    model.eval()
+    try:
+        outputs = model(graph)
+    except torch.OutOfMemoryError:  # the device, not the config: as it is
+        raise
+    except Exception as err:  # noqa: BLE001 - any other failure here is a model that does not fit the data
+        needs = (f"the batch holds only {describe_item(graph)}" if custom is not None else
+                 f"{_builtin_model_needs(model_cfg)}; the item has {describe_item(item)}")
+        raise ConfigError(f"{name}: a forward pass on one causal set failed ({type(err).__name__}: {err}); "
+                          f"{needs}") from err  # Python callers keep the model's own traceback
+    finally:
+        model.train(was_training)
+    expected = [1, task.output_width]
+    if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
+        got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+        raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {task.type} task) "
+                          f"for one causal set, got {got}; the model is built with out_channels={task.output_width}")
+
+
+def count_parameters(model: nn.Module) -> dict[str, float]:
+    """Count a model's parameters (no ``wandb.watch`` needed).
+
+    Args:
+        model: any ``torch.nn.Module``.
+
+    Returns:
+        ``{"total_params", "trainable_params", "size_mb"}``: the parameters, those with gradients, and
+        their size in MB.
+
+    Example:
+        >>> import torch, QuantumGrav as QG
+        >>> QG.count_parameters(torch.nn.Linear(3, 2))["total_params"]  # 3 x 2 weights, 2 biases
+        8
+    """
+    model = getattr(model, "module", model)  # DDP-wrapped or not
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    size_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    return {"total_params": total, "trainable_params": trainable, "size_mb": round(size_mb, 3)}

@@ -1,0 +1,307 @@
+"""What is learned from each causal set: the task fixes the loss, the model's output width and the metrics.
+
+* ``multiclass``: ``y`` is a class index; the model returns ``[graphs, num_classes]`` logits; cross-entropy;
+  accuracy and the confusion matrix.
+* ``binary``: ``y`` is 0 or 1; the model returns one logit per graph, ``[graphs, 1]``; ``BCEWithLogits``;
+  accuracy, precision, recall and F1 of the prediction ``sigmoid(logit) >= threshold``.
+* ``regression``: ``y`` is one number per graph; the model returns ``[graphs, 1]``; mean squared error;
+  MAE, RMSE and R^2.
+
+Every metric is computed from sums that can be added across ranks (a confusion matrix, or sums of
+errors, of y and of y^2, and the count): each rank sums its shard, the sums are reduced, then the
+metrics are computed once. So they are exact under DDP, never an average of per-rank averages.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError
+
+TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression")
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "multiclass": ("loss", "accuracy"),
+    "binary": ("loss", "accuracy", "precision", "recall", "f1"),
+    "regression": ("loss", "mae", "rmse", "r2"),
+}
+_MAXIMISED = ("accuracy", "precision", "recall", "f1", "r2")
+EARLY_STOPPING_METRICS: tuple[str, ...] = tuple(dict.fromkeys(f"val_{m}" for ms in TASK_METRICS.values() for m in ms))
+
+
+def metric_mode(metric: str) -> str:
+    """'max' for metrics that improve upwards (accuracy, F1, R^2, ...), 'min' for loss, MAE, RMSE."""
+    return "max" if metric.removeprefix("val_") in _MAXIMISED else "min"
+
+
+class Task(ABC):
+    """The common part: loss sum and count are the first two totals; subclasses add their own."""
+
+    type: str = ""
+    default_loss = None
+
+    def __init__(self, output_width: int, class_names: Sequence[str] = ()):
+        self.output_width = output_width
+        self.class_names = list(class_names)
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return TASK_METRICS[self.type]
+
+    @abstractmethod
+    def target(self, y: torch.Tensor) -> torch.Tensor:
+        """The batch's ``y`` in the form the loss takes (see the subclasses)."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def target_problem(self, y: Any) -> str | None:
+        """What is wrong with one item's ``y`` for this task, or None."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def batch_totals(self, outputs: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        """float64 sums of one batch; adding them over batches and ranks, then ``metrics``, is exact."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def metrics(self, totals: torch.Tensor) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def zero_totals(self, device: torch.device) -> torch.Tensor:
+        return torch.zeros(self.num_totals, device=device, dtype=torch.float64)
+
+    def describe(self) -> str:
+        return self.type
+
+    @staticmethod
+    def _one_value(y: Any) -> str | None:
+        if not isinstance(y, torch.Tensor):
+            return f"y must be a tensor, got {type(y).__name__}"
+        if y.numel() != 1:
+            return f"y must hold one value per graph, got shape {list(y.shape)}"
+        return None
+
+
+class ClassificationTask(Task, ABC):
+    """Totals: loss sum, count, then the confusion matrix (true x predicted), flattened."""
+
+    def __init__(self, num_classes: int, output_width: int, class_names: Sequence[str] = ()):
+        names = list(class_names) if len(class_names) == num_classes else [str(i) for i in range(num_classes)]
+        super().__init__(output_width, names)
+        self.num_classes = num_classes
+        self.num_totals = 2 + num_classes**2
+
+    @abstractmethod
+    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def target_problem(self, y: Any) -> str | None:
+        problem = self._one_value(y)
+        if problem:
+            return problem
+        if y.is_floating_point() or y.is_complex():
+            return f"a {self.type} task needs an integer class index in y, got dtype {y.dtype}"
+        if not 0 <= int(y) < self.num_classes:
+            return f"y = {int(y)} is not a class index of the {self.num_classes} classes (0..{self.num_classes - 1})"
+        return None
+
+    def batch_totals(self, outputs, target, loss):
+        true = target.view(-1).long()
+        predicted = self.predict(outputs)
+        k = self.num_classes
+        confusion = torch.bincount(true * k + predicted, minlength=k * k).double()
+        head = torch.stack([loss.detach().double() * true.numel(), torch.tensor(float(true.numel()),
+                                                                               device=outputs.device).double()])
+        return torch.cat([head, confusion])
+
+    def _confusion(self, totals: torch.Tensor) -> list[list[int]]:
+        k = self.num_classes
+        return totals[2:].round().long().view(k, k).tolist()
+
+    def metrics(self, totals: torch.Tensor) -> dict[str, Any]:
+        loss_sum, count = totals[0].item(), totals[1].item()
+        confusion = self._confusion(totals)
+        correct = sum(confusion[i][i] for i in range(self.num_classes))
+        return {"loss": loss_sum / max(count, 1.0), "accuracy": correct / max(count, 1.0), "count": int(count),
+                "confusion": confusion}
+
+
+class MulticlassTask(ClassificationTask):
+    """Outputs ``[graphs, num_classes]`` logits; target: class indices ``[graphs]`` (long)."""
+
+    type = "multiclass"
+    default_loss = staticmethod(F.cross_entropy)
+
+    def __init__(self, num_classes: int, class_names: Sequence[str] = ()):
+        super().__init__(num_classes, num_classes, class_names)
+
+    def target(self, y):
+        return y.view(-1).long()
+
+    def predict(self, outputs):
+        return outputs.argmax(dim=-1)
+
+    def describe(self) -> str:
+        return f"{self.num_classes} classes: {', '.join(self.class_names)}"
+
+
+class BinaryTask(ClassificationTask):
+    """Outputs one logit per graph ``[graphs, 1]``; target: 0.0 / 1.0 ``[graphs, 1]`` (float).
+    Positive: ``sigmoid(logit) >= threshold``."""
+
+    type = "binary"
+    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
+
+    def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
+        super().__init__(2, 1, class_names)
+        self.threshold = threshold
+
+    def target(self, y):
+        return y.view(-1, 1).float()
+
+    def predict(self, outputs):
+        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
+
+    def target_problem(self, y):
+        problem = self._one_value(y)
+        if problem is None and float(y) not in (0.0, 1.0):
+            return f"a binary task needs y = 0 or 1, got {y.item()}"
+        return problem
+
+    def metrics(self, totals):
+        result = super().metrics(totals)
+        (tn, fp), (fn, tp) = result["confusion"]
+        # No predicted (or no true) positives: precision (recall) is 0, as scikit-learn's zero_division=0.
+        result.update(precision=tp / (tp + fp) if tp + fp else 0.0, recall=tp / (tp + fn) if tp + fn else 0.0,
+                      f1=2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+        return result
+
+    def describe(self) -> str:
+        return f"binary ({' / '.join(self.class_names)}), threshold {self.threshold}"
+
+
+class RegressionTask(Task):
+    """Outputs ``[graphs, 1]``; target ``[graphs, 1]`` (float). Totals: loss sum, count, sum |error|,
+    sum error^2, sum y, sum y^2 (R^2 = 1 - SS_res / SS_tot with SS_tot = sum y^2 - (sum y)^2 / n)."""
+
+    type = "regression"
+    default_loss = staticmethod(F.mse_loss)
+    num_totals = 6
+
+    def __init__(self):
+        super().__init__(1)
+
+    def target(self, y):
+        return y.view(-1, 1).float()
+
+    def target_problem(self, y):
+        problem = self._one_value(y)
+        if problem is None and not bool(torch.isfinite(y.double()).all()):
+            return f"a regression task needs a finite number in y, got {y.tolist()}"
+        return problem
+
+    def batch_totals(self, outputs, target, loss):
+        predicted, true = outputs.double().view(-1), target.double().view(-1)
+        error = predicted - true
+        count = torch.tensor(float(true.numel()), device=outputs.device, dtype=torch.float64)
+        return torch.stack([loss.detach().double() * count, count, error.abs().sum(), (error**2).sum(),
+                            true.sum(), (true**2).sum()])
+
+    def metrics(self, totals):
+        loss_sum, count, abs_sum, sq_sum, y_sum, y_sq_sum = totals.tolist()
+        n = max(count, 1.0)
+        total_variation = y_sq_sum - y_sum**2 / n
+        return {"loss": loss_sum / n, "mae": abs_sum / n, "rmse": math.sqrt(sq_sum / n),
+                "r2": 1.0 - sq_sum / total_variation if total_variation > 0 else math.nan, "count": int(count)}
+
+
+def train_mean_metrics(train_y: Sequence[float], test_y: Sequence[float]) -> dict[str, float]:
+    """The trivial regressor (always the training mean) on the test split: what a model must beat."""
+    mean = sum(train_y) / len(train_y)
+    task = RegressionTask()
+    true = torch.tensor(test_y, dtype=torch.float64).view(-1, 1)
+    outputs = torch.full_like(true, mean)
+    totals = task.batch_totals(outputs, true, F.mse_loss(outputs, true))
+    return {f"train_mean_{k}": v for k, v in task.metrics(totals).items() if k in ("mae", "rmse", "r2")}
+
+
+def _num_classes(dataset) -> int:
+    declared = getattr(dataset, "num_classes", None)
+    if isinstance(declared, int) and declared > 0:
+        return declared
+    return int(max(int(item.y.reshape(-1)[0]) for item in dataset)) + 1  # a plain list of Data
+
+
+def resolve_task(task_cfg: dict[str, Any], dataset, samples: dict[int, Any], source: str) -> Task:
+    """The task of ``task_cfg`` (``type: auto`` asks the dataset: its ``task`` attribute if it has one,
+    else regression for a floating-point ``y`` and multiclass for an integer one). ``samples`` are items
+    by position, already checked to have ``y``; a ``y`` that does not fit the task is a ConfigError."""
+    kind = task_cfg["type"]
+    first = samples[min(samples)]
+    if kind == "auto":
+        kind = getattr(dataset, "task", None) or ("regression" if first.y.is_floating_point() else "multiclass")
+    if kind not in TASK_TYPES:
+        raise ConfigError(f"{source}: the dataset's task attribute is {kind!r}; expected one of {TASK_TYPES}")
+    names = getattr(dataset, "class_names", None) or ()
+    if kind == "regression":
+        task: Task = RegressionTask()
+    elif kind == "binary":
+        task = BinaryTask(task_cfg["threshold"], names)
+    else:
+        task = MulticlassTask(_num_classes(dataset), names)
+    for position, item in samples.items():
+        problem = task.target_problem(item.y)
+        if problem:
+            how = ("set task.type to the task y is meant for (multiclass, binary or regression), or fix y"
+                   if task_cfg["type"] == "auto" else "fix y, or set task.type to the task y is meant for")
+            raise ConfigError(f"{source}: item {position} does not fit the {task.type} task: {problem}; {how}")
+    return task
+
+
+def check_metric(metric: str, task: Task) -> None:
+    """early_stopping.metric must be one the task reports."""
+    allowed = [f"val_{m}" for m in task.metric_names]
+    if metric not in allowed:
+        raise ConfigError(f"early_stopping.metric: {metric} is not reported by the {task.type} task; "
+                          f"expected one of {', '.join(allowed)}")
+
+
+def build_criterion(criterion: Any, task: Task, device: torch.device):
+    """The configured loss (None: the task's), checked once on dummy outputs so that a wrong signature is
+    a config error, not a crash in epoch 0. It is called as ``criterion(outputs, task.target(y))``."""
+    if criterion is None:
+        return task.default_loss
+    if task.type != "multiclass" and criterion in _MULTICLASS_LOSSES:
+        # With one output per graph these give a constant loss (a softmax over one class): nothing is learned.
+        raise ConfigError(f"criterion: {criterion.__name__} is a multiclass loss, but the task is {task.type}; "
+                          f"remove criterion (or set it to null) to use the task's loss, "
+                          f"{task.default_loss.__name__}")
+    if isinstance(criterion, type):
+        try:
+            criterion = criterion()
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"criterion: {criterion.__name__} rejects being built without arguments: {err}") from None
+    outputs = torch.zeros(2, task.output_width, device=device)
+    target = task.target(torch.zeros(2, device=device))
+    try:
+        value = criterion(outputs, target)
+    except Exception as err:  # noqa: BLE001 - any failure here is a wrong criterion
+        raise ConfigError(f"criterion: calling it as criterion(outputs, target) failed ({type(err).__name__}: "
+                          f"{err}); for the {task.type} task it must take outputs [graphs, {task.output_width}] and "
+                          f"targets shaped like {_target_text(task)}") from None
+    if not (isinstance(value, torch.Tensor) and value.numel() == 1):
+        got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ConfigError(f"criterion: expected a scalar loss tensor from criterion(outputs, target), got {got} "
+                          "(a reduction='none' loss must be averaged)")
+    return criterion
+
+
+_MULTICLASS_LOSSES = (F.cross_entropy, F.nll_loss, torch.nn.CrossEntropyLoss, torch.nn.NLLLoss)
+
+
+def _target_text(task: Task) -> str:
+    return "class indices [graphs] (long)" if task.type == "multiclass" else "[graphs, 1] (float)"

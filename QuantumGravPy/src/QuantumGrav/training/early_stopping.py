@@ -1,0 +1,85 @@
+"""Early stopping: a callback whose vote ends the run, and whose whole state fits in a checkpoint, so a
+resumed run continues it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..callbacks import Callback, Stop
+from ..logging_utils import get_logger, rank_zero_warn
+
+logger = get_logger("early_stopping")
+
+
+@dataclass
+class EarlyStopping(Callback):
+    """Stop when ``metric`` has not improved by ``min_delta`` for ``patience`` epochs.
+
+    Every rank updates it with the same record (rank 0's, broadcast), so every rank holds the same state
+    and casts the same vote. ``improved`` says whether the last epoch was the best so far (the
+    checkpointing writes best.pt then). It tracks the best epoch even when ``enabled`` is false.
+    """
+
+    metric: str = "val_loss"
+    mode: str = "min"
+    patience: int = 5
+    min_delta: float = 0.0
+    enabled: bool = True
+    best_value: float = math.nan
+    best_epoch: int = -1
+    epochs_without_improvement: int = 0
+    improved: bool = field(default=False, compare=False)
+
+    state_key = "early_stopping"
+
+    def on_epoch_end(self, trainer: Any, record: dict[str, Any]) -> Stop | None:
+        self.improved = self.update(record[self.metric], record["epoch"])
+        return Stop(self.reason()) if self.should_stop else None
+
+    def is_improvement(self, value: float) -> bool:
+        if math.isnan(value):  # a diverged epoch (NaN loss) is never the best one
+            return False
+        if self.best_epoch < 0:
+            return True
+        if self.mode == "min":
+            return value < self.best_value - self.min_delta
+        return value > self.best_value + self.min_delta
+
+    def update(self, value: float, epoch: int) -> bool:
+        """Record this epoch's value; True when it is the best so far."""
+        if self.is_improvement(value):
+            self.best_value, self.best_epoch, self.epochs_without_improvement = value, epoch, 0
+            return True
+        self.epochs_without_improvement += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.enabled and self.epochs_without_improvement >= self.patience
+
+    def reason(self) -> str:
+        return (f"early stopping: {self.metric} did not improve by more than {self.min_delta} for "
+                f"{self.patience} epoch(s); best {self.metric}={self.best_value:.4f} at epoch {self.best_epoch}")
+
+    def state_dict(self) -> dict:
+        state = asdict(self)
+        state.pop("improved")
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the progress only: patience, min_delta, ... come from the config of the resumed run.
+
+        A different metric or mode makes the stored best value meaningless: the count starts afresh."""
+        if (state["metric"], state["mode"]) != (self.metric, self.mode):
+            rank_zero_warn(logger, f"early_stopping: the resumed run tracked {state['metric']} ({state['mode']}), "
+                                   f"this config tracks {self.metric} ({self.mode}); its best value starts afresh")
+            return
+        for key in ("best_value", "best_epoch", "epochs_without_improvement"):
+            setattr(self, key, state[key])
+
+    @classmethod
+    def from_config(cls, es_cfg: dict) -> "EarlyStopping":
+        keys = ("metric", "mode", "patience", "min_delta", "enabled")
+        return cls(**{k: es_cfg[k] for k in keys})

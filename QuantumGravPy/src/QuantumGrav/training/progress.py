@@ -1,0 +1,105 @@
+"""What a run shows while it trains: the start block, the progress bar (rank 0), and every
+``log_every_n_steps`` batches the loss, throughput and memory (every rank checks its own memory)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+import torch
+
+from .advice import config_advice
+from ..data.batching import BatchBudget
+from ..logging_utils import PACKAGE_LOGGER, get_logger
+from ..models.gnn import count_parameters
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
+
+
+class Progress:
+    """The trainer's console: ``start_block`` once, ``bar`` around each epoch's batches, ``after_batch``."""
+
+    def __init__(self, trainer: "Trainer"):
+        self.trainer = trainer
+        self.every = trainer.tcfg["log_every_n_steps"]
+
+    def start_block(self, train_loader: Any) -> None:
+        """The set-up of the run in one block (rank 0), and advice on the config; counts the parameters into
+        the summary on every rank."""
+        t = self.trainer
+        counts = count_parameters(t.core_model)
+        t.summary["parameters"] = counts
+        if not t.runtime.is_main:
+            return
+        d, rt, tcfg = t.optimization.derived, t.runtime, t.tcfg
+        sizes = {name: len(idx) for name, idx in t.split.items()}
+        lines = [
+            f"run directory     {t.run_dir}",
+            f"processes         world_size={rt.world_size}  backend={rt.backend or 'none (single process)'}"
+            f"  device={t.device}",
+            self._batch_line(d),
+            f"learning rate     {t.optimization.lr:.3g} at the first step (peak {d['lr']:.3g}, base {d['base_lr']:.3g},"
+            f" scaling {tcfg['lr_scaling']}, warmup {d['warmup_epochs']} epochs)  amp={tcfg['amp']}",
+            f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
+            f" {counts['size_mb']:.2f} MB)",
+            f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
+            f"{t.task.describe()}",
+            f"epochs            {t.start_epoch}..{tcfg['num_epochs'] - 1}  "
+            f"({len(train_loader)} train batches per process per epoch)",
+        ]
+        logger.info("training set-up\n  " + "\n  ".join(lines))
+        for advice in config_advice(t.config, rt.world_size, t.device.type):
+            logger.warning(f"config advice: {advice}")
+
+    def _batch_line(self, derived: dict[str, Any]) -> str:
+        t, tcfg = self.trainer, self.trainer.tcfg
+        if t.train_batches is None:
+            return (f"batch size        {tcfg['batch_size']} per process x {tcfg['accumulation_steps']} accumulation x "
+                    f"{t.runtime.world_size} processes = {derived['effective_batch_size']} effective")
+        graphs = [len(batch) for batch in t.train_batches.batches]
+        return (f"batches by size   within training.batch_budget {BatchBudget.from_config(tcfg).describe()}: "
+                f"{len(graphs)} batches of {min(graphs)} to {max(graphs)} graphs, {len(t.train_batches)} steps "
+                f"per process and epoch x {tcfg['accumulation_steps']} accumulation x {t.runtime.world_size} processes")
+
+    @contextlib.contextmanager
+    def bar(self, batches: Iterable, epoch: int, total: int) -> Iterator[Iterable]:
+        """``batches``, drawn as a progress bar on rank 0 when ``training.progress_bar`` says so; while it is
+        drawn, console log lines go through tqdm.write so they do not cut the bar."""
+        setting = self.trainer.tcfg["progress_bar"]
+        interactive = sys.stderr.isatty() and not os.environ.get("CI")
+        if not self.trainer.runtime.is_main or setting is False or (setting == "auto" and not interactive):
+            yield batches
+            return
+        from tqdm.auto import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        package = logging.getLogger(PACKAGE_LOGGER)
+        consoles = [h for h in package.handlers if type(h) is not logging.FileHandler]
+        level = min((h.level for h in consoles), default=logging.NOTSET)
+        with logging_redirect_tqdm(loggers=[package]):
+            package.handlers[-1].setLevel(level)  # tqdm's handler (appended last) keeps the console's level
+            yield tqdm(batches, desc=f"epoch {epoch}", total=total, leave=False, unit="batch", dynamic_ncols=True)
+
+    def after_batch(self, progress: Any, epoch: int, step: int, loss: torch.Tensor, totals: torch.Tensor,
+                    started: float) -> None:
+        """Every ``log_every_n_steps`` batches: memory (each rank warns once past its limit), and on rank 0
+        the local loss and throughput in the bar and the log. ``.item()`` waits for the GPU, which is why
+        this is not done every batch."""
+        if (step + 1) % self.every:
+            return
+        memory = self.trainer.memory
+        snapshot = memory.check()
+        if not self.trainer.runtime.is_main:
+            return
+        rate = totals[1].item() / max(time.perf_counter() - started, 1e-9)
+        if hasattr(progress, "set_postfix"):
+            progress.set_postfix(loss=f"{loss.item():.4f}", graphs_per_s=f"{rate:.0f}")
+        logger.info(f"epoch {epoch} step {step}: loss {loss.item():.4f}, {rate:.0f} graphs/s on rank 0, "
+                    f"{memory.format(snapshot)}")

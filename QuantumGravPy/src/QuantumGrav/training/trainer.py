@@ -1,0 +1,354 @@
+"""The training loop, shared by ``Trainer`` (one process) and ``TrainerDDP`` (many).
+
+fit = for each epoch: train one epoch, evaluate, let the callbacks act, stop when their votes say so.
+
+Everything else lives in a module named for it: the data (``data.sources``), the optimizer, schedule and
+step (``optimization``), exact evaluation (``evaluation.evaluator``), checkpoints and resuming (``checkpointing``,
+``runs.resume``), SIGTERM (``distributed.preemption``), and the callbacks: early stopping, the run's records
+(``runs.records``), figures, baselines, destroyed-set curves, W&B (``runs.wandb_logger``), the users' own
+(``callbacks``). Rank-specific work goes through ``self.runtime`` (``distributed.runtime.Runtime``): in one
+process its collectives are no-ops, so the loop reads the same for both and there is one copy of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch_geometric.loader import DataLoader
+
+from ..data import sources as data_sources
+from ..models import tasks
+from ..evaluation.baselines import Baselines
+from ..callbacks import Callback, CallbackList, Decision, configured_callbacks
+from ..runs.checkpoint_files import RunLock
+from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
+from ..config.schema import resolve_config
+from ..evaluation.destroyed_sets import DestroyedSetCurves
+from ..distributed.runtime import Runtime, names_stalled_ranks, resolve_device
+from .early_stopping import EarlyStopping
+from ..errors import ConfigError, Preempted
+from ..evaluation.evaluator import Evaluator
+from ..evaluation.figures import Figures
+from ..logging_utils import close_run_log, get_logger, setup_logging
+from .memory import MemoryMonitor
+from ..models.gnn import build_model, check_model_forward
+from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
+from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
+from ..distributed.preemption import sigterm_requests_a_stop
+from .progress import Progress
+from ..runs.resume import find_run_to_continue, job_token, open_run_dir
+from ..runs.artifacts import run_provenance
+from ..runs.records import RunRecords, write_resolved_config
+from ..runs.wandb_logger import WandbCallback
+
+logger = get_logger("training")
+
+
+def seed_step_generators(seed: int, device: torch.device) -> None:
+    """Seed what a training step on ``device`` draws from (dropout): the CPU's generator, and the GPU's on CUDA.
+
+    The same streams as ``torch.manual_seed(seed)`` on those generators, without its cost at every step: it
+    also seeds every other accelerator type, and where one is not initialised (MPS, XPU, and CUDA in a CPU
+    job) it queues the seed with a formatted Python stack, about 1 ms per call on a 2-core machine."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)  # the model is on it: CUDA is initialised
+    elif device.type != "cpu":
+        torch.manual_seed(seed)  # a device this loop was not written for: every generator, as before
+        return
+    torch.default_generator.manual_seed(seed)
+
+
+class Trainer:
+    """Train, validate and test a GNN on causal sets in one process.
+
+    ``prepare_dataloaders()``, ``run_training(train_loader, val_loader)``, ``run_test(test_loader)`` and
+    ``close()`` are the whole API; ``TrainerDDP`` has the same. Creating it creates the run directory
+    (``training.path``/``training.run_name``, or the one ``training.resume`` continues).
+
+    Args:
+        config: a config path, dict or resolved config (``load_config``).
+        runtime: the process's place in a job; None: a single process (``TrainerDDP`` passes its own).
+        dataset: train on this PyG Dataset or sequence of ``Data`` instead of the configured one.
+        callbacks: ``QG.Callback`` instances run with the built-in ones.
+
+    Raises:
+        ConfigError: an invalid config, or settings this machine cannot run (e.g. ``training.amp: fp16``
+            without CUDA).
+        UserError: bad data, or a run directory that cannot be created or is used by another job.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> trainer = QG.Trainer("configs/train.yaml")  # doctest: +SKIP
+        >>> train_loader, val_loader, test_loader = trainer.prepare_dataloaders()  # doctest: +SKIP
+        >>> trainer.run_training(train_loader, val_loader)  # doctest: +SKIP
+        >>> trainer.run_test(test_loader)["accuracy"]  # doctest: +SKIP
+        >>> trainer.close()  # doctest: +SKIP
+    """
+
+    def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None,
+                 callbacks: Sequence[Callback] = ()):
+        self.config = resolve_config(config)  # validated where it entered, or here if it enters here
+        self.tcfg = self.config["training"]
+        self.runtime = runtime or Runtime(device=resolve_device(self.tcfg["device"]))
+        self.device = self.runtime.device
+        if self.tcfg["amp"] == "fp16" and self.device.type != "cuda":
+            raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
+                              "use amp: bf16 on CPU, or amp: off")
+        self.epoch = self.start_epoch = 0
+        self.resume_in_epoch: tuple[int, list[float] | None] = (0, None)  # (batches done, loss sums so far)
+        self.best_state: dict[str, torch.Tensor] | None = None  # best.pt's weights, for run_test
+        self.test_predictions: list[tuple[float, float, float]] = []  # run_test: (prediction, truth, flip fraction)
+        self.baseline_predictions: dict[str, Any] = {}  # run_test: the baselines' (callback Baselines)
+        self.figures: dict[str, Path] = {}  # name -> PNG (callback Figures)
+        self.job_token = job_token() if self.runtime.is_main else None
+        continued = find_run_to_continue(self.tcfg, self.runtime, self.job_token)
+        resume_state = read_resume_state(continued, self.config, self.device) if continued else None
+        torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
+        data = data_sources.load_run_data(self.config, self.runtime, dataset)
+        self.dataset, self.task, self.split = data.dataset, data.task, data.split
+        # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
+        self.sizes = data_sources.split_sizes(self.dataset, self.split, self.runtime) \
+            if self.tcfg["batch_budget"] is not None or self.tcfg["preflight"] else None
+        self.train_batches = data_sources.training_batches(self.sizes, self.tcfg, self.runtime) \
+            if self.sizes is not None else None
+        self.core_model = self._build_model(data.first)
+        self.memory_estimate = self._preflight()  # before DDP wraps the model: its hooks would take this backward
+        self.model = self._wrap_model(self.core_model)
+        self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
+        num_batches = len(self.train_batches) if self.train_batches is not None else \
+            batches_per_epoch(self.tcfg, len(self.split["train"]), self.runtime.world_size)
+        self.optimization = Optimization(self.config, self.core_model, self.runtime.world_size, num_batches)
+        self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime,
+                                   self.config["validation"]["mode"],
+                                   lambda: self.optimization.autocast(self.device.type))
+        self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
+        from_config = configured_callbacks(self.config)  # built here: their constructors may refuse kwargs
+        # Only now, with data, model and optimizer built, is there a run to write: bad input found
+        # above leaves nothing on disk.
+        self.run_dir = open_run_dir(self.tcfg, self.runtime, self.job_token, continued)
+        # One job per run; a restart of this job (same token) takes over the lock its first attempt left.
+        self._run_lock = RunLock.acquire(self.run_dir, self.job_token) if self.runtime.is_main else None
+        setup_logging(self.runtime.rank, self.run_dir)
+        if self.memory_estimate is not None:
+            logger.debug(f"preflight: {self.memory_estimate.line()}")
+        self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
+        self.progress = Progress(self)
+        self.history: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {"run_dir": str(self.run_dir), **run_provenance(self.runtime.world_size)}
+        self.callbacks = CallbackList(self._callbacks([*from_config, *callbacks]), self.runtime.is_main)
+        self._checked_unused_parameters = False
+        if resume_state:
+            restore(self, resume_state)
+        if self.runtime.is_main:
+            write_resolved_config(self.run_dir, self.config, self.optimization.derived)
+
+    def _build_model(self, first) -> torch.nn.Module:
+        model_cfg = self.config["model"]
+        key = "model.kwargs" if model_cfg["type"] is not None else "model"
+        model = build_named(key, build_model, model_cfg, first.x.size(1), self.task.output_width)
+        model = model.to(self.device)  # move to the device *before* any DDP wrapping
+        check_model_forward(model, first, self.task, model_cfg, self.device)
+        return model
+
+    def _preflight(self) -> MemoryEstimate | None:
+        """The largest training batch, run once: a UserError (one line, exit 2) if it would not fit in memory."""
+        if not self.tcfg["preflight"]:
+            return None
+        train = data_sources.subset(self.dataset, self.split["train"])
+        found = run_preflight(self.core_model, train, self.sizes["train"],
+                              self.train_batches, self.tcfg, self.runtime)
+        refuse_if_too_large(found, self.tcfg)
+        return found
+
+    def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # TrainerDDP wraps it in DistributedDataParallel
+
+    def _callbacks(self, users: Sequence[Callback]) -> list[Callback]:
+        """Early stopping, the users' (config's, then code's: they may extend the epoch's record), then writers
+        in the order their inputs need: metrics row before checkpoint (a resume drops later rows), summary, W&B."""
+        wandb_cfg = (self.config["logger"] or {}).get("wandb")
+        return [self.early_stopping, *users,
+                *([Baselines()] if self.config["testing"]["baselines"] else []), DestroyedSetCurves(),
+                *([Figures()] if self.tcfg["figures"] else []), RunRecords(self.run_dir), Checkpointing(),
+                *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.optimization.optimizer
+
+    @property
+    def scheduler(self) -> Any:
+        return self.optimization.scheduler
+
+    def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
+        """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
+        return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime, self.sizes)
+
+    # ------------------------------------------------------------------ the loop
+    @names_stalled_ranks  # a collective timeout says which rank did not arrive
+    def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
+        """Train until ``num_epochs`` or a vote to stop; returns (train_history, val_history) on every rank."""
+        self.progress.start_block(train_loader)
+        self.callbacks.call("on_fit_start", self)
+        decision, self._interrupt_votes = Decision(reason=f"completed {self.tcfg['num_epochs']} epochs"), []
+        with sigterm_requests_a_stop() as self._sigterm, \
+                self.runtime.step_votes(self.config["parallel"]["timeout_s"]) as self._step_votes:
+            for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
+                self.epoch = epoch
+                started = time.perf_counter()
+                train = self._train_one_epoch(train_loader, epoch)
+                record = self._epoch_record(epoch, train, self.evaluate(val_loader), time.perf_counter() - started)
+                voted = self._end_epoch(record)
+                if voted.stop:  # the same on every rank: the votes of every rank were gathered
+                    decision = voted
+                    break
+        self.callbacks.call("on_fit_end", self, decision)
+        # Every rank says where it stopped (in its own log file): they must all agree.
+        logger.info(f"training finished at epoch {self.epoch}: {decision.reason}")
+        train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
+        val_history = [{"epoch": r["epoch"], **{m: r[f"val_{m}"] for m in self.task.metric_names}}
+                       for r in self.history]
+        return train_history, val_history
+
+    def _train_one_epoch(self, loader: DataLoader, epoch: int) -> dict[str, float]:
+        self.model.train()
+        for sampler in (loader.sampler, loader.batch_sampler):  # DistributedSampler, or batches by size
+            if hasattr(sampler, "set_epoch"):
+                # Without set_epoch every epoch would replay the same permutation on every rank.
+                sampler.set_epoch(epoch)
+        # A mid-epoch checkpoint resumes after its batches, with its partial loss sums (every rank
+        # starts from the same batch: the permutation depends on the seed and the epoch only).
+        first_batch, partial = self.resume_in_epoch if epoch == self.start_epoch else (0, None)
+        totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
+        if partial is not None and self.runtime.is_main:
+            totals += torch.tensor(partial, device=self.device, dtype=torch.float64)
+        started = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        batches = itertools.islice(loader, first_batch, None)
+        with self.progress.bar(batches, epoch, total=len(loader) - first_batch) as progress:
+            for step, batch in enumerate(progress, start=first_batch):
+                loss = self._train_step(batch, epoch, step, len(loader), totals)
+                self.progress.after_batch(progress, epoch, step, loss, totals, started)
+        elapsed = time.perf_counter() - started
+        # Sums and counts over all ranks, then divided (DistributedSampler's padding duplicates count too).
+        loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()
+        return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
+
+    def _train_step(self, batch, epoch: int, step: int, num_batches: int, totals: torch.Tensor) -> torch.Tensor:
+        accumulation = self.tcfg["accumulation_steps"]
+        # Dropout differs per rank and step, yet a run resumed at any checkpoint replays it exactly.
+        seed_step_generators((self.tcfg["seed"] * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank,
+                             self.device)
+        group_start = step - step % accumulation
+        group_size = min(accumulation, num_batches - group_start)
+        last_micro_step = step == group_start + group_size - 1
+        loss, graphs = self._forward_backward(batch, group_size, sync=last_micro_step)
+        totals += torch.stack([loss.detach().double() * graphs,
+                               torch.tensor(graphs, device=self.device, dtype=torch.float64)])
+        if last_micro_step:
+            self.optimization.step()
+            self._after_optimizer_step(epoch, step + 1, totals, last=step + 1 == num_batches)
+        return loss
+
+    def _forward_backward(self, batch, group_size: int, sync: bool) -> tuple[torch.Tensor, int]:
+        batch = batch.to(self.device, non_blocking=True)
+        # Gradient accumulation: on all but the last micro-step of a group, skip DDP's
+        # gradient all-reduce (no_sync); gradients pile up locally and are reduced once.
+        no_sync = getattr(self.model, "no_sync", None)
+        with no_sync() if (no_sync is not None and not sync) else contextlib.nullcontext():
+            with self.optimization.autocast(self.device.type):
+                loss = self.criterion(self.model(batch), self.task.target(batch.y))
+            self.optimization.backward(loss / group_size)  # the mean over the group, as one batch of that size
+        if not self._checked_unused_parameters:
+            self._checked_unused_parameters = True
+            check_unused_parameters(self.model, self.core_model, self.config["parallel"]["find_unused_parameters"])
+        return loss, batch.num_graphs
+
+    def _after_optimizer_step(self, epoch: int, completed_batches: int, totals: torch.Tensor, last: bool) -> None:
+        """Every rank, at every optimizer step: interrupt when any rank voted so (SIGTERM, a callback's step
+        vote), seen by all one step later without a blocking collective (``StepVotes``; the epoch's last step
+        waits for its own, so that no vote crosses into evaluation); checkpoint every checkpoint_every_n_steps."""
+        votes = self._sigterm.vote() + self.callbacks.votes("on_step_end", self, epoch, completed_batches)
+        self._interrupt_votes += votes
+        interrupt = self._step_votes.exchange(bool(votes))
+        interrupt = (self._step_votes.settle() or interrupt) if last else interrupt
+        every, steps_done = self.tcfg["checkpoint_every_n_steps"], math.ceil(completed_batches /
+                                                                             self.tcfg["accumulation_steps"])
+        if interrupt or (every and steps_done % every == 0):
+            partial = self.runtime.sum_across_ranks(totals).tolist()  # every rank: the epoch's sums so far
+            if self.runtime.is_main:
+                save_in_epoch(self, epoch, completed_batches, partial)
+        if interrupt:
+            self._step_votes.settle()  # every rank started this step's exchange: let it finish before teardown
+            reason = self.runtime.decide(self._interrupt_votes).reason  # every rank learns why, once
+            logger.warning(f"{reason}: checkpointed epoch {epoch} after {completed_batches} batches; stopping")
+            raise Preempted(f"{reason} after checkpointing epoch {epoch} (batch {completed_batches}) in "
+                            f"{self.run_dir}; the same job started again (a requeue) continues from there")
+
+    def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
+        """Exact metrics of the current model on ``loader`` (``evaluation.evaluator``); None on ranks > 0 in rank0 mode."""
+        return self.evaluator.evaluate(loader)
+
+    # ------------------------------------------------------------------ end of epoch: one decision
+    def _epoch_record(self, epoch: int, train: dict, val: dict | None, seconds: float) -> dict[str, Any]:
+        """Rank 0's record of the epoch, broadcast: every rank's callbacks see the same numbers."""
+        memory = self.memory.check()  # every rank: each warns once past training.memory_limit_mb
+        self.memory.start_new_peak()
+        record = None
+        if self.runtime.is_main:
+            scores = {f"val_{m}": val[m] for m in self.task.metric_names}
+            record = {"epoch": epoch, "train_loss": train["loss"], **scores, "lr": self.optimization.lr,
+                      "epoch_time_s": seconds,
+                      "graphs_per_s": train["graphs"] / max(train["seconds"], 1e-9), **memory}
+        return self.runtime.broadcast_from_main(record)
+
+    def _end_epoch(self, record: dict[str, Any]) -> Decision:
+        self.optimization.end_epoch(record[self.early_stopping.metric])  # before the checkpoint: resumes continue it
+        # No SIGTERM vote here: it is acted on at optimizer steps only, so a stopped job stands inside an epoch.
+        votes = self.callbacks.votes("on_epoch_end", self, record)
+        self.history.append(record)
+        decision = self.runtime.decide(votes)  # one all-gather of every rank's votes: all stop here, or none
+        if decision.resumable:  # an interruption at the epoch's end: its checkpoint is written
+            raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in {self.run_dir}; "
+                            "the same job started again (a requeue) continues from there")
+        return decision
+
+    # ------------------------------------------------------------------ test and teardown
+    def run_test(self, test_loader: DataLoader) -> dict[str, Any] | None:
+        """Evaluate the best model on the whole test split, on rank 0 only (no collectives, so it may be
+        called on rank 0 alone). Returns ``test_<metric>`` for each of the task's metrics and what the
+        callbacks add (baselines, destroyed-set curves); None on other ranks."""
+        if not self.runtime.is_main:
+            return None
+        if self.best_state is not None:
+            self.core_model.load_state_dict(self.best_state)
+        self.test_predictions = []
+        test = self.task.metrics(self.evaluator.local_totals(test_loader, self.test_predictions))
+        result = {**{f"test_{m}": test[m] for m in self.task.metric_names}, "num_test": test["count"]}
+        if isinstance(self.task, tasks.ClassificationTask):
+            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
+        else:
+            result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
+        self.callbacks.call("on_test_end", self, result)
+        return result
+
+    def _targets(self, split: str) -> list[float]:
+        """The ``y`` values of one split (rank 0, at test time)."""
+        return [float(self.dataset[i].y.reshape(-1)[0]) for i in self.split[split]]
+
+    def close(self) -> None:
+        """Tear the callbacks down (the W&B run finishes), release the run and close this rank's log file.
+        Safe to call twice."""
+        callbacks, self.callbacks = self.callbacks, CallbackList([], self.runtime.is_main)
+        callbacks.call("teardown", self)
+        if self._run_lock:
+            self._run_lock.release()
+            self._run_lock = None
+        close_run_log()
