@@ -120,19 +120,24 @@ def test_the_stamp_refuses_a_test_mode_run_and_a_notebook_without_a_header(tmp_p
 
 
 def test_nbval_runs_the_notebooks_in_test_mode_and_the_rest_of_the_suite_without_it(tmp_path):
-    """notebooks/conftest.py: a notebook's kernel sees the switch, a test collected after it in the same process not."""
-    folder = tmp_path / "notebooks"
+    """The root conftest.py: a notebook's kernel sees the switch, a test collected after it in the same process
+    does not, and the suite's own conftest keeps the name ``conftest`` that its modules import helpers from."""
+    (tmp_path / "conftest.py").write_text((REPO / "conftest.py").read_text())
+    folder, tests = tmp_path / "notebooks", tmp_path / "tests"
     folder.mkdir()
-    (folder / "conftest.py").write_text((REPO / "notebooks" / "conftest.py").read_text())
+    tests.mkdir()
     cell = nbformat.v4.new_code_cell("import os\nprint(os.environ.get('QUANTUMGRAV_SMOKE_TEST'))")
     cell.outputs, cell.execution_count = [nbformat.v4.new_output("stream", name="stdout", text="1\n")], 1
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [cell]
     nbformat.write(notebook, folder / "switch.ipynb")
-    (tmp_path / "test_after.py").write_text(
-        "import os\n\ndef test_the_switch_is_off():\n    assert 'QUANTUMGRAV_SMOKE_TEST' not in os.environ\n")
+    (tests / "conftest.py").write_text("HELPER = 'the suite'\n")
+    for name in ("test_before.py", "test_after.py"):
+        (tests / name).write_text(
+            "import os\n\nfrom conftest import HELPER\n\n\ndef test_the_switch_is_off():\n"
+            "    assert 'QUANTUMGRAV_SMOKE_TEST' not in os.environ and HELPER == 'the suite'\n")
     env = {key: value for key, value in os.environ.items() if key != SMOKE_TEST_ENV}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
-                             "notebooks/switch.ipynb", "test_after.py"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True)
-    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout + result.stderr
+                             "tests/test_before.py", "notebooks/switch.ipynb", "tests/test_after.py"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and "3 passed" in result.stdout, result.stdout + result.stderr
