@@ -2,6 +2,7 @@
 # Create .venv with everything QuantumGrav needs, once (re-run when pyproject.toml changes).
 #   TORCH_VERSION      torch to pin (default 2.13.0); GPU clusters may pick the build they need
 #   TORCH_INDEX_URL    index to take torch from, e.g. https://download.pytorch.org/whl/cu126
+#   PYTHON             the interpreter of the environment (default python3); after changing it, rm -r .venv
 # On a machine without an NVIDIA GPU the CPU build of torch is taken, never the multi-GB CUDA stack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 STAMP="$VENV/.setup-$(cat pyproject.toml scripts/setup_venv.sh | sha1sum | cut -c1-12)-$TORCH_VERSION"
 [ -f "$STAMP" ] && exit 0
 
-python3 -m venv "$VENV"
+"${PYTHON:-python3}" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
 # Some machines list package folders in pip's config that do not exist; pip warns about each one.
 quiet_pip() { $PIP "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
