@@ -14,7 +14,8 @@ Tables (``--tables``, each a self-contained function that returns its rows; ``TA
   invariants in the head) trained with AdamW for ``--steps`` steps after one warm-up step, each
   measurement in a fresh process: peak memory (RSS on CPU, peak allocation on CUDA), the growth over the
   process before the first step (model and one batch loaded), graphs/s (batch / median step time), the share
-  of one profiled step (torch.profiler) in matrix products (dense mm/addmm and the sparse SDDMM/SpMM),
+  of one profiled step (torch.profiler) in matrix products (dense mm/addmm and the sparse SDDMM/SpMM) and
+  the operators with the most self time in it (printed below the table, stored as ``top_ops``),
   and the achieved FLOP rate (the model's multiply-adds, counted from its layers' shapes and the batch's
   edges; the same count for both layers, which compute the same function) against the matrix-product
   peak measured in the same process just before (a 2048^2 matmul: on a shared machine the load moves).
@@ -204,7 +205,7 @@ def worker(spec: dict) -> dict:
     step()  # warm-up: the optimizer's state, the allocator's pools
     times = [step() for _ in range(spec["steps"])]
     peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else _peak_rss_mb())
-    matmul_share, profiled_s = profile_step(step, device)
+    matmul_share, profiled_s, top_ops = profile_step(step, device)
     step_s = statistics.median(times)
     return {**{k: spec[k] for k in ("source", "n", "batch", "variant", "threads", "device")},
             "edges_per_set": batch.edge_index.size(1) / spec["batch"], "peak_mb": peak,
@@ -212,18 +213,22 @@ def worker(spec: dict) -> dict:
             "growth_mb_per_graph": (peak - (0 if device.type == "cuda" else rss_before)) / spec["batch"],
             "step_s": step_s, "graphs_per_s": spec["batch"] / step_s, "matmul_share": matmul_share,
             "profiled_step_s": profiled_s, "gflop_per_step": flops / 1e9, "gflops": flops / step_s / 1e9,
-            "matmul_peak_gflops": peak_here}
+            "matmul_peak_gflops": peak_here, "top_ops": top_ops}
 
 
-def profile_step(step, device: torch.device) -> tuple[float, float]:
-    """The share of one step's wall time spent in matrix-product operators (their self time)."""
+def profile_step(step, device: torch.device, top: int = 6) -> tuple[float, float, list[tuple[str, float]]]:
+    """The share of one step's wall time spent in matrix-product operators (their self time), the step's
+    seconds, and the ``top`` operators by self time with their shares (where the rest of the step goes)."""
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         seconds = step()
     attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    matmul_us = sum(getattr(event, attribute) for event in prof.key_averages() if event.key in MATMUL_OPS)
-    return matmul_us / 1e6 / seconds, seconds
+    events = prof.key_averages()
+    matmul_us = sum(getattr(event, attribute) for event in events if event.key in MATMUL_OPS)
+    heaviest = sorted(events, key=lambda event: -getattr(event, attribute))[:top]
+    return (matmul_us / 1e6 / seconds, seconds,
+            [(event.key, getattr(event, attribute) / 1e6 / seconds) for event in heaviest])
 
 
 def count_flops(model: torch.nn.Module, batch) -> float:
@@ -302,6 +307,12 @@ def print_scale(rows: list[dict]) -> None:
               f"| {row['growth_mb_per_graph'] * 1024 / row['edges_per_set']:.1f} | {row['graphs_per_s']:.2f} "
               f"| {row['graphs_per_s'] * row['edges_per_set']:,.0f} "
               f"| {100 * row['matmul_share']:.0f}% | {row['gflops']:.1f} | {of_peak} |")
+    print("\nWhere each step goes: the operators with the most self time in one profiled step, share of the step")
+    for row in rows:
+        if row.get("top_ops"):
+            ops = ", ".join(f"{name} {100 * share:.0f}%" for name, share in row["top_ops"])
+            print(f"- {row['source']} N={row['n']} {row['variant']} batch {row['batch']}, {row['threads']} "
+                  f"thread(s): {ops}")
 
 
 def store(results: dict, path: Path) -> None:
