@@ -20,7 +20,9 @@ beside it (each lane in document order; the two share the copy and its data cach
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import json
 import os
 import threading
 from concurrent.futures import Future
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = ["README.md", "QUICK_REFERENCE_DDP.md", "notebooks/README.md",
@@ -229,8 +232,6 @@ def test_documented_commands_run_as_written(block, documented_runs):
 
 def test_the_runs_of_the_documented_commands_record_how_they_were_made(fresh_copy, documented_runs):
     """After the commands above: every run directory they left says its world size and versions."""
-    import json
-
     for future in documented_runs.values():
         future.exception()  # wait for every block
     copy, _ = fresh_copy
@@ -239,6 +240,45 @@ def test_the_runs_of_the_documented_commands_record_how_they_were_made(fresh_cop
     assert all(s["wall_time_s"] > 0 and s["versions"]["QuantumGrav"] for s in summaries)
     resumed = json.loads((copy / "runs" / "first" / "summary.json").read_text())
     assert resumed["stop_reason"] == "completed 5 epochs"  # README's resume example, extended from 3 epochs
+
+
+def _training_signature(config_file: Path) -> str:
+    """What decides a run's training: its config without the run's name, folder, logger and resume."""
+    import yaml
+
+    config = yaml.load(config_file.read_text(), Loader=yaml.BaseLoader)  # !pyobject tags kept as text
+    for key in ("run_name", "path", "resume"):
+        config["training"].pop(key, None)
+    config.pop("logger", None)
+    config.pop("derived", None)
+    return json.dumps(config, sort_keys=True)
+
+
+def test_the_documented_launchers_train_the_same_model(fresh_copy, documented_runs):
+    """Runs of the documents' commands with the same config and world size trained the same model, whichever
+    launcher started them: README's `train --nproc 2` (QG.launch) and torchrun, the quick reference's spawning
+    script (with W&B) and its torchrun with --max-restarts. (test_launchers.py compares the launchers the
+    documents do not show: two torchrun nodes, torch.distributed.launch.)"""
+    for future in documented_runs.values():
+        future.exception()  # wait for every block
+    copy, _ = fresh_copy
+    groups: dict[tuple, list[Path]] = {}
+    for run_dir in sorted(p.parent for p in (copy / "runs").glob("*/summary.json")):
+        world_size = json.loads((run_dir / "summary.json").read_text())["world_size"]
+        groups.setdefault((world_size, _training_signature(run_dir / "config.yaml")), []).append(run_dir)
+    (ddp_runs,) = [runs for (world_size, _), runs in groups.items() if world_size == 2 and len(runs) > 1]
+    assert len(ddp_runs) >= 4, f"the four documented launches of configs/train_ddp.yaml: {ddp_runs}"
+    first, *others = ddp_runs
+    with open(first / "metrics.csv", newline="") as f:
+        expected = [{k: float(row[k]) for k in ("train_loss", "val_loss", "val_accuracy")} for row in csv.DictReader(f)]
+    weights = torch.load(first / "checkpoints" / "last.pt", weights_only=True)["model"]
+    for run_dir in others:
+        with open(run_dir / "metrics.csv", newline="") as f:
+            rows = [{k: float(row[k]) for k in expected[0]} for row in csv.DictReader(f)]
+        assert len(rows) == len(expected) and all(row == pytest.approx(want, rel=1e-5) for row, want in
+                                                  zip(rows, expected)), f"{run_dir.name} trained unlike {first.name}"
+        for name, tensor in torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"].items():
+            torch.testing.assert_close(tensor, weights[name], rtol=1e-5, atol=1e-6, msg=f"{run_dir.name}: {name}")
 
 
 def test_make_train_passes_args_to_the_train_command():
