@@ -2,6 +2,7 @@
 
 import torch
 from torch import nn
+from torch_geometric.nn import GraphConv
 
 import QuantumGrav as QG
 from QuantumGrav.distributed.runtime import Runtime
@@ -14,7 +15,8 @@ class ModelWithUnusedHead(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int):
         super().__init__()
-        self.body = QG.GNNClassifier(in_channels, num_classes, hidden_channels=[8], head_hidden=[], norm="none")
+        self.body = QG.GNNClassifier(in_channels, num_classes, conv=GraphConv, hidden_channels=[8],
+                                     head_hidden=[], norm="none", pooling="mean_max", directions="forward")
         self.unused_head = nn.Linear(8, num_classes)
 
     def forward(self, data):

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch_geometric.data import Data
+from torch_geometric.nn import GraphConv
 
 import QuantumGrav as QG
 
@@ -145,7 +146,8 @@ class ModelWithFiveOutputs(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
-        self.body = QG.GNNClassifier(in_channels, 5, hidden_channels=[8], head_hidden=[], norm="none")
+        self.body = QG.GNNClassifier(in_channels, 5, conv=GraphConv, hidden_channels=[8],
+                                     head_hidden=[], norm="none", pooling="mean_max", directions="forward")
 
     def forward(self, batch):
         return self.body(batch)

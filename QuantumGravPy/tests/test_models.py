@@ -49,6 +49,26 @@ def test_hybrid_head_reads_the_invariants_and_the_plain_model_ignores_them():
     assert hybrid(batch).shape == (1, 5), "a training batch of one graph uses the running statistics"
 
 
+def test_the_constructors_defaults_are_the_default_jobs_model():
+    """GNNClassifier(in_channels, num_classes) is the model of configs/train.yaml but for its invariants, which
+    depend on the data (graph_features: the number of features, 0 unless build_model is given the data's)."""
+    import inspect
+
+    from QuantumGrav.models.gnn import DEFAULT_CONV_KWARGS, GNNClassifier
+
+    model_section = QG.load_config(None)["model"]
+    signature = inspect.signature(GNNClassifier).parameters
+    for key in ("conv", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden", "directions"):
+        default = signature[key].default
+        assert (list(default) if isinstance(default, tuple) else default) == model_section[key], key
+    assert DEFAULT_CONV_KWARGS == model_section["conv_kwargs"]
+    direct, built = GNNClassifier(NUM_FEATURES, 5), build_model({**model_section, "graph_features": False}, NUM_FEATURES, 5)
+    assert str(direct) == str(built)  # the same layers, of the same sizes
+    assert {k: v.shape for k, v in direct.state_dict().items()} == {k: v.shape for k, v in built.state_dict().items()}
+    # another layer without conv_kwargs gets none (heads=2 would be GraphConv's error)
+    assert isinstance(GNNClassifier(NUM_FEATURES, 5, conv=GraphConv).convs[0].forward_conv, GraphConv)
+
+
 def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_config):
     config = tiny_config({"model.directions": "both", "model.graph_features": True, "training.num_epochs": 2,
                           **ALL_RESULTS})

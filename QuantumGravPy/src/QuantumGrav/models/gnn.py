@@ -18,6 +18,9 @@ from ..config.schema import pyobject_path
 from ..errors import ConfigError
 from .sparse_attention import Adjacency, SparseTransformerConv
 
+# The built-in model's defaults are the default job's (configs/train.yaml, the config's model: section); the
+# constructor has them too, so that GNNClassifier(in_channels, num_classes) is that model (tests/test_models.py).
+DEFAULT_CONV_KWARGS = {"heads": 2, "concat": False}
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
 # Convolutions whose constructor takes an MLP instead of (in, out) channel counts. (GINEConv
 # needs edge features, which causal-set graphs do not have.)
@@ -79,11 +82,15 @@ class GNNClassifier(nn.Module):
     The built-in model of ``model:`` in the config (``build_model`` builds it from there); its arguments are
     that section's keys.
 
+    The defaults are the default job's model (configs/train.yaml) but for ``graph_features``, which depends
+    on the data: ``build_model`` sets it from ``model.graph_features``.
+
     Args:
         in_channels: node features per element (``x``'s width).
         num_classes: outputs per graph.
         conv: a PyG message-passing layer class, built as ``conv(in, out, **conv_kwargs)``.
-        conv_kwargs: extra arguments of every ``conv`` layer.
+        conv_kwargs: extra arguments of every ``conv`` layer; None: two attention heads, averaged, for the
+            default ``SparseTransformerConv``, and none for any other layer.
         hidden_channels: the width of each message-passing layer.
         norm: the normalisation after each layer: ``"batch"``, ``"layer"``, ``"graph"`` or ``"none"``.
         activation: ``"relu"``, ``"gelu"``, ``"elu"``, ``"tanh"`` or ``"leaky_relu"``.
@@ -106,16 +113,18 @@ class GNNClassifier(nn.Module):
         True
     """
 
-    def __init__(self, in_channels: int, num_classes: int, *, conv: type = pyg_nn.GraphConv,
-                 conv_kwargs: dict | None = None, hidden_channels: list[int] = (64, 64, 64),
+    def __init__(self, in_channels: int, num_classes: int, *, conv: type = SparseTransformerConv,
+                 conv_kwargs: dict | None = None, hidden_channels: list[int] = (128, 128, 128),
                  norm: str = "batch", activation: str = "relu", dropout: float = 0.1,
-                 pooling: str = "mean_max", head_hidden: list[int] = (64,), directions: str = "forward",
+                 pooling: str = "mean", head_hidden: list[int] = (64,), directions: str = "both",
                  graph_features: int = 0):
         super().__init__()
         if directions not in ("forward", "both"):
             raise ValueError(f"directions: expected 'forward' or 'both', got {directions!r}")
         widths = [in_channels, *hidden_channels]
-        kwargs = dict(conv_kwargs or {})
+        if conv_kwargs is None:  # the default layer's arguments for the default layer, none for another one
+            conv_kwargs = DEFAULT_CONV_KWARGS if conv is SparseTransformerConv else {}
+        kwargs = dict(conv_kwargs)
         if directions == "both":
             self.convs = nn.ModuleList(BidirectionalConv(make_conv(conv, a, b, kwargs), make_conv(conv, a, b, kwargs))
                                        for a, b in zip(widths, widths[1:]))
