@@ -216,19 +216,35 @@ def worker(spec: dict) -> dict:
             "matmul_peak_gflops": peak_here, "top_ops": top_ops}
 
 
+SPMM = "aten::addmm (CSR x dense: SpMM)"  # the sparse aggregation: torch.addmm with a CSR matrix
+
+
+def _operator(event) -> str:
+    """The event's operator, with torch.addmm on a CSR matrix (the sparse layer's SpMM) told apart from the
+    dense addmm of a Linear layer: both are ``aten::addmm`` to the profiler; only the sparse one reads the
+    matrix's row pointers (a child event ``aten::crow_indices``)."""
+    if event.name == "aten::addmm" and any(child.name == "aten::crow_indices" for child in event.cpu_children):
+        return SPMM
+    return event.name
+
+
 def profile_step(step, device: torch.device, top: int = 6) -> tuple[float, float, list[tuple[str, float]]]:
-    """The share of one step's wall time spent in matrix-product operators (their self time), the step's
-    seconds, and the ``top`` operators by self time with their shares (where the rest of the step goes)."""
+    """The share of one step's wall time spent in matrix-product operators (their self time, dense and
+    sparse), the step's seconds, and the ``top`` operators by self time with their shares (where the rest of
+    the step goes; the sparse SpMM under its own name, see ``_operator``)."""
+    from collections import Counter
+
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         seconds = step()
     attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = prof.key_averages()
-    matmul_us = sum(getattr(event, attribute) for event in events if event.key in MATMUL_OPS)
-    heaviest = sorted(events, key=lambda event: -getattr(event, attribute))[:top]
+    self_us = Counter()
+    for event in prof.events():
+        self_us[_operator(event)] += getattr(event, attribute)
+    matmul_us = sum(us for name, us in self_us.items() if name in MATMUL_OPS or name == SPMM)
     return (matmul_us / 1e6 / seconds, seconds,
-            [(event.key, getattr(event, attribute) / 1e6 / seconds) for event in heaviest])
+            [(name, us / 1e6 / seconds) for name, us in self_us.most_common(top)])
 
 
 def count_flops(model: torch.nn.Module, batch) -> float:
