@@ -20,6 +20,9 @@ Tables (``--tables``, each a self-contained function that returns its rows; ``TA
   edges; the same count for both layers, which compute the same function) against the matrix-product
   peak measured in the same process just before (a 2048^2 matmul: on a shared machine the load moves).
 
+  A quiet run of N = 1,024 alone (``--tables scale --sizes 1024 --sources generator --json
+  benchmarks/results_scale_ops.json``) is what docs/large_data.md quotes for where the default layer's step goes.
+
 - ``balance``: batches by size (``training.batch_budget``) against fixed-count batches under DDP, at
   ``--nproc`` gloo processes on ``--samples`` sprinkled sets of N from ``--n-min`` to ``--n-max``: the time each
   rank waits at the gradient all-reduce per epoch, and graphs/s (see ``measure_balance``); stored in
