@@ -69,6 +69,17 @@ def test_the_constructors_defaults_are_the_default_jobs_model():
     assert isinstance(GNNClassifier(NUM_FEATURES, 5, conv=GraphConv).convs[0].forward_conv, GraphConv)
 
 
+def test_gnn_classifier_named_as_model_type_is_built_as_any_named_class():
+    """model.type: QuantumGrav.models.gnn.GNNClassifier is built as type(in, out, **model.kwargs), as every named
+    class is, and the keys conv to graph_features do not apply (the trainer then derives no invariants: built
+    with the config's graph_features, it failed on a user's sets of x, edge_index and y)."""
+    model_section = {**QG.load_config(None)["model"], "type": QG.GNNClassifier, "kwargs": {"hidden_channels": [8]}}
+    model = build_model(model_section, 3, 4)
+    assert model.graph_norm is None and [conv.forward_conv.out_channels for conv in model.convs] == [8]
+    item = Data(x=torch.rand(3, 3), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([1]))
+    check_model_forward(model, item, MulticlassTask(4), model_section, torch.device("cpu"))
+
+
 def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_config):
     config = tiny_config({"model.directions": "both", "model.graph_features": True, "training.num_epochs": 2,
                           **ALL_RESULTS})

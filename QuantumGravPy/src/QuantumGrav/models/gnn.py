@@ -192,9 +192,8 @@ def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) 
         >>> type(model).__name__
         'GNNClassifier'
     """
-    model_type = model_cfg.get("type") or GNNClassifier
-    if model_type is not GNNClassifier:
-        return model_type(in_channels, out_channels, **model_cfg.get("kwargs", {}))
+    if model_cfg.get("type") is not None:  # any named class, GNNClassifier too: the keys conv to graph_features
+        return model_cfg["type"](in_channels, out_channels, **model_cfg.get("kwargs", {}))  # do not apply
     keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden",
             "directions")
     if "conv" in model_cfg:
