@@ -254,6 +254,11 @@ def _training_signature(config_file: Path) -> str:
     return json.dumps(config, sort_keys=True)
 
 
+def _metrics(run_dir: Path) -> list[dict[str, float]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [{k: float(row[k]) for k in ("train_loss", "val_loss", "val_accuracy")} for row in csv.DictReader(f)]
+
+
 def test_the_documented_launchers_train_the_same_model(fresh_copy, documented_runs):
     """Runs of the documents' commands with the same config and world size trained the same model, whichever
     launcher started them: README's `train --nproc 2` (QG.launch) and torchrun, the quick reference's spawning
@@ -269,12 +274,9 @@ def test_the_documented_launchers_train_the_same_model(fresh_copy, documented_ru
     (ddp_runs,) = [runs for (world_size, _), runs in groups.items() if world_size == 2 and len(runs) > 1]
     assert len(ddp_runs) >= 4, f"the four documented launches of configs/train_ddp.yaml: {ddp_runs}"
     first, *others = ddp_runs
-    with open(first / "metrics.csv", newline="") as f:
-        expected = [{k: float(row[k]) for k in ("train_loss", "val_loss", "val_accuracy")} for row in csv.DictReader(f)]
-    weights = torch.load(first / "checkpoints" / "last.pt", weights_only=True)["model"]
+    expected, weights = _metrics(first), torch.load(first / "checkpoints" / "last.pt", weights_only=True)["model"]
     for run_dir in others:
-        with open(run_dir / "metrics.csv", newline="") as f:
-            rows = [{k: float(row[k]) for k in expected[0]} for row in csv.DictReader(f)]
+        rows = _metrics(run_dir)
         assert len(rows) == len(expected) and all(row == pytest.approx(want, rel=1e-5) for row, want in
                                                   zip(rows, expected)), f"{run_dir.name} trained unlike {first.name}"
         for name, tensor in torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"].items():

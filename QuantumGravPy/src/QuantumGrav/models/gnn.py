@@ -192,8 +192,9 @@ def build_model(model_cfg: dict[str, Any], in_channels: int, out_channels: int) 
         >>> type(model).__name__
         'GNNClassifier'
     """
-    if model_cfg.get("type") is not None:  # any named class, GNNClassifier too: the keys conv to graph_features
-        return model_cfg["type"](in_channels, out_channels, **model_cfg.get("kwargs", {}))  # do not apply
+    # Any named class, GNNClassifier too, is built from model.kwargs: the keys conv to graph_features do not apply.
+    if model_cfg.get("type") is not None:
+        return model_cfg["type"](in_channels, out_channels, **model_cfg.get("kwargs", {}))
     keys = ("conv", "conv_kwargs", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden",
             "directions")
     if "conv" in model_cfg:
