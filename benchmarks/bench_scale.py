@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -235,8 +236,6 @@ def profile_step(step, device: torch.device, top: int = 6) -> tuple[float, float
     """The share of one step's wall time spent in matrix-product operators (their self time, dense and
     sparse), the step's seconds, and the ``top`` operators by self time with their shares (where the rest of
     the step goes; the sparse SpMM under its own name, see ``_operator``)."""
-    from collections import Counter
-
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
