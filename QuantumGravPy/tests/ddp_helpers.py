@@ -69,13 +69,13 @@ def wait_for_slow_main_process(rank: int, world_size: int, port: int, results, r
         QG.cleanup_ddp()
 
 
-def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0) -> list[tuple]:
-    """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` fresh processes (the library's
-    worker context: forked from a server that imported torch once) and return what each put on ``results``
-    (one tuple per rank, in the order they arrived)."""
+def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0, context=None) -> list[tuple]:
+    """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` fresh processes (by default the
+    library's worker context: forked from a server that imported torch once) and return what each put on
+    ``results`` (one tuple per rank, in the order they arrived)."""
     from QuantumGrav.distributed.runtime import worker_context
 
-    context = worker_context()
+    context = context or worker_context()
     results, port = context.Queue(), QG.find_free_port()
     processes = [context.Process(target=target, args=(rank, world_size, port, results, *args))
                  for rank in range(world_size)]
