@@ -257,6 +257,44 @@ def test_a_study_leaves_its_files_wandb_runs_grouped_and_a_best_yaml_that_trains
     assert len(list((tmp_path / "runs").iterdir())) == 1
 
 
+def test_the_slice_figure_of_a_coupled_choice_has_no_label_over_another():
+    """Notebook 08's slice figure: the coupled choice's values ('hidden_channels=[...], batch_size=...') ran, rotated,
+    into the learning rate's axis name. Every x tick label and axis name must stay clear of the other axes'."""
+    import matplotlib.pyplot as plt
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.visualization.matplotlib import plot_slice
+
+    from QuantumGrav.studies.report import _with_readable_ticks
+
+    space = {"model.pooling": CategoricalDistribution(["mean", "max"]),
+             "training.optimizer_kwargs.lr": FloatDistribution(1e-4, 3e-2, log=True),
+             "width_and_batch": CategoricalDistribution(["hidden_channels=[64, 64, 64], batch_size=32",
+                                                          "hidden_channels=[128, 128], batch_size=64"])}
+    study = optuna.create_study()
+    for pooling, lr, width, value in [("mean", 2e-3, 0, 0.3), ("mean", 2e-4, 1, 0.9), ("max", 1e-2, 1, 0.2)]:
+        study.add_trial(optuna.trial.create_trial(params={"model.pooling": pooling, "training.optimizer_kwargs.lr": lr,
+                                                          "width_and_batch": space["width_and_batch"].choices[width]},
+                                                  distributions=space, value=value))
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):
+        axes = list(plot_slice(study).flat)
+    figure = _with_readable_ticks(axes)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+
+
+    def drawn(ax) -> list:  # the tick labels inside the axis's limits (those outside are not drawn), its name
+        low, high = sorted(ax.get_xlim())
+        return [*(text for text in ax.get_xticklabels() if low <= text.get_position()[0] <= high), ax.xaxis.label]
+
+    boxes = [[text.get_window_extent(renderer) for text in drawn(ax) if text.get_text()] for ax in axes]
+    for i, j in [(i, j) for i in range(len(axes)) for j in range(len(axes)) if i != j]:
+        clashes = [(a, b) for a in boxes[i] for b in boxes[j] if a.overlaps(b)]
+        assert not clashes, f"labels of axis {i} run over those of axis {j}: {clashes}"
+    ticks = [text.get_text() for text in axes[2].get_xticklabels()]
+    assert ticks[0] == "'hidden_channels=[64, 64, 64],\nbatch_size=32'", ticks
+    plt.close(figure)
+
+
 def test_without_optuna_the_command_says_how_to_install_it(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna now raises ImportError
     assert cli.main(["tune", "--config", str(REPO / "configs" / "tune.yaml")]) == 2

@@ -110,15 +110,38 @@ def draw_figures(study, complete: int, folder: Path) -> tuple[list[str], dict[st
         except (ValueError, RuntimeError, ZeroDivisionError) as err:  # e.g. importances of parameters that never varied
             skipped[name] = " ".join(str(err).split())[:200]
             continue
-        figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
-        for ax in getattr(axes, "flat", [axes]):  # the slice plot's categorical labels would overlap
-            for label in ax.get_xticklabels():
-                label.set(rotation=30, horizontalalignment="right", fontsize=7)
+        figure = _with_readable_ticks(list(getattr(axes, "flat", [axes])))
         path = folder / f"{name}.png"
         atomic_replace(path, lambda tmp, figure=figure: figure.savefig(tmp, format="png", dpi=90, bbox_inches="tight"))
         plt.close(figure)
         written.append(str(path))
     return written, skipped
+
+
+def _with_readable_ticks(axes: list) -> Any:
+    """The figure of ``axes``, with room for the slice plot's categorical values: a coupled choice such as
+    'hidden_channels=[64, 64, 64], batch_size=32' is one line per setting, each axis is wide enough for it,
+    and no label runs into the next axis's name (Optuna gives each axis 3.2 inches, rotated labels ran over)."""
+    figure = axes[0].figure
+    if len(axes) > 1:
+        figure.set_size_inches(3.6 * len(axes), figure.get_size_inches()[1])
+        figure.set_layout_engine("constrained")  # spaces the axes by their labels, the colour bar included
+    for ax in axes:
+        labels = [label.get_text() for label in ax.get_xticklabels()]
+        if any(", " in text for text in labels):
+            ax.set_xticks(ax.get_xticks(), [_one_setting_per_line(text) for text in labels])
+        ax.tick_params(axis="x", labelsize=7)
+    return figure
+
+
+def _one_setting_per_line(text: str) -> str:
+    r"""'a=[1, 2], b=3' -> 'a=[1, 2],\nb=3': breaks at the commas outside brackets only."""
+    depth, out = 0, []
+    for i, char in enumerate(text):
+        depth += char in "[({"
+        depth -= char in "])}"
+        out.append(",\n" if char == "," and depth == 0 and text[i + 1:i + 2] == " " else char)
+    return "".join(out).replace("\n ", "\n")
 
 
 def summarise_study(summary: dict[str, Any]) -> str:
