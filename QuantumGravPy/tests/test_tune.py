@@ -281,7 +281,6 @@ def test_the_slice_figure_of_a_coupled_choice_has_no_label_over_another():
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()
 
-
     def drawn(ax) -> list:  # the tick labels inside the axis's limits (those outside are not drawn), its name
         low, high = sorted(ax.get_xlim())
         return [*(text for text in ax.get_xticklabels() if low <= text.get_position()[0] <= high), ax.xaxis.label]
@@ -352,8 +351,9 @@ def test_workers_opening_a_new_database_at_once_all_open_it(tmp_path):
 
     from ddp_helpers import spawn_ranks
     from tune_helpers import open_new_database
+    from QuantumGrav.studies.storage import open_storage
 
-    open_new_database(0, 1, 0, multiprocessing.Queue(), str(tmp_path / "imports.db"))  # imports what the workers use
+    open_storage(f"sqlite:///{tmp_path / 'imports.db'}")  # imports what the workers use
     for round_ in range(8):
         outcomes = spawn_ranks(open_new_database, 3, str(tmp_path / f"study_{round_}.db"),
                                context=multiprocessing.get_context("fork"))
