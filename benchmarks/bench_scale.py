@@ -236,6 +236,7 @@ def profile_step(step, device: torch.device, top: int = 6) -> tuple[float, float
     """The share of one step's wall time spent in matrix-product operators (their self time, dense and
     sparse), the step's seconds, and the ``top`` operators by self time with their shares (where the rest of
     the step goes; the sparse SpMM under its own name, see ``_operator``)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
@@ -243,6 +244,8 @@ def profile_step(step, device: torch.device, top: int = 6) -> tuple[float, float
     attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     self_us = Counter()
     for event in prof.events():
+        if event.device_type != DeviceType.CPU:  # a CUDA kernel: its time is already its operator's device time
+            continue
         self_us[_operator(event)] += getattr(event, attribute)
     matmul_us = sum(us for name, us in self_us.items() if name in MATMUL_OPS or name == SPMM)
     return (matmul_us / 1e6 / seconds, seconds,
@@ -537,7 +540,8 @@ def main() -> None:
         print(json.dumps(worker(json.loads(args.worker))))
         return
     meta = {"command": " ".join(sys.argv), "load_average": os.getloadavg(), "torch": torch.__version__,
-            "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None}
     results = {}
     if "peak" in args.tables:
         results["peak"] = {"meta": meta, "rows": table_peak(args)}
