@@ -1,6 +1,7 @@
 """The default model on large causal sets: peak memory, training graphs/s and the share of matrix products,
 with PyG's TransformerConv ("before") and QuantumGrav's SparseTransformerConv ("after"); prints tables and
-stores them in benchmarks/results_bench_scale.json (one key per table; other tables in the file are kept).
+stores them in benchmarks/results_bench_scale.json (one key per table; other tables in the file are kept; a table
+also after each of its rows, marked partial, so that a run cut short keeps what it measured).
 
     nice .venv/bin/python benchmarks/bench_scale.py                          # every table, default sizes
     nice .venv/bin/python benchmarks/bench_scale.py --tables scale --sizes 128 512 --sources generator
@@ -112,6 +113,7 @@ def table_scale(args) -> list[dict]:
                     row = run_worker(spec)
                     print(_scale_line(row), flush=True)
                     rows.append(row)
+                    keep_partial(args, "scale", rows)
     return rows
 
 
@@ -149,6 +151,7 @@ def table_convs(args) -> list[dict]:
             row = run_worker(spec)
             print(_scale_line(row), flush=True)
             rows.append(row)
+            keep_partial(args, "convs", rows)
     return rows
 
 
@@ -334,6 +337,12 @@ def print_scale(rows: list[dict]) -> None:
             ops = ", ".join(f"{name} {100 * share:.0f}%" for name, share in row["top_ops"])
             print(f"- {row['source']} N={row['n']} {row['variant']} batch {row['batch']}, {row['threads']} "
                   f"thread(s): {ops}")
+
+
+def keep_partial(args, table: str, rows: list[dict]) -> None:
+    """The rows measured so far, stored after each one (marked ``partial`` in the table's meta): a run cut by a
+    time limit (a cluster job's, a lent GPU's) keeps what it measured; the finished table replaces them."""
+    store({table: {"meta": {**args.meta, "partial": True}, "rows": rows}}, args.json)
 
 
 def store(results: dict, path: Path) -> None:
@@ -542,6 +551,7 @@ def main() -> None:
     meta = {"command": " ".join(sys.argv), "load_average": os.getloadavg(), "torch": torch.__version__,
             "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None}
+    args.meta = meta
     results = {}
     if "peak" in args.tables:
         results["peak"] = {"meta": meta, "rows": table_peak(args)}
