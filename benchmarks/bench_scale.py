@@ -21,6 +21,9 @@ Tables (``--tables``, each a self-contained function that returns its rows; ``TA
   edges; the same count for both layers, which compute the same function) against the matrix-product
   peak measured in the same process just before (a 2048^2 matmul: on a shared machine the load moves).
 
+  ``--amp off bf16 fp16`` adds a row per precision (autocast, and a gradient scaler for fp16, as
+  ``training.amp`` trains).
+
   A quiet run of N = 1,024 alone (``--tables scale --sizes 1024 --sources generator --json
   benchmarks/results_scale_ops.json``) is what docs/large_data.md quotes for where the default layer's step goes.
 
@@ -107,13 +110,14 @@ def table_scale(args) -> list[dict]:
             for n in args.sizes:
                 data = prepare_data(source, n, args.batch, Path(folder))
                 for variant in ("before", "after"):
-                    batch = min(args.batch, args.before_batch.get(n, 1)) if variant == "before" else args.batch
-                    spec = {"source": source, "n": n, "batch": batch, "variant": variant, "data": data,
-                            "steps": args.steps, "threads": args.threads, "device": args.device}
-                    row = run_worker(spec)
-                    print(_scale_line(row), flush=True)
-                    rows.append(row)
-                    keep_partial(args, "scale", rows)
+                    for amp in args.amp:
+                        batch = min(args.batch, args.before_batch.get(n, 1)) if variant == "before" else args.batch
+                        spec = {"source": source, "n": n, "batch": batch, "variant": variant, "data": data,
+                                "steps": args.steps, "threads": args.threads, "device": args.device, "amp": amp}
+                        row = run_worker(spec)
+                        print(_scale_line(row), flush=True)
+                        rows.append(row)
+                        keep_partial(args, "scale", rows)
     return rows
 
 
@@ -193,14 +197,23 @@ def worker(spec: dict) -> dict:
     model = QG.build_model(model_cfg, batch.x.size(1), num_classes).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=4.46e-3)
     flops = count_flops(model, batch)
+    amp = spec.get("amp", "off")  # as training.amp: autocast, and a gradient scaler for fp16
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+    scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
 
     def step() -> float:
         _sync(device)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(batch), batch.y.view(-1))
-        loss.backward()
-        optimizer.step()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = torch.nn.functional.cross_entropy(model(batch), batch.y.view(-1))
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
         _sync(device)
         return time.perf_counter() - start
 
@@ -214,7 +227,7 @@ def worker(spec: dict) -> dict:
     peak = (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else _peak_rss_mb())
     matmul_share, profiled_s, top_ops = profile_step(step, device)
     step_s = statistics.median(times)
-    return {**{k: spec[k] for k in ("source", "n", "batch", "variant", "threads", "device")},
+    return {**{k: spec[k] for k in ("source", "n", "batch", "variant", "threads", "device")}, "amp": amp,
             "edges_per_set": batch.edge_index.size(1) / spec["batch"], "peak_mb": peak,
             "growth_mb": peak - (0 if device.type == "cuda" else rss_before),
             "growth_mb_per_graph": (peak - (0 if device.type == "cuda" else rss_before)) / spec["batch"],
@@ -290,10 +303,15 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _layer(row: dict) -> str:
+    """The layer of a row, with its precision where it is not float32 ("after bf16")."""
+    return row["variant"] + (f" {row['amp']}" if row.get("amp", "off") != "off" else "")
+
+
 def _scale_line(row: dict) -> str:
     if "error" in row:
         return f"  {row['source']} N={row['n']} {row['variant']} batch {row['batch']}: FAILED {row['error']}"
-    return (f"  {row['source']} N={row['n']} {row['variant']} batch {row['batch']}: {row['graphs_per_s']:.2f} "
+    return (f"  {row['source']} N={row['n']} {_layer(row)} batch {row['batch']}: {row['graphs_per_s']:.2f} "
             f"graphs/s, peak {row['peak_mb']:.0f} MB, matmul {100 * row['matmul_share']:.0f}%")
 
 
@@ -326,7 +344,7 @@ def print_scale(rows: list[dict]) -> None:
             print(f"| {row['source']} | {row['n']} | | {row['variant']} | {row['batch']} | failed | | | | | | | |")
             continue
         of_peak = f"{100 * row['gflops'] / row['matmul_peak_gflops']:.0f}%"
-        print(f"| {row['source']} | {row['n']} | {row['edges_per_set']:,.0f} | {row['variant']} | {row['batch']} "
+        print(f"| {row['source']} | {row['n']} | {row['edges_per_set']:,.0f} | {_layer(row)} | {row['batch']} "
               f"| {row['peak_mb']:,.0f} | {row['growth_mb_per_graph']:,.1f} "
               f"| {row['growth_mb_per_graph'] * 1024 / row['edges_per_set']:.1f} | {row['graphs_per_s']:.2f} "
               f"| {row['graphs_per_s'] * row['edges_per_set']:,.0f} "
@@ -335,7 +353,7 @@ def print_scale(rows: list[dict]) -> None:
     for row in rows:
         if row.get("top_ops"):
             ops = ", ".join(f"{name} {100 * share:.0f}%" for name, share in row["top_ops"])
-            print(f"- {row['source']} N={row['n']} {row['variant']} batch {row['batch']}, {row['threads']} "
+            print(f"- {row['source']} N={row['n']} {_layer(row)} batch {row['batch']}, {row['threads']} "
                   f"thread(s): {ops}")
 
 
@@ -522,6 +540,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--amp", nargs="+", choices=["off", "bf16", "fp16"], default=["off"],
+                        help="scale: mixed precision of the steps, as training.amp (one row per value; fp16 needs CUDA)")
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     balance = parser.add_argument_group("balance", "batches by size against fixed-count batches under DDP")
