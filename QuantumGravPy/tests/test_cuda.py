@@ -15,14 +15,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import yaml
-from torch_geometric.nn import TransformerConv
 
 import QuantumGrav as QG
 from QuantumGrav.errors import UserError
-from QuantumGrav.models.gnn import BidirectionalConv
-from QuantumGrav.models.sparse_attention import Adjacency, SparseTransformerConv
+from QuantumGrav.models.sparse_attention import Adjacency
 from conftest import REPO
-from test_sparse_attention import TOL, graphs_of_different_sizes, pair
+from test_sparse_attention import TOL, bidirectional_pair, graphs_of_different_sizes, pair
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import stress_teardown  # noqa: E402
@@ -63,11 +61,7 @@ def test_the_sparse_layer_on_cuda_equals_pygs_on_cuda_and_itself_on_the_cpu(head
 
 
 def test_both_directions_on_cuda_equal_pygs_with_a_shared_adjacency():
-    torch.manual_seed(2)
-    theirs = BidirectionalConv(TransformerConv(6, 8, heads=2, concat=False), TransformerConv(6, 8, heads=2, concat=False))
-    ours = BidirectionalConv(SparseTransformerConv(6, 8, heads=2, concat=False),
-                             SparseTransformerConv(6, 8, heads=2, concat=False))
-    ours.load_state_dict(theirs.state_dict())
+    theirs, ours = bidirectional_pair()
     batch = graphs_of_different_sizes()
     adjacency = Adjacency.from_edge_index(batch.edge_index.to(CUDA), batch.num_nodes)
     assert_close(outputs_and_gradients(ours, batch, CUDA, adjacency), outputs_and_gradients(theirs, batch, CUDA), **TOL)

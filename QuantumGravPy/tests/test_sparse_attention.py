@@ -88,12 +88,18 @@ def test_dropout_on_the_attention_draws_pygs_mask_in_training_mode():
     assert not torch.allclose(out_eval, out_train), "dropout acts in training mode"
 
 
-def test_both_directions_equal_pygs_with_a_shared_adjacency():
+def bidirectional_pair():
+    """PyG's layer and ours in both directions (BidirectionalConv), with the same weights."""
     torch.manual_seed(2)
     theirs = BidirectionalConv(TransformerConv(6, 8, heads=2, concat=False), TransformerConv(6, 8, heads=2, concat=False))
     ours = BidirectionalConv(SparseTransformerConv(6, 8, heads=2, concat=False),
                              SparseTransformerConv(6, 8, heads=2, concat=False))
     ours.load_state_dict(theirs.state_dict())
+    return theirs, ours
+
+
+def test_both_directions_equal_pygs_with_a_shared_adjacency():
+    theirs, ours = bidirectional_pair()
     batch = graphs_of_different_sizes()
     assert_same(theirs, ours, batch)
     adjacency = Adjacency.from_edge_index(batch.edge_index, batch.num_nodes)
