@@ -20,7 +20,7 @@ import QuantumGrav as QG
 from QuantumGrav.errors import UserError
 from QuantumGrav.models.sparse_attention import Adjacency
 from conftest import REPO
-from test_sparse_attention import TOL, bidirectional_pair, graphs_of_different_sizes, pair
+from test_sparse_attention import TOL, bidirectional_pair, graphs_of_different_sizes, outputs_and_gradients, pair
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import stress_teardown  # noqa: E402
@@ -31,16 +31,11 @@ CUDA = torch.device("cuda", 0)
 DEFAULT_MODEL = yaml.load((REPO / "configs" / "train.yaml").read_text(), QG.get_loader())["model"]
 
 
-def outputs_and_gradients(layer, batch, device: torch.device, *args):
-    """The output of a copy of ``layer`` on ``device``, and the gradients (on the CPU) of a fixed random function of
-    it with respect to the input and every parameter."""
-    layer, batch = copy.deepcopy(layer).to(device), batch.clone().to(device)
-    x = batch.x.clone().requires_grad_(True)
-    out = layer(x, *(args or (batch.edge_index,)))
-    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to(device)
-    (out.float() * weights).sum().backward()
-    grads = {"x": x.grad, **{name: p.grad for name, p in layer.named_parameters() if p.grad is not None}}
-    return out.detach().float().cpu(), {name: grad.float().cpu() for name, grad in grads.items()}
+def on(device: torch.device, layer, batch, structure=None):
+    """``outputs_and_gradients`` of copies of ``layer`` and ``batch`` on ``device``, in float32 on the CPU (the
+    parameters that get no gradient left out)."""
+    out, grads = outputs_and_gradients(copy.deepcopy(layer).to(device), batch.clone().to(device), structure=structure)
+    return out.float().cpu(), {name: grad.float().cpu() for name, grad in grads.items() if grad is not None}
 
 
 def assert_close(ours, theirs, **tolerance) -> None:
@@ -55,25 +50,25 @@ def assert_close(ours, theirs, **tolerance) -> None:
 def test_the_sparse_layer_on_cuda_equals_pygs_on_cuda_and_itself_on_the_cpu(heads, concat):
     theirs, ours = pair({"heads": heads, "concat": concat})
     batch = graphs_of_different_sizes()  # isolated nodes and a graph without edges included
-    on_cuda = outputs_and_gradients(ours, batch, CUDA)
-    assert_close(on_cuda, outputs_and_gradients(theirs, batch, CUDA), **TOL)
-    assert_close(on_cuda, outputs_and_gradients(ours, batch, torch.device("cpu")), **TOL)
+    on_cuda = on(CUDA, ours, batch)
+    assert_close(on_cuda, on(CUDA, theirs, batch), **TOL)
+    assert_close(on_cuda, on(torch.device("cpu"), ours, batch), **TOL)
 
 
 def test_both_directions_on_cuda_equal_pygs_with_a_shared_adjacency():
     theirs, ours = bidirectional_pair()
     batch = graphs_of_different_sizes()
     adjacency = Adjacency.from_edge_index(batch.edge_index.to(CUDA), batch.num_nodes)
-    assert_close(outputs_and_gradients(ours, batch, CUDA, adjacency), outputs_and_gradients(theirs, batch, CUDA), **TOL)
+    assert_close(on(CUDA, ours, batch, adjacency), on(CUDA, theirs, batch), **TOL)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_mixed_precision_on_cuda_stays_close_to_float32(dtype):
     theirs, ours = pair({"heads": 2, "concat": False})
     batch = graphs_of_different_sizes()
-    reference, _ = outputs_and_gradients(theirs, batch, CUDA)
+    reference, _ = on(CUDA, theirs, batch)
     with torch.autocast("cuda", dtype=dtype):
-        out, grads = outputs_and_gradients(ours, batch, CUDA)
+        out, grads = on(CUDA, ours, batch)
     torch.testing.assert_close(out, reference, rtol=0.05, atol=0.05)
     assert all(torch.isfinite(grad).all() for grad in grads.values())
 

@@ -45,14 +45,15 @@ def pair(kwargs: dict, in_channels: int = 6, out_channels: int = 8):
     return theirs, ours
 
 
-def outputs_and_gradients(layer, batch: Data, seed: int = 5):
+def outputs_and_gradients(layer, batch: Data, seed: int = 5, structure=None):
     """The layer's output on ``batch``, and the gradients of a fixed random function of it with respect to the
-    input and every parameter."""
+    input and every parameter, on the device of both. ``structure``: what the layer reads besides the features
+    (default the batch's edge_index; an ``Adjacency``)."""
     x = batch.x.clone().requires_grad_(True)
     torch.manual_seed(seed)  # the same dropout mask on both sides
-    out = layer(x, batch.edge_index)
-    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
-    (out * weights).sum().backward()
+    out = layer(x, batch.edge_index if structure is None else structure)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to(out.device)
+    (out.float() * weights).sum().backward()  # float: the same function under mixed precision
     grads = {"x": x.grad, **{name: p.grad for name, p in layer.named_parameters()}}
     layer.zero_grad()
     return out.detach(), grads
