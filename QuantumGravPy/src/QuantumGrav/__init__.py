@@ -3,19 +3,38 @@
 ``import QuantumGrav as QG`` gives the whole user-facing API.
 """
 
-from .callbacks import Callback, Decision, Stop
-from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
-from .data.dataset import CausalSetDataset, split_indices
-from .distributed.runtime import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
-from .errors import ConfigError, UserError
-from .distributed.launcher import TrainingFailed, launch, run_job
-from .logging_utils import get_logger, setup_logging
-from .models.gnn import GNNClassifier, build_model, count_parameters
-from .config.smoke_test import print_run_header, shrink_for_smoke_test
-from .models.sparse_attention import SparseTransformerConv
-from .config.roles import dataset_factory, loss_function
-from .train_ddp import TrainerDDP
-from .training.trainer import Trainer
+import gc as _gc
+
+# Importing torch, torch._dynamo (PyG imports it, and so does every optimizer) and PyG creates about half a
+# million objects that live as long as the process. CPython's cyclic garbage collector would traverse all of
+# them again and again: in the full collections that the import itself triggers, and once more when the
+# interpreter exits; benchmarks/bench_startup.py measures that at about a third of what a fresh process spends
+# to import this package and exit, paid by every torchrun worker, CLI command and kernel. So the collector is
+# paused during the import and what exists afterwards is frozen: gc.freeze moves it to a permanent generation
+# that collections skip (reference counting still frees it), the pattern CPython's documentation gives for a
+# parent process that others are forked from, as QG.launch's workers are from its fork server. What is made
+# after the import is collected as usual; ``gc.unfreeze()`` after importing QuantumGrav undoes the freeze.
+_gc_was_enabled = _gc.isenabled()
+_gc.disable()
+try:
+    from .callbacks import Callback, Decision, Stop
+    from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
+    from .data.dataset import CausalSetDataset, split_indices
+    from .distributed.runtime import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
+    from .errors import ConfigError, UserError
+    from .distributed.launcher import TrainingFailed, launch, run_job
+    from .logging_utils import get_logger, setup_logging
+    from .models.gnn import GNNClassifier, build_model, count_parameters
+    from .config.smoke_test import print_run_header, shrink_for_smoke_test
+    from .models.sparse_attention import SparseTransformerConv
+    from .config.roles import dataset_factory, loss_function
+    from .train_ddp import TrainerDDP
+    from .training.trainer import Trainer
+finally:
+    if _gc_was_enabled:
+        _gc.enable()
+_gc.freeze()
+del _gc_was_enabled
 
 
 def tune(config, trials=None, nproc=None, overrides=None):
