@@ -79,6 +79,10 @@ def in_process_group(work):
         device = join_process_group(rank, world_size, port, settings["timeout_s"])
         try:
             return work(rank, world_size, device, settings)
+        except Exception as err:
+            # When it failed, taken before the teardown: leaving the group makes the others fail too.
+            err.raised_at = time.monotonic()
+            raise
         finally:
             gc.collect()
             leave_process_group()
@@ -291,20 +295,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PEER_REPORTS_S = 3.0  # how long the other ranks' reports are awaited after a failure
+
+
 def _run_rank(worker, rank: int, world_size: int, port: int, settings: dict, results) -> None:
     torch.set_num_threads(1)  # two processes on two cores: one thread each
     try:
         results.put((rank, "ok", worker(rank, world_size, port, settings)))
     except Exception as err:  # reported to the launcher, which stops the others (as torchrun does)
-        results.put((rank, "failed", f"{type(err).__name__}: {err}", traceback.format_exc()))
+        raised_at = getattr(err, "raised_at", time.monotonic())
+        results.put((rank, "failed", f"{type(err).__name__}: {err}", traceback.format_exc(), raised_at))
 
 
 def start_processes(worker, world_size: int, settings: dict, wait_s: float) -> dict:
     """Run ``worker`` on ``world_size`` new processes; wait at most ``wait_s`` seconds.
 
     Returns {"results": {rank: result}} when every rank finished, else {"failed_rank", "error",
-    "traceback", "seconds"} of the first rank that failed (the others are then stopped) or, when no rank
-    failed in time, {"failed_rank": None, "error": "still running ..."}.
+    "traceback", "seconds"} of the rank that failed first (the others are then stopped) or, when no rank
+    failed in time, {"failed_rank": None, "error": "still running ..."}. A rank that fails makes the
+    others fail as it leaves the group, and their reports can arrive before its own: so the reports of
+    the next ``PEER_REPORTS_S`` seconds are collected too, and the earliest error wins.
     """
     context = mp.get_context("forkserver")  # workers forked from a clean server that imported torch once
     context.set_forkserver_preload(["torch", "torch_geometric", __name__])
@@ -313,27 +323,30 @@ def start_processes(worker, world_size: int, settings: dict, wait_s: float) -> d
                  for rank in range(world_size)]
     for process in processes:
         process.start()
-    finished, failure = {}, None
+    finished, failures, deadline = {}, [], started + wait_s
     try:
-        while len(finished) < world_size and failure is None:
-            remaining = wait_s - (time.monotonic() - started)
+        while len(finished) + len(failures) < world_size:
             try:
-                rank, status, *report = results.get(timeout=max(remaining, 0.01))
+                rank, status, *report = results.get(timeout=max(deadline - time.monotonic(), 0.01))
             except queue.Empty:
-                failure = {"failed_rank": None, "error": f"still running after {wait_s:g} s: stopped"}
                 break
             if status == "ok":
                 finished[rank] = report[0]
             else:
-                failure = {"failed_rank": rank, "error": report[0], "traceback": report[1]}
+                error, trace, raised_at = report
+                failures.append({"failed_rank": rank, "error": error, "traceback": trace,
+                                 "seconds": raised_at - started})
+                deadline = min(deadline, time.monotonic() + PEER_REPORTS_S)
     finally:
         for process in processes:  # a failure or the bounded wait: stop what still runs
-            process.join(timeout=0 if failure else 30)
+            process.join(timeout=30 if len(finished) == world_size else 0)
             if process.is_alive():
                 process.terminate()
                 process.join()
-    if failure is not None:
-        return {**failure, "seconds": time.monotonic() - started}
+    if failures:
+        return min(failures, key=lambda failure: failure["seconds"])
+    if len(finished) < world_size:
+        return {"failed_rank": None, "error": f"still running after {wait_s:g} s: stopped", "seconds": wait_s}
     return {"results": dict(sorted(finished.items())), "seconds": time.monotonic() - started}
 
 
