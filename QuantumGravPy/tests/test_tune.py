@@ -360,6 +360,51 @@ def test_workers_opening_a_new_database_at_once_all_open_it(tmp_path):
         assert sorted(outcome for _, outcome in outcomes) == ["opened"] * 3, outcomes
 
 
+def _settings(tmp_path: Path, folder: str, space: dict):
+    from QuantumGrav.studies.config import read_study_config
+
+    config = study(tmp_path, tmp_path / "data", space)
+    return read_study_config(QG.apply_overrides(config, {"tune.path": str(tmp_path / folder)}))[0]
+
+
+def test_workers_joining_a_new_study_at_once_agree_and_one_with_another_space_is_refused(tmp_path):
+    """Workers started together (the documented two terminals, a job array): one creates the study and writes its
+    metric and space one after the other, the others may load it in between. Those with the same config join;
+    of two with different spaces, exactly one goes on. A race is a distribution: 8 rounds, forked at once."""
+    import multiprocessing
+
+    from ddp_helpers import spawn_ranks
+    from tune_helpers import open_one_study
+
+    same, other = {"model.dropout": {"low": 0.0, "high": 0.2}}, {"model.dropout": {"low": 0.0, "high": 0.3}}
+    for round_ in range(8):
+        settings = [_settings(tmp_path, f"same_{round_}", same)] * 3
+        outcomes = spawn_ranks(open_one_study, 3, settings, context=multiprocessing.get_context("fork"))
+        assert sorted(outcome for _, outcome in outcomes) == ["opened"] * 3, outcomes
+        settings = [_settings(tmp_path, f"other_{round_}", space) for space in (same, other)]
+        outcomes = sorted(outcome for _, outcome in spawn_ranks(open_one_study, 2, settings,
+                                                                  context=multiprocessing.get_context("fork")))
+        assert outcomes[1] == "opened" and "was started with another search space" in outcomes[0], outcomes
+
+
+def test_a_worker_waits_for_the_creator_of_a_study_to_write_what_it_was_started_with(tmp_path):
+    import dataclasses
+    import threading
+
+    from QuantumGrav.studies.storage import open_storage, open_study
+
+    settings = _settings(tmp_path, "studies", {"model.dropout": {"low": 0.0, "high": 0.2}})
+    settings.folder.mkdir(parents=True)
+    created = optuna.create_study(storage=open_storage(settings.storage), study_name=settings.study)
+    created.set_user_attr("metric", settings.metric)  # the creator, half-way through writing its identity
+    late = threading.Timer(0.5, lambda: created.set_user_attr("space", settings.space.describe()))
+    late.start()
+    open_study(settings)
+    late.join()
+    with pytest.raises(QG.UserError, match="was started with another metric"):
+        open_study(dataclasses.replace(settings, metric="val_accuracy"))
+
+
 def test_the_other_ranks_wait_for_rank_0_as_long_as_it_beats_and_stop_with_one_line_when_it_does_not():
     """The other ranks wait parallel.timeout_s + data_timeout_s for rank 0's next command, and rank 0 may be busy
     for longer: testing and fitting baselines after a trial, sampling the next, waiting for other workers' trials.

@@ -56,3 +56,14 @@ def open_new_database(rank: int, world_size: int, port: int, results, path: str)
         results.put((rank, "opened"))
     except Exception as err:  # noqa: BLE001 - the test shows what went wrong
         results.put((rank, f"{type(err).__name__}: {err}"))
+
+
+def open_one_study(rank: int, world_size: int, port: int, results, settings_of_each_rank: list) -> None:
+    """One of several workers opening (creating or joining) one study at once, each with its own settings."""
+    from QuantumGrav.studies.storage import open_study
+
+    try:
+        open_study(settings_of_each_rank[rank])
+        results.put((rank, "opened"))
+    except Exception as err:  # noqa: BLE001 - the test shows what went wrong
+        results.put((rank, f"{type(err).__name__}: {err}"))

@@ -29,6 +29,7 @@ import time
 import warnings
 from pathlib import Path
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
@@ -44,6 +45,7 @@ HEARTBEAT_GRACE_S = 20  # four missed heartbeats: a live worker under load is no
 MAX_RETRIES = 2  # a trial that kills its worker every time (say, out of memory) is not retried forever
 HEARTBEAT_ATTR = "quantumgrav:heartbeat"
 CREATE_ATTEMPTS = 5  # opening a new database that other workers are creating at the same moment
+IDENTITY_WAIT_S = 30  # for the worker that created a study to write its metric and search space
 
 
 class JournalHeartbeatStorage(JournalStorage, BaseHeartbeat):
@@ -120,19 +122,38 @@ def open_study(settings: StudySettings):
     if "://" not in settings.storage and settings.storage == str(settings.folder / "study.journal"):
         settings.folder.mkdir(parents=True, exist_ok=True)  # the default storage: the study folder is its home
     storage = open_storage(settings.storage)
-    study = optuna.create_study(storage=storage, study_name=settings.study, sampler=settings.sampler(),
-                                pruner=settings.pruner(), direction=settings.direction, load_if_exists=True)
     identity = {"metric": settings.metric, "space": settings.space.describe()}
-    stored = {key: study.user_attrs.get(key) for key in identity}
-    if stored == {"metric": None, "space": None}:
+    try:  # the storage lets one worker create a study of a name: that one writes what it was started with
+        study = optuna.create_study(storage=storage, study_name=settings.study, sampler=settings.sampler(),
+                                    pruner=settings.pruner(), direction=settings.direction)
         for key, value in identity.items():
             study.set_user_attr(key, value)
-    elif stored != identity:
+        return study
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=settings.study, storage=storage, sampler=settings.sampler(),
+                                  pruner=settings.pruner())
+    stored = _identity_of(study, identity)
+    if stored != identity:
         what = "metric" if stored["metric"] != identity["metric"] else "search space"
         raise UserError(f"tune.study: the study '{settings.study}' in {settings.storage} was started with another "
                         f"{what} ({stored[what.split()[-1]]!r}); its trials would not compare with these. Give this "
                         "search a new tune.study, or restore the study's tune section")
     return study
+
+
+def _identity_of(study, identity: dict[str, Any]) -> dict[str, Any]:
+    """What ``study`` was started with. A worker started at the same moment as the one that created it may load
+    it before its creator has written that: it waits for it, ``IDENTITY_WAIT_S`` at most; a study left without
+    it (its creator was killed at that moment) gets this worker's."""
+    deadline = time.monotonic() + IDENTITY_WAIT_S
+    while None in (stored := {key: study.user_attrs.get(key) for key in identity}).values():
+        if time.monotonic() > deadline:
+            for key, value in identity.items():
+                if stored[key] is None:
+                    study.set_user_attr(key, value)
+            return {key: study.user_attrs.get(key) for key in identity}
+        time.sleep(0.2)
+    return stored
 
 
 def fail_stale_trials(study) -> None:
