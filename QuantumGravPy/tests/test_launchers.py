@@ -11,6 +11,7 @@ import os
 import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,7 +124,9 @@ def test_an_interrupt_of_the_launching_process_stops_every_worker(job, tmp_path)
     script = tmp_path / "notebook_like.py"
     # Early stopping off: the tiny job (patience 10) could end by itself before the SIGINT where this test lags.
     long_run = {"training.num_epochs": 500, "early_stopping.enabled": False}
-    script.write_text("import sys\nimport QuantumGrav as QG\n\nif __name__ == '__main__':\n"
+    # faulthandler: a parent that does not end prints where each of its threads is (SIGUSR1, below).
+    script.write_text("import faulthandler, signal, sys\nimport QuantumGrav as QG\n\n"
+                      "faulthandler.register(signal.SIGUSR1)\nif __name__ == '__main__':\n"
                       f"    QG.launch(QG.load_config(sys.argv[1], {long_run!r}), nproc=2)\n")
     parent = subprocess.Popen([sys.executable, str(script), job.arguments("interrupted")[1]], cwd=tmp_path,
                               env=job.env, stderr=subprocess.PIPE, text=True)
@@ -131,10 +134,20 @@ def test_an_interrupt_of_the_launching_process_stops_every_worker(job, tmp_path)
         for line in parent.stderr:  # rank 0 logs each epoch: the workers are training now
             if "epoch   0" in line:
                 break
+        # The rest is read on: a pipe left full would block the job's next write, and a failure shows it.
+        rest = []
+        threading.Thread(target=lambda: rest.extend(parent.stderr), daemon=True).start()
         workers = psutil.Process(parent.pid).children(recursive=True)
         assert len(workers) >= 2
         parent.send_signal(signal.SIGINT)
-        parent.wait(timeout=60)
+        try:
+            parent.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            parent.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            alive = [f"{p.pid} {p.info['status']}" for p in psutil.process_iter(["status"]) if p in workers]
+            pytest.fail(f"still running 60 s after SIGINT; workers alive: {alive}; its stderr since epoch 0:\n"
+                        + "".join(rest)[-5000:])
         _, alive = psutil.wait_procs(workers, timeout=30)
         assert alive == [], f"workers left running: {alive}"
         assert parent.returncode != 0
