@@ -124,8 +124,10 @@ def test_an_interrupt_of_the_launching_process_stops_every_worker(job, tmp_path)
     script = tmp_path / "notebook_like.py"
     # Early stopping off: the tiny job (patience 10) could end by itself before the SIGINT where this test lags.
     long_run = {"training.num_epochs": 500, "early_stopping.enabled": False}
-    # faulthandler: a parent that does not end prints where each of its threads is (SIGUSR1, below).
+    # SIGINT raises KeyboardInterrupt, as in a kernel, also where the suite runs in a shell's background (whose
+    # jobs ignore SIGINT, and so would this script); a parent that does not end prints its stacks on SIGUSR1.
     script.write_text("import faulthandler, signal, sys\nimport QuantumGrav as QG\n\n"
+                      "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                       "faulthandler.register(signal.SIGUSR1)\nif __name__ == '__main__':\n"
                       f"    QG.launch(QG.load_config(sys.argv[1], {long_run!r}), nproc=2)\n")
     parent = subprocess.Popen([sys.executable, str(script), job.arguments("interrupted")[1]], cwd=tmp_path,
