@@ -1,6 +1,11 @@
 """QuantumGrav: graph neural networks on causal sets, on one process or many.
 
 ``import QuantumGrav as QG`` gives the whole user-facing API.
+
+The import freezes the objects that exist once it is done (``gc.freeze``: the cyclic garbage collector skips
+them from then on; torch's, PyG's and this package's modules are most of them), which saves each fresh
+process about a third of its start-up and exit (``benchmarks/bench_startup.py``). Objects made afterwards
+are collected as usual; call ``gc.unfreeze()`` after the import to undo it.
 """
 
 import gc as _gc
