@@ -83,9 +83,10 @@ class BenchmarkResults(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        folder = Path(self.env.srcdir) / "benchmarks"
+        results = result_files(self.env)
+        self.env.qg_benchmark_results = [result.name for result in results]
         lines: list[str] = []
-        for result in sorted(folder.glob("results_*.json")):
+        for result in results:
             self.env.note_dependency(str(result))
             lines += [f"## {result.name}", ""]
             for script in writers(result):
@@ -97,6 +98,19 @@ class BenchmarkResults(SphinxDirective):
         return container.children
 
 
+def result_files(env) -> list[Path]:
+    return sorted((Path(env.srcdir) / "benchmarks").glob("results_*.json"))
+
+
+def pages_of_new_results(app, env, added, changed, removed) -> list[str]:
+    """A results file added or removed since the last build changes the page, though no file that the page
+    read has changed (Sphinx rebuilds a page for its dependencies' changes only): read the page again then."""
+    if getattr(env, "qg_benchmark_results", None) == [result.name for result in result_files(env)]:
+        return []
+    return sorted(page for page in env.found_docs if "{benchmark-results}" in Path(env.doc2path(page)).read_text())
+
+
 def setup(app):
     app.add_directive("benchmark-results", BenchmarkResults)
+    app.connect("env-get-outdated", pages_of_new_results)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
