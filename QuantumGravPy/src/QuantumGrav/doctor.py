@@ -188,7 +188,7 @@ def _collect(processes: list, results, deadline: float) -> dict[int, tuple[str, 
 
 def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
     port, expected = find_free_port(), SMOKE_WORLD_SIZE * (SMOKE_WORLD_SIZE + 1) / 2
-    what = f"DDP smoke test ({SMOKE_WORLD_SIZE} spawned processes, gloo, all-reduce on localhost:{port})"
+    what = f"DDP smoke test ({SMOKE_WORLD_SIZE} processes started as QG.launch starts them, gloo, all-reduce on localhost:{port})"
     context = worker_context()  # the way launch starts its workers: fork is unsafe once torch has started threads
     results = context.Queue()
     started = time.monotonic()
