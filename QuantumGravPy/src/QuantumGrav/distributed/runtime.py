@@ -106,8 +106,10 @@ def find_free_port(host: str = "localhost") -> int:
         return sock.getsockname()[1]
 
 
-# What a worker process imports before it can train: seconds of CPU each (8 s on a slow 2-core machine).
-WORKER_PRELOAD = ("torch", "torch_geometric", "QuantumGrav")
+# What a worker process imports before it can train: seconds of CPU each (4 s on a slow 2-core machine). The
+# package alone: it imports torch and PyG itself, with the garbage collector paused (QuantumGrav/__init__.py),
+# which importing torch first would not be.
+WORKER_PRELOAD = ("QuantumGrav",)
 
 
 def worker_context():
