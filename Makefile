@@ -7,7 +7,7 @@ PY := .venv/bin/python
 TEST_WORKERS ?= 2
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 # Bytecode caches on, whatever the environment says (container images often set PYTHONDONTWRITEBYTECODE=1): the
-# suite starts about 250 interpreters, and without caches each compiled the package's sources again (0.36 CPU s
+# suite starts about 250 interpreters, and without caches each compiled the package's sources again (0.35 CPU s
 # a process; in __pycache__/, which git ignores). pytest caches its rewritten test modules the same way.
 unexport PYTHONDONTWRITEBYTECODE
 

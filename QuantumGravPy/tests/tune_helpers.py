@@ -51,19 +51,20 @@ def open_new_database(rank: int, world_size: int, port: int, results, path: str)
     """One of several workers opening the same new SQLite study database at once (``spawn_ranks``'s signature)."""
     from QuantumGrav.studies.storage import open_storage
 
-    try:
-        open_storage(f"sqlite:///{path}")
-        results.put((rank, "opened"))
-    except Exception as err:  # noqa: BLE001 - the test shows what went wrong
-        results.put((rank, f"{type(err).__name__}: {err}"))
+    _report_opening(rank, results, lambda: open_storage(f"sqlite:///{path}"))
 
 
 def open_one_study(rank: int, world_size: int, port: int, results, settings_of_each_rank: list) -> None:
     """One of several workers opening (creating or joining) one study at once, each with its own settings."""
     from QuantumGrav.studies.storage import open_study
 
+    _report_opening(rank, results, lambda: open_study(settings_of_each_rank[rank]))
+
+
+def _report_opening(rank: int, results, open_it) -> None:
+    """(rank, "opened") or (rank, the error) to the parent, which asserts on every rank's outcome."""
     try:
-        open_study(settings_of_each_rank[rank])
+        open_it()
         results.put((rank, "opened"))
     except Exception as err:  # noqa: BLE001 - the test shows what went wrong
         results.put((rank, f"{type(err).__name__}: {err}"))
