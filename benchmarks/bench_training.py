@@ -5,7 +5,13 @@ Lightning, as tables.
 
     python benchmarks/bench_training.py --nproc 1 2 --epochs 3 --samples 800
     python benchmarks/bench_training.py --tables stop-check --nproc 2 --steps 1000
+    python benchmarks/bench_training.py --tables epochs --epochs 20
     OMP_NUM_THREADS=1 python benchmarks/bench_training.py --tables compare --nproc 1 2 3 --epochs 3 --repetitions 5
+
+``--tables epochs`` trains the job of ``--config`` for ``--epochs`` epochs in one process, once with the
+library's flush of denormal floats and once without, and prints every epoch's training graphs/s and the
+slowest epoch's against the fastest: without the flush, epochs slow down as the attention weights' softmax
+underflows into denormals (``benchmarks/diagnose_training.py`` counts them).
 
 Each row of the first table is one job started with QG.launch (the launcher users call); graphs/s is the
 training throughput of the whole job averaged over the epochs after the first (which includes start-up
@@ -22,7 +28,9 @@ this CPU timing does not show.
 The third (``--tables compare``) trains the job of ``--config`` (configs/train.yaml: the default job, its
 model as the config says) with QuantumGrav, with the loop of PyTorch's DDP tutorial written out below, and
 with Lightning where it is installed (it is not a dependency: ``pip install lightning`` to include it), on
-the same model, data, split, batch, optimizer and seed, gloo and one thread per process. Each repetition runs
+the same model, data, split, batch, optimizer and seed, gloo and one thread per process. QuantumGrav flushes
+denormal floats to zero (``training.flush_denormals``); the other two keep them, as users' code does, or flush
+them too with ``--contenders-flush on``. Each repetition runs
 every contender once in an order rotated per repetition, so that a slow spell of a shared machine does not
 always fall on the same one; the ratios of one repetition were measured minutes apart. The numbers are stored
 as JSON (``--json``) with the command and the machine's load average.
@@ -62,6 +70,57 @@ def measure(nproc: int, epochs: int, samples: int, workdir: str) -> dict:
     epoch_s = statistics.mean(r["epoch_time_s"] for r in later)
     return {"nproc": nproc, "graphs_per_s": statistics.mean(r["graphs_per_s"] for r in later), "epoch_s": epoch_s,
             "ms_per_step": 1000 * epoch_s / steps, "wall_s": wall, "val_accuracy": result["history"][-1]["val_accuracy"]}
+
+
+def _epoch_rates_process(config: dict, results) -> None:
+    """One fresh process (forked before any flag was set) trains ``config`` and reports every epoch's graphs/s."""
+    from QuantumGrav.distributed.launcher import run_job
+
+    QG.setup_logging(0, level="WARNING")
+    history = run_job(config)["history"]
+    results.put([(record["graphs_per_s"], record["epoch_time_s"]) for record in history])
+
+
+def epoch_throughput(epochs: int, flush: bool, workdir: str, config_path: str) -> list[tuple[float, float]]:
+    """(training graphs/s, epoch seconds) of every epoch of the job of ``config_path`` in one fresh process,
+    with the library's flush of denormal floats (``training.flush_denormals``) on or off. An epoch's seconds
+    hold its training, the batch norm statistics' pass (validation.recompute_batch_norm) and validation."""
+    from QuantumGrav.distributed.runtime import worker_context
+
+    config = QG.apply_overrides(comparison_config(epochs, None, workdir, config_path),
+                                {"training.flush_denormals": flush, "testing.baselines": False})
+    QG.CausalSetDataset.from_config(config["data"])  # generated once, outside the timing
+    context = worker_context()
+    results = context.Queue()
+    process = context.Process(target=_epoch_rates_process, args=(config, results))
+    process.start()
+    rates = results.get(timeout=7200)
+    process.join()
+    return rates
+
+
+def print_epoch_table(epochs: int, config_path: str) -> dict:
+    """Graphs/s of every epoch with and without the flush, and each run's slowest epoch against its fastest."""
+    with tempfile.TemporaryDirectory() as workdir:
+        config = comparison_config(epochs, None, workdir, config_path)
+        measured = {flush: epoch_throughput(epochs, flush, workdir, config_path) for flush in (True, False)}
+    rates = {flush: [rate for rate, _ in rows] for flush, rows in measured.items()}
+    seconds = {flush: [s for _, s in rows] for flush, rows in measured.items()}
+    train_sets = round(config["data"]["num_samples"] * config["data"]["split"][0])
+    print(f"Training graphs/s per epoch of {config_path} ({epochs} epochs, {torch.get_num_threads()} thread(s), one "
+          "process), with training.flush_denormals true (the default) and false, and each epoch's seconds "
+          "(training, batch norm statistics, validation):")
+    print("| epoch | graphs/s flushed | graphs/s IEEE denormals | epoch s flushed | epoch s IEEE denormals |")
+    print("|---:|---:|---:|---:|---:|")
+    for epoch in range(len(rates[True])):
+        print(f"| {epoch} | {rates[True][epoch]:.0f} | {rates[False][epoch]:.0f} | {seconds[True][epoch]:.1f} | "
+              f"{seconds[False][epoch]:.1f} |")
+    ratios = {flush: min(r) / max(r) for flush, r in rates.items()}
+    print(f"| slowest / fastest | {ratios[True]:.2f} | {ratios[False]:.2f} | | |\n")
+    return {"epochs": epochs, "threads": torch.get_num_threads(), "training_sets": train_sets,
+            "graphs_per_s": {"flushed": rates[True], "ieee_denormals": rates[False]},
+            "epoch_s": {"flushed": seconds[True], "ieee_denormals": seconds[False]},
+            "slowest_over_fastest": {"flushed": ratios[True], "ieee_denormals": ratios[False]}}
 
 
 def _work(milliseconds: float, gradients: torch.Tensor) -> None:
@@ -307,8 +366,11 @@ def _run_lightning(rank: int, world_size: int, config: dict) -> dict:
     return {"graphs_per_s": timer.rates, "cpu_ms_per_step": cpu_ms_per_step(timer.marks)}
 
 
-def _contender_process(name: str, rank: int, world_size: int, port: int, config: dict, results) -> None:
+def _contender_process(name: str, rank: int, world_size: int, port: int, config: dict, results,
+                       contenders_flush: bool) -> None:
     _join_group(rank, world_size, port)
+    if name != "QuantumGrav" and contenders_flush:  # QuantumGrav flushes per its config (training.flush_denormals)
+        torch.set_flush_denormal(True)  # one thread (_join_group): this one is all there is
     run = {"QuantumGrav": _run_quantumgrav, "hand-written DDP": _run_hand_written, "Lightning": _run_lightning}[name]
     try:
         results.put((rank, run(rank, world_size, config), None))
@@ -317,14 +379,15 @@ def _contender_process(name: str, rank: int, world_size: int, port: int, config:
         raise
 
 
-def run_contender(name: str, world_size: int, config: dict) -> dict:
+def run_contender(name: str, world_size: int, config: dict, contenders_flush: bool) -> dict:
     """Train the job with ``name`` in ``world_size`` fresh processes; rank 0's graphs/s of every epoch and
     CPU ms per step."""
     from QuantumGrav.distributed.runtime import worker_context
 
     context, port = worker_context(), QG.find_free_port()
     results = context.Queue()
-    processes = [context.Process(target=_contender_process, args=(name, r, world_size, port, config, results))
+    processes = [context.Process(target=_contender_process,
+                                 args=(name, r, world_size, port, config, results, contenders_flush))
                  for r in range(world_size)]
     for process in processes:
         process.start()
@@ -338,7 +401,7 @@ def run_contender(name: str, world_size: int, config: dict) -> dict:
 
 
 def compare(nprocs: list[int], repetitions: int, epochs: int, samples: int | None, config_path: str,
-            store) -> list[dict]:
+            store, contenders_flush: bool) -> list[dict]:
     """Each repetition trains every contender once, in an order rotated per repetition (so that a slow spell
     of a shared machine does not always hit the same one); a contender's figure for one job is the median
     over its epochs after the first (start-up), the table's the median over repetitions. ``store(rows)`` is
@@ -355,7 +418,7 @@ def compare(nprocs: list[int], repetitions: int, epochs: int, samples: int | Non
             for repetition in range(repetitions):
                 shift = repetition % len(contenders)
                 for name in contenders[shift:] + contenders[:shift]:
-                    measured = run_contender(name, world_size, config)
+                    measured = run_contender(name, world_size, config, contenders_flush)
                     rates = measured["graphs_per_s"]
                     runs[name].append(statistics.median(rates[1:] or rates))
                     cpu[name].append(measured["cpu_ms_per_step"])
@@ -405,7 +468,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples", type=int, default=None,
                         help="causal sets generated (default: 800 for throughput, the config's for compare)")
-    parser.add_argument("--tables", nargs="+", choices=("throughput", "stop-check", "compare"),
+    parser.add_argument("--tables", nargs="+", choices=("throughput", "stop-check", "compare", "epochs"),
                         default=["throughput", "stop-check"],
                         help="which tables (throughput alone also runs against an older QuantumGrav)")
     parser.add_argument("--steps", type=int, default=1000, help="steps timed per stop check (second table)")
@@ -414,6 +477,11 @@ def main() -> None:
     parser.add_argument("--config", default="configs/train.yaml", help="the job compared (compare)")
     parser.add_argument("--json", default="benchmarks/results_training_comparison.json",
                         help="where the comparison's numbers are stored")
+    parser.add_argument("--epochs-json", default="benchmarks/results_training_epochs.json",
+                        help="where the per-epoch table's numbers are stored (--tables epochs)")
+    parser.add_argument("--contenders-flush", choices=("off", "on"), default="off",
+                        help="compare: the hand-written loop and Lightning keep IEEE denormal floats (off, as users' "
+                             "code does) or flush them as QuantumGrav does (on)")
     args = parser.parse_args()
     QG.setup_logging(level="WARNING")
     if "throughput" in args.tables:
@@ -427,8 +495,15 @@ def main() -> None:
         print()
     if "stop-check" in args.tables:
         stop_check_table(args.nproc, args.steps, args.step_ms)
+    if "epochs" in args.tables:
+        table = print_epoch_table(args.epochs, args.config)
+        with open(args.epochs_json, "w") as out:
+            json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+                       "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                   "torch": torch.__version__}, **table}, out, indent=1)
+        print(f"stored in {args.epochs_json}\n")
     if "compare" in args.tables:
-        load_before = os.getloadavg()
+        load_before, flush = os.getloadavg(), args.contenders_flush == "on"
 
         def store(rows: list[dict]) -> None:
             with open(args.json, "w") as out:
@@ -436,9 +511,14 @@ def main() -> None:
                            "machine": {"cpus": os.cpu_count(), "load_average_before": load_before,
                                        "load_average_now": os.getloadavg(), "platform": platform.platform(),
                                        "torch": torch.__version__},
-                           "lightning": lightning_installed(), "rows": rows}, out, indent=1)
+                           "lightning": lightning_installed(),
+                           "flush_denormals": {"QuantumGrav": True, "hand-written DDP and Lightning": flush},
+                           "rows": rows}, out, indent=1)
 
-        print_comparison(compare(args.nproc, args.repetitions, args.epochs, args.samples, args.config, store))
+        print(f"QuantumGrav flushes denormal floats (training.flush_denormals: true); the hand-written loop and "
+              f"Lightning {'flush them too' if flush else 'keep them, as plain user code does'} "
+              f"(--contenders-flush {args.contenders_flush})")
+        print_comparison(compare(args.nproc, args.repetitions, args.epochs, args.samples, args.config, store, flush))
         print(f"\nstored in {args.json}")
 
 if __name__ == "__main__":

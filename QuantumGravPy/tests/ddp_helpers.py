@@ -242,3 +242,18 @@ class HoldsALambda(QG.Callback):
 
     def __init__(self):
         self.transform = lambda value: value
+
+
+class RecordDenormalFlush(QG.Callback):
+    """Writes flush_rank<R>.txt into ``folder`` at the start of training: how many values of a product that
+    underflows to a denormal float32, split over the worker's thread pool, stayed nonzero (0: every thread
+    flushes)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def on_fit_start(self, trainer):
+        from pathlib import Path
+
+        kept = int((torch.full((1 << 18,), 1e-20) * torch.full((1 << 18,), 1e-20)).count_nonzero())
+        Path(self.folder, f"flush_rank{trainer.runtime.rank}.txt").write_text(str(kept))

@@ -31,6 +31,7 @@ from .checkpointing import Checkpointing, read_resume_state, restore, save_in_ep
 from ..config.schema import resolve_config
 from ..evaluation.destroyed_sets import DestroyedSetCurves
 from ..distributed.runtime import Runtime, names_stalled_ranks, resolve_device
+from .denormals import flush_denormals
 from .early_stopping import EarlyStopping
 from ..errors import ConfigError, Preempted
 from ..evaluation.evaluator import Evaluator
@@ -98,6 +99,8 @@ class Trainer:
         self.tcfg = self.config["training"]
         self.runtime = runtime or Runtime(device=resolve_device(self.tcfg["device"]))
         self.device = self.runtime.device
+        if self.tcfg["flush_denormals"] and self.device.type == "cpu":
+            flush_denormals()  # before any parallel op of the run: its threads start with the flag
         if self.tcfg["amp"] == "fp16" and self.device.type != "cuda":
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
