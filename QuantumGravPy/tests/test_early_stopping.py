@@ -75,3 +75,34 @@ def test_as_a_callback_it_votes_to_stop_after_patience_and_says_whether_the_epoc
     disabled = EarlyStopping(metric="val_loss", patience=1, enabled=False)
     assert [disabled.on_epoch_end(None, {"epoch": e, "val_loss": v}) for e, v in enumerate([1.0, 2.0, 3.0])] == \
         [None] * 3 and disabled.best_epoch == 0
+
+
+def test_one_lucky_epoch_is_not_the_best_of_a_window():
+    """The validation loss of the default job before batch norm was recomputed: a lucky low at epoch 4
+    between higher values. Alone it is the best and ends the run 10 epochs later; in a window of 3 the
+    steadily better epochs after it are."""
+    losses = [0.30, 0.20, 0.14, 0.60, 0.035, 0.09, 0.17, 1.06, 0.21, 0.037, 0.05, 0.045, 0.04, 0.038, 0.036]
+    alone, windowed = EarlyStopping(patience=10, window=1), EarlyStopping(patience=10, window=3)
+    for epoch, loss in enumerate(losses):
+        alone.update(loss, epoch)
+        windowed.update(loss, epoch)
+    assert alone.best_epoch == 4 and alone.should_stop
+    assert windowed.best_epoch == 14 and not windowed.should_stop
+    assert windowed.best_value == sum(losses[-3:]) / 3
+
+
+def test_a_resumed_run_continues_the_window():
+    old = EarlyStopping(patience=5, window=3)
+    for epoch, loss in enumerate([1.0, 0.5, 0.9]):
+        old.update(loss, epoch)
+    resumed = EarlyStopping(patience=5, window=3)
+    resumed.load_state_dict(old.state_dict())
+    uninterrupted = EarlyStopping(patience=5, window=3)
+    for epoch, loss in enumerate([1.0, 0.5, 0.9]):
+        uninterrupted.update(loss, epoch)
+    assert resumed.update(0.4, 3) == uninterrupted.update(0.4, 3)
+    assert resumed.state_dict() == uninterrupted.state_dict()
+    legacy = {k: v for k, v in old.state_dict().items() if k not in ("recent", "window")}
+    fresh = EarlyStopping(patience=5, window=3)
+    fresh.load_state_dict(legacy)  # a checkpoint written before the window existed
+    assert fresh.recent == [] and fresh.best_epoch == old.best_epoch

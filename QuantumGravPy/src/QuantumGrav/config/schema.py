@@ -537,6 +537,11 @@ def schema() -> dict[str, Any]:
                 "sharded",
                 doc=("sharded: every rank evaluates a shard, sums reduced; rank0: rank 0 evaluates all; same numbers"),
             ),
+            "recompute_batch_norm": Field(
+                boolean, True,
+                doc="before each validation, set every batch norm's statistics to those of the whole training set "
+                    "at the current weights (one forward pass, sums over all ranks); false: the running averages "
+                    "of the last batches, which swing with each batch's mix and made the validation loss jump"),
         },
         "testing": {
             **_loader_fields(128, 0),
@@ -561,6 +566,9 @@ def schema() -> dict[str, Any]:
                           doc="default: max for accuracy, precision, recall, f1, r2; min for loss, mae, rmse"),
             "patience": Field(integer(1), 10, doc="epochs without improvement before the run stops"),
             "min_delta": Field(number(0.0), 0.0, doc="the least change of the metric that counts as an improvement"),
+            "window": Field(integer(1), 3, doc="judge the metric's mean over the last window epochs, so that one "
+                                               "lucky epoch is not the best one (the best epoch is the window's "
+                                               "last); 1: each epoch alone"),
         },
         "criterion": Field(
             pyobject_of("loss"),

@@ -49,9 +49,11 @@ class RunRecords(Callback):
 
     def on_fit_end(self, trainer: "Trainer", decision: Decision) -> None:
         es = trainer.early_stopping
+        best = next((r[es.metric] for r in trainer.history if r["epoch"] == es.best_epoch), es.best_value)
         trainer.summary.update({"stop_reason": decision.reason, "stopped_by": decision.stopped_by or None,
                                 "stopped_at_epoch": trainer.epoch, "best_epoch": es.best_epoch,
-                                f"best_{es.metric}": es.best_value, "derived": trainer.optimization.derived})
+                                f"best_{es.metric}": best, f"best_{es.metric}_window_mean": es.best_value,
+                                "derived": trainer.optimization.derived})
         self.write_summary(trainer)
 
     def on_test_end(self, trainer: "Trainer", result: dict[str, Any]) -> None:

@@ -15,7 +15,12 @@ logger = get_logger("early_stopping")
 
 @dataclass
 class EarlyStopping(Callback):
-    """Stop when ``metric`` has not improved by ``min_delta`` for ``patience`` epochs.
+    """Stop when ``metric``, averaged over the last ``window`` epochs, has not improved by ``min_delta`` for
+    ``patience`` epochs.
+
+    The average keeps one lucky epoch (a validation set of a few hundred sets has them) from being the best
+    and ending the run ``patience`` epochs later; the best epoch is the last of the best window, and best.pt
+    its weights. ``window`` 1: each epoch's own value.
 
     Every rank updates it with the same record (rank 0's, broadcast), so every rank holds the same state
     and casts the same vote. ``improved`` says whether the last epoch was the best so far (the
@@ -27,9 +32,11 @@ class EarlyStopping(Callback):
     patience: int = 5
     min_delta: float = 0.0
     enabled: bool = True
+    window: int = 1
     best_value: float = math.nan
     best_epoch: int = -1
     epochs_without_improvement: int = 0
+    recent: list[float] = field(default_factory=list)  # the metric of the last ``window`` epochs
     improved: bool = field(default=False, compare=False)
 
     state_key = "early_stopping"
@@ -48,7 +55,9 @@ class EarlyStopping(Callback):
         return value > self.best_value + self.min_delta
 
     def update(self, value: float, epoch: int) -> bool:
-        """Record this epoch's value; True when it is the best so far."""
+        """Record this epoch's value; True when the mean of the last ``window`` values is the best so far."""
+        self.recent = [*self.recent, value][-self.window:]
+        value = math.fsum(self.recent) / len(self.recent)
         if self.is_improvement(value):
             self.best_value, self.best_epoch, self.epochs_without_improvement = value, epoch, 0
             return True
@@ -60,8 +69,10 @@ class EarlyStopping(Callback):
         return self.enabled and self.epochs_without_improvement >= self.patience
 
     def reason(self) -> str:
+        averaged = f" (its mean over {self.window} epochs)" if self.window > 1 else ""
         return (f"early stopping: {self.metric} did not improve by more than {self.min_delta} for "
-                f"{self.patience} epoch(s); best {self.metric}={self.best_value:.4f} at epoch {self.best_epoch}")
+                f"{self.patience} epoch(s){averaged}; best {self.metric}{averaged}={self.best_value:.4f} at epoch "
+                f"{self.best_epoch}")
 
     def state_dict(self) -> dict:
         state = asdict(self)
@@ -78,8 +89,9 @@ class EarlyStopping(Callback):
             return
         for key in ("best_value", "best_epoch", "epochs_without_improvement"):
             setattr(self, key, state[key])
+        self.recent = list(state.get("recent", []))[-self.window:]  # checkpoints of earlier releases have none
 
     @classmethod
     def from_config(cls, es_cfg: dict) -> "EarlyStopping":
-        keys = ("metric", "mode", "patience", "min_delta", "enabled")
-        return cls(**{k: es_cfg[k] for k in keys})
+        keys = ("metric", "mode", "patience", "min_delta", "enabled", "window")
+        return cls(**{k: es_cfg[k] for k in keys if k in es_cfg})  # a section written by hand may leave keys out

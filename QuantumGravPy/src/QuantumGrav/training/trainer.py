@@ -31,6 +31,7 @@ from .checkpointing import Checkpointing, read_resume_state, restore, save_in_ep
 from ..config.schema import resolve_config
 from ..evaluation.destroyed_sets import DestroyedSetCurves
 from ..distributed.runtime import Runtime, names_stalled_ranks, resolve_device
+from .batch_norm import recompute_batch_norm_statistics
 from .denormals import flush_denormals
 from .early_stopping import EarlyStopping
 from ..errors import ConfigError, Preempted
@@ -207,6 +208,9 @@ class Trainer:
                 self.epoch = epoch
                 started = time.perf_counter()
                 train = self._train_one_epoch(train_loader, epoch)
+                if self.config["validation"]["recompute_batch_norm"]:
+                    recompute_batch_norm_statistics(self.core_model, train_loader, self.device, self.runtime,
+                                                    lambda: self.optimization.autocast(self.device.type))
                 record = self._epoch_record(epoch, train, self.evaluate(val_loader), time.perf_counter() - started)
                 voted = self._end_epoch(record)
                 if voted.stop:  # the same on every rank: the votes of every rank were gathered
