@@ -458,7 +458,7 @@ def schema() -> dict[str, Any]:
             boolean, True,
             doc="on the CPU, compute with floats below 1.18e-38 as zero (torch.set_flush_denormal, in every thread "
                 "of the process): x86 CPUs are many times slower on such denormal floats, and training makes "
-                "more of them every epoch (docs/large_data.md); false: the process keeps its own setting (IEEE "
+                "more of them every epoch (docs/stable_training.md); false: the process keeps its own setting (IEEE "
                 "arithmetic unless your code changed it)"),
         "grad_clip_norm": Field(
             number(0.0, exclusive_min=True), None, nullable=True, doc="clip the global gradient norm to this value"
