@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
+from QuantumGrav.callbacks.base import CallbackList
 from ddp_helpers import InterruptAtEpoch, InterruptAtStep, StopOnRank1, ValError, count_blocking_collectives, spawn_ranks
 
 
@@ -113,7 +114,7 @@ def test_a_step_vote_to_end_the_run_is_refused_it_would_pass_for_a_preemption():
         def on_step_end(self, trainer, epoch, completed_batches):
             return "enough"
 
-    callbacks = QG.callbacks.CallbackList([EndsMidEpoch()], is_main=True)
+    callbacks = CallbackList([EndsMidEpoch()], is_main=True)
     with pytest.raises(TypeError, match=r"EndsMidEpoch.on_step_end voted Stop\('enough'\); a step vote interrupts"):
         callbacks.votes("on_step_end", None, 0, 1)
     assert callbacks.votes("on_epoch_end", None, {}) == []  # the class has no epoch vote

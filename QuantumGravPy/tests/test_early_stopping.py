@@ -3,7 +3,7 @@
 import math
 
 import QuantumGrav as QG
-from QuantumGrav.training.early_stopping import EarlyStopping
+from QuantumGrav.callbacks.early_stopping import EarlyStopping
 
 
 def test_patience_and_min_delta_in_min_mode():

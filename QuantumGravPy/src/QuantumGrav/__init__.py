@@ -22,7 +22,7 @@ import gc as _gc
 _gc_was_enabled = _gc.isenabled()
 _gc.disable()
 try:
-    from .callbacks import Callback, Decision, Stop
+    from .callbacks.base import Callback, Decision, Stop
     from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
     from .data.dataset import CausalSetDataset, split_indices
     from .distributed.runtime import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .callbacks import Callback
+from .callbacks.base import Callback
 from .config.schema import resolve_config, with_world_size
 from .distributed.runtime import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown, resolve_device
 from .errors import ConfigError, UserError

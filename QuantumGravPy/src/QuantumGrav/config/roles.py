@@ -151,7 +151,7 @@ def _loss_refusal(value: Any) -> str:
 
 
 def _is_callback(value: Any) -> bool:
-    from ..callbacks import Callback
+    from ..callbacks.base import Callback
 
     return _subclass_of(Callback)(value)
 

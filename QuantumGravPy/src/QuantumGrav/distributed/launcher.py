@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from ..callbacks import Callback
+from ..callbacks.base import Callback
 from ..runs.checkpoint_files import has_checkpoint
 from ..config.schema import find_unimportable, resolve_config, with_world_size
 from .runtime import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,

@@ -15,7 +15,7 @@ import signal
 import threading
 from typing import Iterator
 
-from ..callbacks import Stop
+from ..callbacks.base import Stop
 
 
 class StopRequest:

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..callbacks import Decision
+from ..callbacks.base import Decision
 from ..errors import ConfigError, UserError
 
 

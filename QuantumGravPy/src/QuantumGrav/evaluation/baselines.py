@@ -27,9 +27,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from ..callbacks import Callback
 from ..data.causal_sets import INVARIANT_NAMES, SIMPLE_INVARIANT_NAMES
-from ..models.tasks import ClassificationTask
 
 TASKS = ("classification", "regression")
 
@@ -159,21 +157,3 @@ def describe_baselines(baselines: dict[str, dict[str, Any]]) -> list[str]:
         scores = "  ".join(f"{key} {result[key]:.3f}" for key in ("accuracy", "mse", "mae", "r2") if key in result)
         lines.append(f"{name} baseline  {scores}  ({result['method']})")
     return lines
-
-
-class Baselines(Callback):
-    """After the test (rank 0, with ``testing.baselines``): both baselines fitted on the training split and
-    scored on the test split, next to the model's result. Their predictions on the test split are kept in
-    ``trainer.baseline_predictions`` (the destroyed-set curves compare them with the model's)."""
-
-    main_process_only = True
-
-    def on_test_end(self, trainer: Any, result: dict[str, Any]) -> None:
-        if getattr(trainer.dataset[0], "invariants", None) is None:  # the generator's per-set invariants
-            return
-        classification = isinstance(trainer.task, ClassificationTask)
-        kind, truth, predictions = predict_baselines(trainer.dataset, trainer.split["train"], trainer.split["test"],
-                                                     task="classification" if classification else "regression")
-        baselines = score_baselines(kind, truth, predictions, trainer.task.num_classes if classification else None)
-        result.update(**flatten_baselines(baselines), baselines=baselines)
-        trainer.baseline_predictions = predictions

@@ -16,8 +16,6 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..callbacks import Callback
-from ..models.tasks import ClassificationTask
 
 NUM_BINS = 5
 MODEL_LABELS = {"gnn": "GNN", "simple_baseline": "simple baseline", "strong_baseline": "strong baseline"}
@@ -70,27 +68,3 @@ def describe_curves(curves: dict[str, Any]) -> str:
                        for name, row in curves["share"].items())
     return (f"destroyed test sets recognised per flip-fraction bin ({edges[0]:.2g}..{edges[-1]:.2g}, "
             f"{len(edges) - 1} log-spaced bins, {curves['destroyed_sets']} sets): {shares}")
-
-
-class DestroyedSetCurves(Callback):
-    """After the test of a classifier (rank 0): the curves of the model and, when they ran, the baselines
-    (``trainer.baseline_predictions``), as ``result["destroyed_by_flip_fraction"]``; nothing for data
-    without varying flip fractions."""
-
-    main_process_only = True
-
-    def on_test_end(self, trainer: Any, result: dict[str, Any]) -> None:
-        if not isinstance(trainer.task, ClassificationTask):
-            return
-        gnn = np.array(trainer.test_predictions, dtype=np.float64).reshape(-1, 3)  # prediction, truth, fraction
-        results = {"gnn": (gnn[:, 2], gnn[:, 0] == gnn[:, 1])}
-        if trainer.baseline_predictions:
-            test = [trainer.dataset[i] for i in trainer.split["test"]]
-            fractions, truth = flip_fractions(test), np.array([int(g.y.reshape(-1)[0]) for g in test])
-            results.update({f"{name}_baseline": (fractions, predicted == truth)
-                            for name, predicted in trainer.baseline_predictions.items()})
-        generated = getattr(trainer.dataset, "generation_params", None) or {}
-        span = generated.get("destroy_fraction") if isinstance(generated.get("destroy_fraction"), list) else ()
-        curves = destroyed_curves(results, span)
-        if curves:
-            result["destroyed_by_flip_fraction"] = curves

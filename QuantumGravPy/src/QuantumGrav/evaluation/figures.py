@@ -1,7 +1,7 @@
 """Figures of a run (rank 0, with ``training.figures``): training curves when training ends; the test's
 confusion matrix (classification) or predicted against true values (regression), and the destroyed sets
-recognised per flip fraction, after the test. PNGs in ``run_dir/figures/``; ``trainer.figures`` maps each
-name to its file, for the experiment logger.
+recognised per flip fraction, after the test. PNGs in ``run_dir/figures/``, drawn by the ``Figures``
+callback (``callbacks/results.py``).
 
 Drawn without pyplot (no backend switch), so a notebook's inline plots keep working.
 """
@@ -9,39 +9,11 @@ Drawn without pyplot (no backend switch), so a notebook's inline plots keep work
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
-from ..callbacks import Callback, Decision
-from .destroyed_sets import MODEL_LABELS
 from ..runs.artifacts import atomic_replace
 
-if TYPE_CHECKING:
-    from ..training.trainer import Trainer
-
 FIGURE_DIR = "figures"
-
-
-class Figures(Callback):
-    main_process_only = True
-
-    def on_fit_end(self, trainer: "Trainer", decision: Decision) -> None:
-        if trainer.history:
-            self._draw(trainer, "training_curves", plot_training_curves, trainer.history,
-                       metric=f"val_{trainer.task.metric_names[1]}")
-
-    def on_test_end(self, trainer: "Trainer", result: dict[str, Any]) -> None:
-        if "confusion_matrix" in result:
-            self._draw(trainer, "confusion_matrix", plot_confusion_matrix, result["confusion_matrix"],
-                       result["class_names"])
-        else:
-            self._draw(trainer, "predictions", plot_predictions, [(p, t) for p, t, _ in trainer.test_predictions])
-        if "destroyed_by_flip_fraction" in result:
-            self._draw(trainer, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction,
-                       result["destroyed_by_flip_fraction"], MODEL_LABELS)
-
-    @staticmethod
-    def _draw(trainer: "Trainer", name: str, plot: Callable[..., Path], *data: Any, **options: Any) -> None:
-        trainer.figures[name] = plot(*data, trainer.run_dir / FIGURE_DIR / f"{name}.png", **options)
 
 
 def _new_figure(width: float, height: float, columns: int = 1):

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..callbacks import Callback
 from ..distributed.runtime import is_main_process
 from ..logging_utils import get_logger
 from .artifacts import MetricsCSV
@@ -234,59 +233,6 @@ class WandbLogger:
         except Exception as err:  # noqa: BLE001
             logger.warning(f"W&B: finishing run {self._run_id} failed ({type(err).__name__}: {err}); "
                            f"every metric is still in {self.run_dir / 'metrics.csv'}")
-
-
-class WandbCallback(Callback):
-    """The run's W&B logging (rank 0, with ``logger.wandb``): the run opens when training starts (a resumed
-    training continues the W&B run of its checkpoint: ``state_dict`` keeps its id), gets the model's size
-    and, with ``watch``, its gradients; one history row per epoch (the metrics.csv row); the figures; the
-    summary after the test; finished when the trainer closes."""
-
-    main_process_only = True
-    state_key = "wandb"
-
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
-        self.run_id: str | None = None
-        self.experiment: WandbLogger | None = None
-        self._logged_figures: set[str] = set()
-
-    def on_fit_start(self, trainer: Any) -> None:
-        if self.experiment is None:
-            resolved = {**trainer.config, "derived": trainer.optimization.derived}
-            self.experiment = WandbLogger(self.cfg, trainer.run_dir, resolved, resume_id=self.run_id)
-            self.run_id = self.experiment.run_id
-        self.experiment.log_model_info(trainer.summary["parameters"])
-        self.experiment.watch(trainer.core_model)
-
-    def on_epoch_end(self, trainer: Any, record: dict[str, Any]) -> None:
-        if self.experiment:
-            self.experiment.log_epoch(record, record["epoch"])
-
-    def on_fit_end(self, trainer: Any, decision: Any) -> None:
-        self._log_new_figures(trainer)
-
-    def on_test_end(self, trainer: Any, result: dict[str, Any]) -> None:
-        if self.experiment:
-            self._log_new_figures(trainer)
-            self.experiment.log_summary({k: v for k, v in trainer.summary.items() if not isinstance(v, (list, dict))})
-
-    def _log_new_figures(self, trainer: Any) -> None:
-        new = {name: path for name, path in trainer.figures.items() if name not in self._logged_figures}
-        if self.experiment and new:  # none with training.figures false: no empty image row
-            self.experiment.log_images(new)
-            self._logged_figures.update(new)
-
-    def teardown(self, trainer: Any) -> None:
-        if self.experiment:
-            self.experiment.finish()
-            self.experiment = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.run_id = state.get("run_id") or None
 
 
 # --------------------------------------------------------------------------- reading offline runs

@@ -29,7 +29,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from ..callbacks import Callback, Stop
+from ..callbacks.base import Callback, Stop
 from ..config.schema import apply_overrides, validate_config
 from ..distributed.runtime import launched_by_torchrun
 from ..errors import ConfigError, Preempted, UserError

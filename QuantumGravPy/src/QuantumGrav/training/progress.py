@@ -8,17 +8,18 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
+from ..callbacks.state import RunState
+from ..distributed.runtime import Runtime
 from .advice import config_advice
+from .memory import MemoryMonitor
+from .optimization import Optimization
 from ..data.batching import BatchBudget
 from ..logging_utils import PACKAGE_LOGGER, get_logger
 from ..models.gnn import count_parameters
-
-if TYPE_CHECKING:
-    from .trainer import Trainer
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 
@@ -26,55 +27,55 @@ logger = get_logger("training")  # the run's own lines, in one channel whatever 
 class Progress:
     """The trainer's console: ``start_block`` once, ``bar`` around each epoch's batches, ``after_batch``."""
 
-    def __init__(self, trainer: "Trainer"):
-        self.trainer = trainer
-        self.every = trainer.tcfg["log_every_n_steps"]
+    def __init__(self, runtime: Runtime, tcfg: dict[str, Any], memory: MemoryMonitor):
+        self.runtime, self.tcfg, self.memory = runtime, tcfg, memory
+        self.every = tcfg["log_every_n_steps"]
 
-    def start_block(self, train_loader: Any) -> None:
+    def start_block(self, run: RunState, optimization: Optimization, train_batches: Any, start_epoch: int,
+                    train_loader: Any) -> None:
         """The set-up of the run in one block (rank 0), and advice on the config; counts the parameters into
         the summary on every rank."""
-        t = self.trainer
-        counts = count_parameters(t.core_model)
-        t.summary["parameters"] = counts
-        if not t.runtime.is_main:
+        counts = count_parameters(run.model)
+        run.summary["parameters"] = counts
+        if not self.runtime.is_main:
             return
-        d, rt, tcfg = t.optimization.derived, t.runtime, t.tcfg
-        sizes = {name: len(idx) for name, idx in t.split.items()}
+        d, rt, tcfg = optimization.derived, self.runtime, self.tcfg
+        sizes = {name: len(idx) for name, idx in run.split.items()}
         lines = [
-            f"run directory     {t.run_dir}",
+            f"run directory     {run.run_dir}",
             f"processes         world_size={rt.world_size}  backend={rt.backend or 'none (single process)'}"
-            f"  device={t.device}",
-            self._batch_line(d),
-            f"learning rate     {t.optimization.lr:.3g} at the first step (peak {d['lr']:.3g}, base {d['base_lr']:.3g},"
+            f"  device={rt.device}",
+            self._batch_line(d, train_batches),
+            f"learning rate     {optimization.lr:.3g} at the first step (peak {d['lr']:.3g}, base {d['base_lr']:.3g},"
             f" scaling {tcfg['lr_scaling']}, warmup {d['warmup_epochs']} epochs)  amp={tcfg['amp']}",
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
             f" {counts['size_mb']:.2f} MB)",
             f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
-            f"{t.task.describe()}",
-            f"epochs            {t.start_epoch}..{tcfg['num_epochs'] - 1}  "
+            f"{run.task.describe()}",
+            f"epochs            {start_epoch}..{tcfg['num_epochs'] - 1}  "
             f"({len(train_loader)} train batches per process per epoch)",
         ]
         logger.info("training set-up\n  " + "\n  ".join(lines))
-        for advice in config_advice(t.config, rt.world_size, t.device.type):
+        for advice in config_advice(run.config, rt.world_size, rt.device.type):
             logger.warning(f"config advice: {advice}")
 
-    def _batch_line(self, derived: dict[str, Any]) -> str:
-        t, tcfg = self.trainer, self.trainer.tcfg
-        if t.train_batches is None:
+    def _batch_line(self, derived: dict[str, Any], train_batches: Any) -> str:
+        tcfg, world_size = self.tcfg, self.runtime.world_size
+        if train_batches is None:
             return (f"batch size        {tcfg['batch_size']} per process x {tcfg['accumulation_steps']} accumulation x "
-                    f"{t.runtime.world_size} processes = {derived['effective_batch_size']} effective")
-        graphs = [len(batch) for batch in t.train_batches.batches]
+                    f"{world_size} processes = {derived['effective_batch_size']} effective")
+        graphs = [len(batch) for batch in train_batches.batches]
         return (f"batches by size   within training.batch_budget {BatchBudget.from_config(tcfg).describe()}: "
-                f"{len(graphs)} batches of {min(graphs)} to {max(graphs)} graphs, {len(t.train_batches)} steps "
-                f"per process and epoch x {tcfg['accumulation_steps']} accumulation x {t.runtime.world_size} processes")
+                f"{len(graphs)} batches of {min(graphs)} to {max(graphs)} graphs, {len(train_batches)} steps "
+                f"per process and epoch x {tcfg['accumulation_steps']} accumulation x {world_size} processes")
 
     @contextlib.contextmanager
     def bar(self, batches: Iterable, epoch: int, total: int) -> Iterator[Iterable]:
         """``batches``, drawn as a progress bar on rank 0 when ``training.progress_bar`` says so; while it is
         drawn, console log lines go through tqdm.write so they do not cut the bar."""
-        setting = self.trainer.tcfg["progress_bar"]
+        setting = self.tcfg["progress_bar"]
         interactive = sys.stderr.isatty() and not os.environ.get("CI")
-        if not self.trainer.runtime.is_main or setting is False or (setting == "auto" and not interactive):
+        if not self.runtime.is_main or setting is False or (setting == "auto" and not interactive):
             yield batches
             return
         from tqdm.auto import tqdm
@@ -94,9 +95,9 @@ class Progress:
         this is not done every batch."""
         if (step + 1) % self.every:
             return
-        memory = self.trainer.memory
+        memory = self.memory
         snapshot = memory.check()
-        if not self.trainer.runtime.is_main:
+        if not self.runtime.is_main:
             return
         rate = totals[1].item() / max(time.perf_counter() - started, 1e-9)
         if hasattr(progress, "set_postfix"):

@@ -3,10 +3,10 @@
 fit = for each epoch: train one epoch, evaluate, let the callbacks act, stop when their votes say so.
 
 Everything else lives in a module named for it: the data (``data.sources``), the optimizer, schedule and
-step (``optimization``), exact evaluation (``evaluation.evaluator``), checkpoints and resuming (``checkpointing``,
-``runs.resume``), SIGTERM (``distributed.preemption``), and the callbacks: early stopping, the run's records
-(``runs.records``), figures, baselines, destroyed-set curves, W&B (``runs.wandb_logger``), the users' own
-(``callbacks``). Rank-specific work goes through ``self.runtime`` (``distributed.runtime.Runtime``): in one
+step (``optimization``), exact evaluation (``evaluation.evaluator``), resuming (``restore``, ``runs.resume``),
+SIGTERM (``distributed.preemption``), and the callbacks (``callbacks/``): early stopping, checkpoints, the
+run's records, figures, baselines, destroyed-set curves, W&B, the users' own. The callbacks see the run
+through one ``RunState``, which the trainer keeps current. Rank-specific work goes through ``self.runtime`` (``distributed.runtime.Runtime``): in one
 process its collectives are no-ops, so the loop reads the same for both and there is one copy of it.
 """
 
@@ -24,19 +24,21 @@ from torch_geometric.loader import DataLoader
 
 from ..data import sources as data_sources
 from ..models import tasks
-from ..evaluation.baselines import Baselines
-from ..callbacks import Callback, CallbackList, Decision, configured_callbacks
+from ..callbacks.base import Callback, CallbackList, Decision, configured_callbacks
+from ..callbacks.checkpointing import Checkpointing
+from ..callbacks.early_stopping import EarlyStopping
+from ..callbacks.records import RunRecords
+from ..callbacks.results import Baselines, DestroyedSetCurves, Figures
+from ..callbacks.state import RunState
+from ..callbacks.wandb_logging import WandbCallback
 from ..runs.checkpoint_files import RunLock
-from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
-from ..config.schema import resolve_config
-from ..evaluation.destroyed_sets import DestroyedSetCurves
+from .restore import ResumePoint, read_resume_state, restore
+from ..config.schema import dump_config, resolve_config
 from ..distributed.runtime import Runtime, names_stalled_ranks, resolve_device
 from .batch_norm import recompute_batch_norm_statistics
 from .denormals import flush_denormals
-from .early_stopping import EarlyStopping
 from ..errors import ConfigError, Preempted
 from ..evaluation.evaluator import Evaluator
-from ..evaluation.figures import Figures
 from ..logging_utils import close_run_log, get_logger, setup_logging
 from .memory import MemoryMonitor
 from ..models.gnn import build_model, check_model_forward
@@ -46,8 +48,7 @@ from ..distributed.preemption import sigterm_requests_a_stop
 from .progress import Progress
 from ..runs.resume import find_run_to_continue, job_token, open_run_dir
 from ..runs.artifacts import run_provenance
-from ..runs.records import RunRecords, write_resolved_config
-from ..runs.wandb_logger import WandbCallback
+from ..runs.records import write_resolved_config
 
 logger = get_logger("training")
 
@@ -105,29 +106,23 @@ class Trainer:
         if self.tcfg["amp"] == "fp16" and self.device.type != "cuda":
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
-        self.epoch = self.start_epoch = 0
-        self.resume_in_epoch: tuple[int, list[float] | None] = (0, None)  # (batches done, loss sums so far)
-        self.best_state: dict[str, torch.Tensor] | None = None  # best.pt's weights, for run_test
-        self.test_predictions: list[tuple[float, float, float]] = []  # run_test: (prediction, truth, flip fraction)
-        self.baseline_predictions: dict[str, Any] = {}  # run_test: the baselines' (callback Baselines)
-        self.figures: dict[str, Path] = {}  # name -> PNG (callback Figures)
         self.job_token = job_token() if self.runtime.is_main else None
         continued = find_run_to_continue(self.tcfg, self.runtime, self.job_token)
         resume_state = read_resume_state(continued, self.config, self.device) if continued else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
         data = data_sources.load_run_data(self.config, self.runtime, dataset)
-        self.dataset, self.task, self.split = data.dataset, data.task, data.split
+        self.task = data.task
         # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
-        self.sizes = data_sources.split_sizes(self.dataset, self.split, self.runtime) \
+        self.sizes = data_sources.split_sizes(data.dataset, data.split, self.runtime) \
             if self.tcfg["batch_budget"] is not None or self.tcfg["preflight"] else None
         self.train_batches = data_sources.training_batches(self.sizes, self.tcfg, self.runtime) \
             if self.sizes is not None else None
         self.core_model = self._build_model(data.first)
-        self.memory_estimate = self._preflight()  # before DDP wraps the model: its hooks would take this backward
+        self.memory_estimate = self._preflight(data.dataset, data.split)  # before DDP wraps the model: its hooks would take this backward
         self.model = self._wrap_model(self.core_model)
         self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
         num_batches = len(self.train_batches) if self.train_batches is not None else \
-            batches_per_epoch(self.tcfg, len(self.split["train"]), self.runtime.world_size)
+            batches_per_epoch(self.tcfg, len(data.split["train"]), self.runtime.world_size)
         self.optimization = Optimization(self.config, self.core_model, self.runtime.world_size, num_batches)
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime,
                                    self.config["validation"]["mode"],
@@ -143,13 +138,16 @@ class Trainer:
         if self.memory_estimate is not None:
             logger.debug(f"preflight: {self.memory_estimate.line()}")
         self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
-        self.progress = Progress(self)
-        self.history: list[dict[str, Any]] = []
-        self.summary: dict[str, Any] = {"run_dir": str(self.run_dir), **run_provenance(self.runtime.world_size)}
+        self.progress = Progress(self.runtime, self.tcfg, self.memory)
+        self.state = RunState(
+            runtime=self.runtime, config=self.config, run_dir=self.run_dir, model=self.core_model,
+            optimizer=self.optimization.optimizer, scheduler=self.optimization.scheduler, task=self.task,
+            dataset=data.dataset, split=data.split, derived=self.optimization.derived,
+            summary={"run_dir": str(self.run_dir), **run_provenance(self.runtime.world_size)})
         self.callbacks = CallbackList(self._callbacks([*from_config, *callbacks]), self.runtime.is_main)
         self._checked_unused_parameters = False
-        if resume_state:
-            restore(self, resume_state)
+        self.resume_point = restore(self.state, self.optimization, self.callbacks, resume_state) \
+            if resume_state else ResumePoint()
         if self.runtime.is_main:
             write_resolved_config(self.run_dir, self.config, self.optimization.derived)
 
@@ -161,11 +159,11 @@ class Trainer:
         check_model_forward(model, first, self.task, model_cfg, self.device)
         return model
 
-    def _preflight(self) -> MemoryEstimate | None:
+    def _preflight(self, dataset: Any, split: dict[str, list[int]]) -> MemoryEstimate | None:
         """The largest training batch, run once: a UserError (one line, exit 2) if it would not fit in memory."""
         if not self.tcfg["preflight"]:
             return None
-        train = data_sources.subset(self.dataset, self.split["train"])
+        train = data_sources.subset(dataset, split["train"])
         found = run_preflight(self.core_model, train, self.sizes["train"],
                               self.train_batches, self.tcfg, self.runtime)
         refuse_if_too_large(found, self.tcfg)
@@ -178,10 +176,38 @@ class Trainer:
         """Early stopping, the users' (config's, then code's: they may extend the epoch's record), then writers
         in the order their inputs need: metrics row before checkpoint (a resume drops later rows), summary, W&B."""
         wandb_cfg = (self.config["logger"] or {}).get("wandb")
+        self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, self.tcfg["checkpoint_at"],
+                                           self.tcfg, self.job_token)
         return [self.early_stopping, *users,
                 *([Baselines()] if self.config["testing"]["baselines"] else []), DestroyedSetCurves(),
-                *([Figures()] if self.tcfg["figures"] else []), RunRecords(self.run_dir), Checkpointing(),
-                *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
+                *([Figures()] if self.tcfg["figures"] else []), RunRecords(self.run_dir, self.early_stopping),
+                self.checkpointing, *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
+
+    def _checkpoint_contents(self, epoch: int, in_epoch: dict[str, Any] | None) -> dict[str, Any]:
+        """What a checkpoint holds. ``epoch``: the last completed one; ``in_epoch``: where a mid-epoch
+        checkpoint stands in the next."""
+        return {
+            "in_epoch": in_epoch,
+            "model": self.core_model.state_dict(),  # the plain model: loadable without DDP
+            **self.optimization.state_dict(),
+            "epoch": epoch,
+            "callbacks": self.callbacks.state_dict(),
+            "config_yaml": dump_config(self.config),
+            "world_size": self.runtime.world_size,
+            "derived": self.optimization.derived,
+        }
+
+    # The run's state as attributes, for scripts and notebooks that read them from the trainer.
+    dataset = property(lambda self: self.state.dataset)
+    split = property(lambda self: self.state.split)
+    history = property(lambda self: self.state.history)
+    summary = property(lambda self: self.state.summary)
+    best_state = property(lambda self: self.state.best_state)
+    test_predictions = property(lambda self: self.state.test_predictions)
+    baseline_predictions = property(lambda self: self.state.baseline_predictions)
+    figures = property(lambda self: self.state.figures)
+    epoch = property(lambda self: self.state.epoch)
+    start_epoch = property(lambda self: self.resume_point.start_epoch)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -193,19 +219,20 @@ class Trainer:
 
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
-        return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime, self.sizes)
+        return data_sources.prepare_dataloaders(self.state.dataset, self.state.split, self.config, self.runtime,
+                                                self.sizes)
 
     # ------------------------------------------------------------------ the loop
     @names_stalled_ranks  # a collective timeout says which rank did not arrive
     def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> tuple[list[dict], list[dict]]:
         """Train until ``num_epochs`` or a vote to stop; returns (train_history, val_history) on every rank."""
-        self.progress.start_block(train_loader)
-        self.callbacks.call("on_fit_start", self)
+        self.progress.start_block(self.state, self.optimization, self.train_batches, self.start_epoch, train_loader)
+        self.callbacks.call("on_fit_start", self.state)
         decision, self._interrupt_votes = Decision(reason=f"completed {self.tcfg['num_epochs']} epochs"), []
         with sigterm_requests_a_stop() as self._sigterm, \
                 self.runtime.step_votes(self.config["parallel"]["timeout_s"]) as self._step_votes:
             for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
-                self.epoch = epoch
+                self.state.epoch = epoch
                 started = time.perf_counter()
                 train = self._train_one_epoch(train_loader, epoch)
                 if self.config["validation"]["recompute_batch_norm"]:
@@ -216,7 +243,7 @@ class Trainer:
                 if voted.stop:  # the same on every rank: the votes of every rank were gathered
                     decision = voted
                     break
-        self.callbacks.call("on_fit_end", self, decision)
+        self.callbacks.call("on_fit_end", self.state, decision)
         # Every rank says where it stopped (in its own log file): they must all agree.
         logger.info(f"training finished at epoch {self.epoch}: {decision.reason}")
         train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
@@ -232,7 +259,8 @@ class Trainer:
                 sampler.set_epoch(epoch)
         # A mid-epoch checkpoint resumes after its batches, with its partial loss sums (every rank
         # starts from the same batch: the permutation depends on the seed and the epoch only).
-        first_batch, partial = self.resume_in_epoch if epoch == self.start_epoch else (0, None)
+        point = self.resume_point
+        first_batch, partial = (point.completed_batches, point.train_totals) if epoch == self.start_epoch else (0, None)
         totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
         if partial is not None and self.runtime.is_main:
             totals += torch.tensor(partial, device=self.device, dtype=torch.float64)
@@ -282,7 +310,7 @@ class Trainer:
         """Every rank, at every optimizer step: interrupt when any rank voted so (SIGTERM, a callback's step
         vote), seen by all one step later without a blocking collective (``StepVotes``; the epoch's last step
         waits for its own, so that no vote crosses into evaluation); checkpoint every checkpoint_every_n_steps."""
-        votes = self._sigterm.vote() + self.callbacks.votes("on_step_end", self, epoch, completed_batches)
+        votes = self._sigterm.vote() + self.callbacks.votes("on_step_end", self.state, epoch, completed_batches)
         self._interrupt_votes += votes
         interrupt = self._step_votes.exchange(bool(votes))
         interrupt = (self._step_votes.settle() or interrupt) if last else interrupt
@@ -291,7 +319,7 @@ class Trainer:
         if interrupt or (every and steps_done % every == 0):
             partial = self.runtime.sum_across_ranks(totals).tolist()  # every rank: the epoch's sums so far
             if self.runtime.is_main:
-                save_in_epoch(self, epoch, completed_batches, partial)
+                self.checkpointing.save_in_epoch(self.state, epoch, completed_batches, partial)
         if interrupt:
             self._step_votes.settle()  # every rank started this step's exchange: let it finish before teardown
             reason = self.runtime.decide(self._interrupt_votes).reason  # every rank learns why, once
@@ -319,8 +347,8 @@ class Trainer:
     def _end_epoch(self, record: dict[str, Any]) -> Decision:
         self.optimization.end_epoch(record[self.early_stopping.metric])  # before the checkpoint: resumes continue it
         # No SIGTERM vote here: it is acted on at optimizer steps only, so a stopped job stands inside an epoch.
-        votes = self.callbacks.votes("on_epoch_end", self, record)
-        self.history.append(record)
+        votes = self.callbacks.votes("on_epoch_end", self.state, record)
+        self.state.history.append(record)
         decision = self.runtime.decide(votes)  # one all-gather of every rank's votes: all stop here, or none
         if decision.resumable:  # an interruption at the epoch's end: its checkpoint is written
             raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in {self.run_dir}; "
@@ -334,27 +362,27 @@ class Trainer:
         callbacks add (baselines, destroyed-set curves); None on other ranks."""
         if not self.runtime.is_main:
             return None
-        if self.best_state is not None:
-            self.core_model.load_state_dict(self.best_state)
-        self.test_predictions = []
-        test = self.task.metrics(self.evaluator.local_totals(test_loader, self.test_predictions))
+        if self.state.best_state is not None:
+            self.core_model.load_state_dict(self.state.best_state)
+        self.state.test_predictions = []
+        test = self.task.metrics(self.evaluator.local_totals(test_loader, self.state.test_predictions))
         result = {**{f"test_{m}": test[m] for m in self.task.metric_names}, "num_test": test["count"]}
         if isinstance(self.task, tasks.ClassificationTask):
             result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
         else:
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
-        self.callbacks.call("on_test_end", self, result)
+        self.callbacks.call("on_test_end", self.state, result)
         return result
 
     def _targets(self, split: str) -> list[float]:
         """The ``y`` values of one split (rank 0, at test time)."""
-        return [float(self.dataset[i].y.reshape(-1)[0]) for i in self.split[split]]
+        return [float(self.state.dataset[i].y.reshape(-1)[0]) for i in self.state.split[split]]
 
     def close(self) -> None:
         """Tear the callbacks down (the W&B run finishes), release the run and close this rank's log file.
         Safe to call twice."""
         callbacks, self.callbacks = self.callbacks, CallbackList([], self.runtime.is_main)
-        callbacks.call("teardown", self)
+        callbacks.call("teardown", self.state)
         if self._run_lock:
             self._run_lock.release()
             self._run_lock = None

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..callbacks import Callback, Stop
+from .base import Callback, Stop
 from ..logging_utils import get_logger, rank_zero_warn
 
 logger = get_logger("early_stopping")

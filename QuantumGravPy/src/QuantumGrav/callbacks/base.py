@@ -1,9 +1,10 @@
-"""Callbacks: what a run does besides the loop, at a few points of it (Lightning's idea, kept small).
+"""The callback protocol: what a run does besides the loop, at a few points of it (Lightning's idea, kept small).
 
-A callback subclasses ``Callback`` and overrides the hooks it needs::
+A callback subclasses ``Callback`` and overrides the hooks it needs; each hook receives the run's state
+(``callbacks.state.RunState``: rank, model, optimizer, run directory, history, ...)::
 
     class ExtraMetric(QG.Callback):
-        def on_epoch_end(self, trainer, record):
+        def on_epoch_end(self, state, record):
             record["val_error"] = 1.0 - record["val_accuracy"]   # lands in metrics.csv, W&B, the history
 
     QG.Trainer(config, callbacks=[ExtraMetric()])       # or QG.launch(config, nproc, callbacks=[...])
@@ -25,10 +26,10 @@ is stored in the checkpoint under the callback's ``state_key``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-if TYPE_CHECKING:  # the hooks receive the trainer; importing it here would be circular
-    from .training.trainer import Trainer
+from ..errors import ConfigError
+from .state import RunState
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Callback:
     Example:
         >>> import QuantumGrav as QG
         >>> class ExtraMetric(QG.Callback):
-        ...     def on_epoch_end(self, trainer, record):
+        ...     def on_epoch_end(self, state, record):
         ...         record["val_error"] = 1.0 - record["val_accuracy"]  # lands in metrics.csv and W&B
         >>> trainer = QG.Trainer("configs/train.yaml", callbacks=[ExtraMetric()])  # doctest: +SKIP
     """
@@ -98,14 +99,14 @@ class Callback:
         """Where ``state_dict()`` is kept in the checkpoint; unique per callback of a run."""
         return type(self).__qualname__
 
-    def on_fit_start(self, trainer: "Trainer") -> None:
+    def on_fit_start(self, state: RunState) -> None:
         """``run_training`` begins (after a resume restored the state)."""
 
-    def on_step_end(self, trainer: "Trainer", epoch: int, completed_batches: int) -> Stop | None:
+    def on_step_end(self, state: RunState, epoch: int, completed_batches: int) -> Stop | None:
         """After every optimizer step. Keep it cheap: no ``.item()`` on GPU tensors, no collectives.
 
         Args:
-            trainer: the trainer.
+            state: the run's state.
             epoch: the current epoch.
             completed_batches: the batches of this epoch done so far.
 
@@ -114,11 +115,11 @@ class Callback:
             optimizer step later on every rank).
         """
 
-    def on_epoch_end(self, trainer: "Trainer", record: dict[str, Any]) -> Stop | None:
+    def on_epoch_end(self, state: RunState, record: dict[str, Any]) -> Stop | None:
         """After validation, with the epoch's record (rank 0's, on every rank).
 
         Args:
-            trainer: the trainer.
+            state: the run's state.
             record: the epoch's metrics; keys added here go into metrics.csv, W&B and the history (user
                 callbacks run after early stopping and before the writers).
 
@@ -126,14 +127,14 @@ class Callback:
             None, or ``Stop("why")`` to end the run after this epoch (every rank stops at the same epoch).
         """
 
-    def on_fit_end(self, trainer: "Trainer", decision: Decision) -> None:
+    def on_fit_end(self, state: RunState, decision: Decision) -> None:
         """``run_training`` ends normally (not on an interruption or an error)."""
 
-    def on_test_end(self, trainer: "Trainer", result: dict[str, Any]) -> None:
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
         """After ``run_test`` (rank 0 only, as ``run_test`` is); ``result`` may be extended."""
 
-    def teardown(self, trainer: "Trainer") -> None:
-        """The trainer is closed (after success, an interruption or an error): release resources."""
+    def teardown(self, state: RunState) -> None:
+        """The run is closed (after success, an interruption or an error): release resources."""
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs (plain numbers, strings, lists and dicts), stored in the checkpoint under
@@ -195,8 +196,6 @@ class CallbackList:
 
 def configured_callbacks(config: dict[str, Any]) -> list[Callback]:
     """The callbacks of the config's ``callbacks:`` list, each built as ``type(**kwargs)``."""
-    from .errors import ConfigError
-
     built = []
     for i, entry in enumerate(config.get("callbacks") or []):
         try:

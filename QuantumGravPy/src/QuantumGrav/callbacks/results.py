@@ -1,0 +1,84 @@
+"""What rank 0 adds after training and testing: the baselines fitted and scored beside the model, the
+destroyed sets recognised per flip fraction, and the figures (PNGs in ``run_dir/figures/``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..evaluation.baselines import flatten_baselines, predict_baselines, score_baselines
+from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fractions
+from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
+                                  plot_predictions, plot_training_curves)
+from ..models.tasks import ClassificationTask
+from .base import Callback, Decision
+from .state import RunState
+
+
+class Baselines(Callback):
+    """After the test (rank 0, with ``testing.baselines``): both baselines fitted on the training split and
+    scored on the test split, next to the model's result. Their predictions on the test split are kept in
+    ``state.baseline_predictions`` (the destroyed-set curves compare them with the model's)."""
+
+    main_process_only = True
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        if getattr(state.dataset[0], "invariants", None) is None:  # the generator's per-set invariants
+            return
+        classification = isinstance(state.task, ClassificationTask)
+        kind, truth, predictions = predict_baselines(state.dataset, state.split["train"], state.split["test"],
+                                                     task="classification" if classification else "regression")
+        baselines = score_baselines(kind, truth, predictions, state.task.num_classes if classification else None)
+        result.update(**flatten_baselines(baselines), baselines=baselines)
+        state.baseline_predictions = predictions
+
+
+
+class DestroyedSetCurves(Callback):
+    """After the test of a classifier (rank 0): the curves of the model and, when they ran, the baselines
+    (``state.baseline_predictions``), as ``result["destroyed_by_flip_fraction"]``; nothing for data
+    without varying flip fractions."""
+
+    main_process_only = True
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        if not isinstance(state.task, ClassificationTask):
+            return
+        gnn = np.array(state.test_predictions, dtype=np.float64).reshape(-1, 3)  # prediction, truth, fraction
+        results = {"gnn": (gnn[:, 2], gnn[:, 0] == gnn[:, 1])}
+        if state.baseline_predictions:
+            test = [state.dataset[i] for i in state.split["test"]]
+            fractions, truth = flip_fractions(test), np.array([int(g.y.reshape(-1)[0]) for g in test])
+            results.update({f"{name}_baseline": (fractions, predicted == truth)
+                            for name, predicted in state.baseline_predictions.items()})
+        generated = getattr(state.dataset, "generation_params", None) or {}
+        span = generated.get("destroy_fraction") if isinstance(generated.get("destroy_fraction"), list) else ()
+        curves = destroyed_curves(results, span)
+        if curves:
+            result["destroyed_by_flip_fraction"] = curves
+
+
+
+class Figures(Callback):
+    main_process_only = True
+
+    def on_fit_end(self, state: RunState, decision: Decision) -> None:
+        if state.history:
+            self._draw(state, "training_curves", plot_training_curves, state.history,
+                       metric=f"val_{state.task.metric_names[1]}")
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        if "confusion_matrix" in result:
+            self._draw(state, "confusion_matrix", plot_confusion_matrix, result["confusion_matrix"],
+                       result["class_names"])
+        else:
+            self._draw(state, "predictions", plot_predictions, [(p, t) for p, t, _ in state.test_predictions])
+        if "destroyed_by_flip_fraction" in result:
+            self._draw(state, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction,
+                       result["destroyed_by_flip_fraction"], MODEL_LABELS)
+
+    @staticmethod
+    def _draw(state: RunState, name: str, plot: Callable[..., Path], *data: Any, **options: Any) -> None:
+        state.figures[name] = plot(*data, state.run_dir / FIGURE_DIR / f"{name}.png", **options)
