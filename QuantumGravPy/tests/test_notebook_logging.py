@@ -23,7 +23,7 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("wandb")
 
 import QuantumGrav as QG  # noqa: E402
-from QuantumGrav.runs.wandb_logger import read_offline_runs  # noqa: E402
+from QuantumGrav.runs.wandb_files import read_offline_runs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "05_logging_and_wandb.ipynb"

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.runs.wandb_logger import read_offline_runs
+from QuantumGrav.runs.wandb_files import read_offline_runs
 from conftest import TINY
 from slurm_jobs import ENDED, environ_of
 

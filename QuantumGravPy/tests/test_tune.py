@@ -24,7 +24,7 @@ from QuantumGrav import cli  # noqa: E402
 from QuantumGrav.config.schema import resolve_pyobject  # noqa: E402
 from QuantumGrav.studies.search_space import SearchSpace  # noqa: E402
 from QuantumGrav.studies.storage import HEARTBEAT_GRACE_S  # noqa: E402
-from QuantumGrav.runs.wandb_logger import read_offline_runs  # noqa: E402
+from QuantumGrav.runs.wandb_files import read_offline_runs  # noqa: E402
 from conftest import REPO, TINY  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

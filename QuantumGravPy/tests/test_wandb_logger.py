@@ -9,7 +9,8 @@ import torch
 wandb = pytest.importorskip("wandb")
 
 from QuantumGrav.runs import wandb_logger  # noqa: E402
-from QuantumGrav.runs.wandb_logger import WandbLogger, read_offline_runs  # noqa: E402
+from QuantumGrav.runs.wandb_files import read_offline_runs  # noqa: E402
+from QuantumGrav.runs.wandb_logger import WandbLogger  # noqa: E402
 
 METRICS = [{"epoch": e, "train_loss": 1.0 / (e + 1), "val_accuracy": 0.5 + 0.125 * e, "lr": 1e-3}
            for e in range(4)]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import QuantumGrav as QG
-from QuantumGrav.runs.wandb_logger import read_offline_runs
+from QuantumGrav.runs.wandb_files import read_offline_runs
 from conftest import ALL_RESULTS, REPO
 
 WANDB = QG.load_config(REPO / "configs" / "logger" / "wandb_ddp.yaml")["logger"]
