@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 # a process; in __pycache__/, which git ignores). pytest caches its rewritten test modules the same way.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup train test docs
+.PHONY: setup train test test-fast docs
 setup:
 	@bash scripts/setup_venv.sh
 
@@ -20,6 +20,11 @@ train: setup
 
 test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder QuantumGravPy/tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
+
+# The edit-test loop: every test but those marked full_suite (fresh process pools, SLURM, browser, notebooks,
+# the docs' commands; tests/conftest.py), under 3 minutes on 2 cores. `make test` keeps every proof.
+test-fast: setup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not full_suite" QuantumGravPy/tests -p no:cacheprovider
 
 # The documentation site, offline, every warning an error (docs/site/conf.py), then its links checked.
 docs: setup

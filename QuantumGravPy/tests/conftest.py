@@ -48,9 +48,21 @@ LONGEST_FIRST = ("test_slurm.py", "test_restarts.py", "test_docs.py", "test_laun
                  "test_fault_tolerance.py")
 
 
+# The files that `make test-fast` leaves out (marked full_suite): they start pools of fresh interpreters (DDP
+# jobs, launchers, torchrun, studies, restarts), need the SLURM cluster or a browser, or execute notebooks and
+# the docs' commands. What is left covers every module in under 3 minutes on 2 cores; `make test` runs all.
+FULL_SUITE_ONLY = ("test_slurm.py", "test_slurm_tune.py", "test_site.py", "test_docs.py", "test_notebooks.py",
+                   "test_notebook_logging.py", "test_notebook_test_mode.py", "test_restarts.py", "test_launchers.py",
+                   "test_lifeline.py", "test_teardown.py", "test_tune.py", "test_ddp.py", "test_fault_tolerance.py",
+                   "test_startup.py")
+
+
 def pytest_collection_modifyitems(items):
     position = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: position.get(item.path.name, len(position)))  # stable: a file keeps its order
+    for item in items:
+        if item.path.name in FULL_SUITE_ONLY or item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.full_suite)
 
 
 @pytest.fixture(scope="session")
