@@ -13,7 +13,8 @@ from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data import derived_invariants
 from QuantumGrav.data.dataset import CausalSetDataset, past_to_future_edges
 from QuantumGrav.data.derived_invariants import (NotACausalSet, OrderInvariants, causal_matrix_of_edges,
-                                                 invariants_of_edges, keys_needing_invariants, with_order_invariants)
+                                                 invariants_of_edges, with_order_invariants)
+from QuantumGrav.training.loaders import keys_needing_invariants
 
 from own_data_helpers import UserCausalSets
 
@@ -102,10 +103,10 @@ def test_the_trainer_wraps_only_what_needs_invariants_and_lacks_them(tiny_config
     assert keys_needing_invariants(tiny_config({"testing.baselines": True})) == ["testing.baselines"]
     custom = tiny_config({"model.type": QG.GNNClassifier, "model.graph_features": True})
     assert keys_needing_invariants(custom) == [], "graph_features is the built-in model's key"
-    assert with_order_invariants(sets, tiny_config(), "data") is sets
-    assert isinstance(with_order_invariants(sets, default, "data"), OrderInvariants)
+    assert with_order_invariants(sets, keys_needing_invariants(tiny_config()), "data") is sets
+    assert isinstance(with_order_invariants(sets, keys_needing_invariants(default), "data"), OrderInvariants)
     generated = CausalSetDataset(tmp_path, num_samples=6, n_min=8, n_max=10)
-    assert with_order_invariants(generated, default, "data") is generated
+    assert with_order_invariants(generated, keys_needing_invariants(default), "data") is generated
 
 
 def test_an_item_that_is_not_an_order_is_one_config_error_naming_it_and_the_keys():

@@ -23,6 +23,7 @@ import torch
 from torch_geometric.loader import DataLoader
 
 from ..data import sources as data_sources
+from . import loaders
 from ..models import tasks
 from ..evaluation.baselines import Baselines
 from ..callbacks import Callback, CallbackList, Decision, configured_callbacks
@@ -115,12 +116,12 @@ class Trainer:
         continued = find_run_to_continue(self.tcfg, self.runtime, self.job_token)
         resume_state = read_resume_state(continued, self.config, self.device) if continued else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
-        data = data_sources.load_run_data(self.config, self.runtime, dataset)
+        data = loaders.load_run_data(self.config, self.runtime, dataset)
         self.dataset, self.task, self.split = data.dataset, data.task, data.split
         # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
-        self.sizes = data_sources.split_sizes(self.dataset, self.split, self.runtime) \
+        self.sizes = loaders.split_sizes(self.dataset, self.split, self.runtime) \
             if self.tcfg["batch_budget"] is not None or self.tcfg["preflight"] else None
-        self.train_batches = data_sources.training_batches(self.sizes, self.tcfg, self.runtime) \
+        self.train_batches = loaders.training_batches(self.sizes, self.tcfg, self.runtime) \
             if self.sizes is not None else None
         self.core_model = self._build_model(data.first)
         self.memory_estimate = self._preflight()  # before DDP wraps the model: its hooks would take this backward
@@ -193,7 +194,7 @@ class Trainer:
 
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
-        return data_sources.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime, self.sizes)
+        return loaders.prepare_dataloaders(self.dataset, self.split, self.config, self.runtime, self.sizes)
 
     # ------------------------------------------------------------------ the loop
     @names_stalled_ranks  # a collective timeout says which rank did not arrive
