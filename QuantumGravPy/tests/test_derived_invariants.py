@@ -10,6 +10,7 @@ from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data import orders as qg_orders
 from QuantumGrav.data import derived_invariants
 from QuantumGrav.data.dataset import CausalSetDataset, past_to_future_edges
 from QuantumGrav.data.derived_invariants import (NotACausalSet, OrderInvariants, causal_matrix_of_edges,
@@ -124,7 +125,7 @@ def test_an_item_that_is_not_an_order_is_one_config_error_naming_it_and_the_keys
 def test_large_sets_through_the_tiled_product_get_the_generators_invariants(tmp_path, monkeypatch):
     """The closure runs in an order where the edges go forward, tile by tile (tiles of 8 here, as 256 at N in the
     thousands): the invariants are still the generator's, in any labelling, links or relations."""
-    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)
+    monkeypatch.setattr(qg_orders, "_PRODUCT_TILE", 8)
     dataset = CausalSetDataset(tmp_path, num_samples=6, n_min=40, n_max=60, edges="relations", seed=2)
     rng = np.random.default_rng(1)
     for graph in dataset:

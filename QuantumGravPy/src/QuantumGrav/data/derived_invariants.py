@@ -35,7 +35,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .causal_sets import longest_paths, natural_order, order_invariants, transitive_closure
+from .invariants import order_invariants
+from .orders import longest_paths, natural_order, transitive_closure
 from ..errors import ConfigError
 
 
