@@ -49,7 +49,8 @@ def measure(config_overrides: list[str], runs: str, train_sets: int) -> dict[str
     import torch
 
     import QuantumGrav as QG
-    from QuantumGrav.data.sources import make_loader, subset
+    from QuantumGrav.data.sources import subset
+    from QuantumGrav.training.loaders import make_loader
 
     torch.set_num_threads(1)
     config = QG.load_config(str(REPO / "configs" / "train.yaml"), [*config_overrides, f"training.path={runs}"])

@@ -262,8 +262,9 @@ def _run_quantumgrav(rank: int, world_size: int, config: dict) -> dict:
 def _run_data(config: dict):
     """The job's data as QuantumGrav splits it: (training sets, number of classes)."""
     from QuantumGrav.data import sources as data_sources
+    from QuantumGrav.training.loaders import load_run_data
 
-    data = data_sources.load_run_data(config, QG.distributed.runtime.Runtime())
+    data = load_run_data(config, QG.distributed.runtime.Runtime())
     return data_sources.subset(data.dataset, data.split["train"]), data.task.output_width
 
 

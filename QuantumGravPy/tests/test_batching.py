@@ -11,7 +11,7 @@ import torch
 import QuantumGrav as QG
 from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
                                        pack_by_size)
-from QuantumGrav.data.sources import training_batches
+from QuantumGrav.training.loaders import training_batches
 from QuantumGrav.distributed.runtime import Runtime
 from QuantumGrav.training.optimization import batches_per_epoch
 from QuantumGrav.training.preflight import MemoryEstimate

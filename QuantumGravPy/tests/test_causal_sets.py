@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data import orders as qg_orders
 
 
 # --------------------------------------------------------------------------- brute-force references
@@ -320,7 +321,7 @@ def test_sets_made_in_small_parts_and_tiles_are_the_same_sets(monkeypatch):
     """Runs of equal sets are made in parts that fit a memory budget, and products tile by tile: neither may
     change a set (each part draws its random numbers after the previous one, as one batch would)."""
     monkeypatch.setattr(cs, "_WORK_BYTES", cs._WORK_BYTES_PER_PAIR * 64 * 64 * 2)  # two sets of N = 64 per part
-    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)
+    monkeypatch.setattr(qg_orders, "_PRODUCT_TILE", 8)
     assert cs._sets_per_part(64) == 2 and cs._sets_per_part(2048) == 1
     for kwargs, fingerprint in GENERATED_BEFORE[:2]:
         kwargs = dict(kwargs)
@@ -328,12 +329,12 @@ def test_sets_made_in_small_parts_and_tiles_are_the_same_sets(monkeypatch):
 
 
 def test_the_tiled_triangular_product_equals_the_full_product(monkeypatch):
-    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)
+    monkeypatch.setattr(qg_orders, "_PRODUCT_TILE", 8)
     rng = np.random.default_rng(0)
     upper = np.triu(rng.random((3, 61, 61)) < 0.3, k=1)
     expected = np.matmul(upper.astype(np.int64), upper.astype(np.int64))
     np.testing.assert_array_equal(cs.elements_between(upper), expected)
-    tiled = cs._upper_triangular_square(torch.from_numpy(upper.astype(np.float32)))
+    tiled = qg_orders._upper_triangular_square(torch.from_numpy(upper.astype(np.float32)))
     np.testing.assert_array_equal(tiled.numpy(), expected)
     general = rng.random((61, 61)) < 0.3  # not triangular: the full product
     np.testing.assert_array_equal(cs.elements_between(general), general.astype(np.int64) @ general.astype(np.int64))

@@ -13,7 +13,7 @@ import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav import cli
 from QuantumGrav.data import dataset as qg_data
-from QuantumGrav.distributed import runtime as qg_distributed
+from QuantumGrav import processes as qg_processes
 from QuantumGrav.data.dataset import CausalSetDataset, generate_share
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def test_bad_storage_and_workers_are_named(tmp_path):
 
 
 def test_auto_workers_start_a_pool_only_for_a_large_data_set(monkeypatch):
-    monkeypatch.setattr(qg_distributed, "usable_cpu_count", lambda: 8)
+    monkeypatch.setattr(qg_processes, "usable_cpu_count", lambda: 8)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     small = {"num_samples": 2000, "n_min": 64, "n_max": 128}  # the default: about a second on one core
     large = {"num_samples": 100_000, "n_min": 1024, "n_max": 1024}

@@ -10,10 +10,12 @@ from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data import orders as qg_orders
 from QuantumGrav.data import derived_invariants
 from QuantumGrav.data.dataset import CausalSetDataset, past_to_future_edges
 from QuantumGrav.data.derived_invariants import (NotACausalSet, OrderInvariants, causal_matrix_of_edges,
-                                                 invariants_of_edges, keys_needing_invariants, with_order_invariants)
+                                                 invariants_of_edges, with_order_invariants)
+from QuantumGrav.training.loaders import keys_needing_invariants
 
 from own_data_helpers import UserCausalSets
 
@@ -102,10 +104,10 @@ def test_the_trainer_wraps_only_what_needs_invariants_and_lacks_them(tiny_config
     assert keys_needing_invariants(tiny_config({"testing.baselines": True})) == ["testing.baselines"]
     custom = tiny_config({"model.type": QG.GNNClassifier, "model.graph_features": True})
     assert keys_needing_invariants(custom) == [], "graph_features is the built-in model's key"
-    assert with_order_invariants(sets, tiny_config(), "data") is sets
-    assert isinstance(with_order_invariants(sets, default, "data"), OrderInvariants)
+    assert with_order_invariants(sets, keys_needing_invariants(tiny_config()), "data") is sets
+    assert isinstance(with_order_invariants(sets, keys_needing_invariants(default), "data"), OrderInvariants)
     generated = CausalSetDataset(tmp_path, num_samples=6, n_min=8, n_max=10)
-    assert with_order_invariants(generated, default, "data") is generated
+    assert with_order_invariants(generated, keys_needing_invariants(default), "data") is generated
 
 
 def test_an_item_that_is_not_an_order_is_one_config_error_naming_it_and_the_keys():
@@ -123,7 +125,7 @@ def test_an_item_that_is_not_an_order_is_one_config_error_naming_it_and_the_keys
 def test_large_sets_through_the_tiled_product_get_the_generators_invariants(tmp_path, monkeypatch):
     """The closure runs in an order where the edges go forward, tile by tile (tiles of 8 here, as 256 at N in the
     thousands): the invariants are still the generator's, in any labelling, links or relations."""
-    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)
+    monkeypatch.setattr(qg_orders, "_PRODUCT_TILE", 8)
     dataset = CausalSetDataset(tmp_path, num_samples=6, n_min=40, n_max=60, edges="relations", seed=2)
     rng = np.random.default_rng(1)
     for graph in dataset:

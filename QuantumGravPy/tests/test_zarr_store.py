@@ -30,6 +30,7 @@ from torch_geometric.loader import DataLoader
 
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
+from QuantumGrav.data import orders as qg_orders
 from QuantumGrav.models import tasks
 from QuantumGrav.data import zarr_store
 from QuantumGrav.data.dataset import CausalSetDataset
@@ -316,7 +317,7 @@ def reference_graph(R: np.ndarray, edges: str) -> tuple[torch.Tensor, torch.Tens
 
 @pytest.mark.parametrize("edges", ["links", "relations"])
 def test_store_graphs_equal_the_reference_derivation_in_any_labelling(tmp_path, monkeypatch, edges):
-    monkeypatch.setattr(cs, "_PRODUCT_TILE", 8)  # sets of 60 elements go through the tiled product
+    monkeypatch.setattr(qg_orders, "_PRODUCT_TILE", 8)  # sets of 60 elements go through the tiled product
     rng = np.random.default_rng(4)
     orders = [*sprinklings(2, n=60), *layered(1, n=60), cs.destroy_order(sprinklings(1, n=60)[0], 0.05, rng)]
     perms = [np.arange(60), *(rng.permutation(60) for _ in range(3))]

@@ -20,16 +20,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from ..distributed.runtime import Runtime
 from ..errors import ConfigError
 
 NODES, EDGES = 0, 1  # the columns of a sizes array
+
+
+class RankGroup(Protocol):
+    """The processes that share out the reading of the sizes (``distributed.runtime.Runtime`` is one)."""
+
+    rank: int
+    world_size: int
+
+    def sum_across_ranks(self, values: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class BatchBudget:
 
 
 # --------------------------------------------------------------------------- sizes
-def graph_sizes(dataset: Any, runtime: Runtime) -> np.ndarray:
+def graph_sizes(dataset: Any, runtime: RankGroup) -> np.ndarray:
     """(nodes, edges) of every item, int64 [len(dataset), 2], the same on every rank.
 
     From the dataset's own ``graph_sizes()`` when it has one (no graph is loaded); else from an in-memory PyG

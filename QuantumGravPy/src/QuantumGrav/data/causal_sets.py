@@ -1,12 +1,13 @@
 """Causal sets generated with vectorised numpy: sprinklings, non-manifold-like orders, features.
 
+This module generates labelled data sets block by block and is the namespace of the causal-set functions:
+the relations of a causal matrix (``orders``), the random orders of each kind (``random_orders``) and what
+is measured on them (``invariants``) are all reachable as ``causal_sets.<name>``.
+
 A causal set is a locally finite partial order: its elements are spacetime "atoms" and
 the order is causality. Here one is a boolean *causal matrix* ``R`` (N x N) with
 ``R[i, j]`` true when element ``i`` precedes ``j``. Elements are always in a natural
 labelling (a linear extension of the order), so ``R`` is strictly upper triangular.
-Every function takes one matrix (N x N) or a batch of equal-sized ones (B x N x N) and
-returns the same rank; batches are processed at once with matrix products and
-whole-array operations, never with Python loops over pairs.
 
 Classes of causal sets (``CSET_TYPES``):
 
@@ -37,63 +38,42 @@ are sprinklings (see the flip-fraction sweep there).
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
-import torch
+
+from .invariants import (INVARIANT_NAMES, MAX_INTERVAL_SIZE, NODE_FEATURES, NODE_INTERVAL_SIZES,
+                         SIMPLE_INVARIANT_NAMES, benincasa_dowker_action, features_and_invariants,
+                         interval_abundances, myrheim_meyer_dimension, node_features, order_invariants,
+                         ordering_fraction_of_dimension)
+from .orders import (elements_between, longest_chains, longest_paths, natural_order, transitive_closure,
+                     transitive_reduction)
+from .random_orders import (LAYER_RELATION_PROBABILITY, LAYER_WEIGHTS, SPRINKLING_DIMENSIONS,
+                            causal_matrix_from_coordinates, destroy_order, random_layered_orders, sprinkle_diamond,
+                            sprinkle_diamond_batch, sprinkled_coordinates, layered_relations)
+
+# The names of the causal-set functions, wherever they are defined: notebooks and scripts use this module as their
+# namespace (``from QuantumGrav.data import causal_sets as cs``).
+__all__ = ["MANIFOLD_CLASSES", "NON_MANIFOLD_CLASSES", "CSET_TYPES", "DEFAULT_CLASSES", "DEFAULT_DIMENSIONS",
+           "DEFAULT_DESTROY_FRACTION", "DEFAULT_N_MIN", "DEFAULT_N_MAX", "GENERATION_BLOCK_SIZE", "CausalSetRecord",
+           "check_generation_args", "draw_plan", "generate_block", "generate_causal_sets", "num_blocks", "plan_order",
+           "elements_between", "longest_chains", "longest_paths", "natural_order", "transitive_closure",
+           "transitive_reduction", "LAYER_RELATION_PROBABILITY", "LAYER_WEIGHTS", "SPRINKLING_DIMENSIONS",
+           "causal_matrix_from_coordinates", "destroy_order", "random_layered_orders", "sprinkle_diamond",
+           "sprinkle_diamond_batch", "sprinkled_coordinates", "INVARIANT_NAMES", "MAX_INTERVAL_SIZE", "NODE_FEATURES",
+           "NODE_INTERVAL_SIZES", "SIMPLE_INVARIANT_NAMES", "benincasa_dowker_action", "features_and_invariants",
+           "interval_abundances", "myrheim_meyer_dimension", "node_features", "order_invariants",
+           "ordering_fraction_of_dimension"]
 
 MANIFOLD_CLASSES: dict[str, int] = {"minkowski_2d": 2, "minkowski_3d": 3, "minkowski_4d": 4}
 NON_MANIFOLD_CLASSES: tuple[str, ...] = ("destroyed", "layered")
 CSET_TYPES: tuple[str, ...] = (*MANIFOLD_CLASSES, *NON_MANIFOLD_CLASSES)
-SPRINKLING_DIMENSIONS: tuple[int, ...] = (2, 3, 4)
 
 DEFAULT_CLASSES: tuple[str, ...] = CSET_TYPES
 DEFAULT_DIMENSIONS: tuple[int, ...] = SPRINKLING_DIMENSIONS
 DEFAULT_DESTROY_FRACTION = 0.01
 DEFAULT_N_MIN, DEFAULT_N_MAX = 64, 128
-
-# Layered orders: Kleitman-Rothschild proportions; the probability of a relation between
-# consecutive layers is drawn per set from this range, which spreads their ordering
-# fraction over the range of 2d to 4d sprinklings.
-LAYER_WEIGHTS: tuple[float, ...] = (0.25, 0.5, 0.25)
-LAYER_RELATION_PROBABILITY: tuple[float, float] = (0.1, 0.6)
-
-NODE_FEATURES: tuple[str, ...] = (
-    "past_cone_fraction",  # |past of x| / N
-    "future_cone_fraction",  # |future of x| / N
-    "in_link_fraction",  # number of links into x (its immediate past) / N
-    "out_link_fraction",  # number of links out of x (its immediate future) / N
-    "longest_past_chain",  # relations in the longest chain ending at x / N
-    "longest_future_chain",  # relations in the longest chain starting at x / N
-    "past_interval_1_fraction",  # y before x with exactly 1 element between them / N
-    "future_interval_1_fraction",  # y after x with exactly 1 element between them / N
-    "past_interval_2_fraction",  # y before x with exactly 2 elements between them / N
-    "future_interval_2_fraction",  # y after x with exactly 2 elements between them / N
-)
-NODE_INTERVAL_SIZES: tuple[int, ...] = (1, 2)  # the interval sizes of the per-element counts above
-INVARIANT_NAMES: tuple[str, ...] = (
-    "ordering_fraction",  # relations / (N choose 2)
-    "myrheim_meyer_dimension",  # dimension whose sprinklings have that ordering fraction
-    "height_fraction",  # elements in the longest chain / N
-    "links_per_element",  # links N0 / N
-    "num_elements",  # N
-    "interval_1_per_link",  # N1 / N0: N_k = related pairs with exactly k elements between them
-    "interval_2_per_link",  # N2 / N0
-    "interval_3_per_link",  # N3 / N0
-    "interval_4_per_link",  # N4 / N0
-    "chains_3_per_relation",  # 3-element chains x < z < y per relation
-    "bd_action_2d_per_element",  # Benincasa-Dowker action in 2d / N (see benincasa_dowker_action)
-    "bd_action_4d_per_element",  # Benincasa-Dowker action in 4d / N
-    "minimal_fraction",  # elements with an empty past / N
-    "maximal_fraction",  # elements with an empty future / N
-    "largest_cone_fraction",  # max over x of |past of x| + |future of x|, / N
-)
-# The first five: the invariants of the simple baseline (what a physicist looks at first).
-SIMPLE_INVARIANT_NAMES: tuple[str, ...] = INVARIANT_NAMES[:5]
-MAX_INTERVAL_SIZE = 4  # N_0 .. N_4 are computed
 
 _SET_CHUNK = 128  # sets processed together: bounds memory at N = 128 to a few tens of MB
 # Sets per generation block. Each block has a random stream of its own (seeded by the data seed and the
@@ -121,394 +101,6 @@ class CausalSetRecord:
         return self.causal_matrix.shape[0]
 
 
-# --------------------------------------------------------------------------- helpers
-def _as_batch(matrix: np.ndarray) -> tuple[np.ndarray, bool]:
-    """A (B, N, N) view of a square matrix or batch, and whether the input was a single one."""
-    matrix = np.asarray(matrix)
-    if matrix.ndim not in (2, 3) or matrix.shape[-1] != matrix.shape[-2]:
-        raise ValueError(f"R: expected a square N x N matrix or a B x N x N batch, got shape {matrix.shape}")
-    return (matrix[None], True) if matrix.ndim == 2 else (matrix, False)
-
-
-def _check_dimension(dim: int) -> None:
-    if dim not in SPRINKLING_DIMENSIONS:
-        raise ValueError(f"dim: expected one of {SPRINKLING_DIMENSIONS}, got {dim!r}")
-
-
-# --------------------------------------------------------------------------- sprinkling
-def _diamond_points(batch: int, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
-    """Exact uniform samples of the diamond |x| <= 1 - |t| in d-dim Minkowski space.
-
-    The slice at time t is a (d-1)-ball of radius s = 1 - |t|, so s has density
-    proportional to s^(d-1) (s = U^(1/d)); the spatial point is uniform in that ball.
-    """
-    radius = rng.random((batch, n)) ** (1.0 / dim)
-    t = (1.0 - radius) * rng.choice([-1.0, 1.0], size=(batch, n))
-    direction = rng.standard_normal((batch, n, dim - 1))
-    direction /= np.linalg.norm(direction, axis=-1, keepdims=True)
-    r_space = radius * rng.random((batch, n)) ** (1.0 / (dim - 1))
-    return np.concatenate([t[..., None], direction * r_space[..., None]], axis=-1)
-
-
-def causal_matrix_from_coordinates(coords: np.ndarray) -> np.ndarray:
-    """Light-cone order of time-sorted points (..., N, d): i precedes j iff j is in i's future cone."""
-    t, x = coords[..., 0], coords[..., 1:]
-    dt = t[..., None, :] - t[..., :, None]  # dt[i, j] = t_j - t_i
-    dx2 = np.zeros_like(dt)
-    for k in range(x.shape[-1]):
-        dx2 += (x[..., None, :, k] - x[..., :, None, k]) ** 2
-    return (dt > 0) & (dt * dt > dx2)
-
-
-def sprinkle_diamond_batch(batch: int, n: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``batch`` independent sprinklings of ``n`` points: coordinates (B, n, d) sorted by time, causal matrices."""
-    coords = sprinkled_coordinates(batch, n, dim, rng)
-    return coords, causal_matrix_from_coordinates(coords)
-
-
-def sprinkled_coordinates(batch: int, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
-    """The coordinates (B, n, d) of ``sprinkle_diamond_batch``, sorted by time: all its random draws."""
-    _check_dimension(dim)
-    if n < 1 or batch < 1:
-        raise ValueError(f"n and batch: expected positive integers, got n={n}, batch={batch}")
-    coords = _diamond_points(batch, n, dim, rng)
-    order = np.argsort(coords[..., 0], axis=1)
-    return np.take_along_axis(coords, order[..., None], axis=1)
-
-
-def sprinkle_diamond(n: int, dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Sprinkle ``n`` points uniformly into the causal diamond between (-1, 0) and (1, 0).
-
-    Returns the coordinates (n x d, time first, sorted by time) and the causal matrix
-    (n x n bool) of their light-cone order, which is then in a natural labelling.
-    """
-    coords, causal = sprinkle_diamond_batch(1, n, dim, rng)
-    return coords[0], causal[0]
-
-
-# --------------------------------------------------------------------------- closure, reduction
-@contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """Run torch on one thread, then restore: for these small products a second thread only
-    adds synchronisation, which costs 10-200x when another process holds a core."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def elements_between(R: np.ndarray) -> np.ndarray:
-    """``(R @ R)[i, j]`` for one causal matrix or a batch: the number of elements z with i < z < j,
-    i.e. the size of the interval between i and j when they are related. Float32 batched matrix
-    products (counts are exact below 2^24, whatever the order of the sums), in torch because numpy's
-    BLAS threads cannot be limited. Links, interval abundances and the 3-chain count all come from
-    this one product. A strictly upper-triangular ``R`` (a natural labelling, as every generated set
-    and every store's set once relabelled) is multiplied tile by tile (``_upper_triangular_square``)."""
-    batch, single = _as_batch(R)
-    as_float = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
-    with _one_torch_thread():
-        if batch.shape[-1] > 2 * _PRODUCT_TILE and not np.tril(batch).any():
-            between = _upper_triangular_square(as_float).numpy()
-        else:
-            between = torch.bmm(as_float, as_float).numpy()
-    return between[0] if single else between
-
-
-# The tile of the triangular product: at N = 2,048 one product took 64 ms with tiles of 256, 74 ms with 128,
-# 78 ms with 512 and 211 ms as one full product (one thread, the 2-core development machine, quiet).
-_PRODUCT_TILE = 256
-
-
-def _upper_triangular_square(A: torch.Tensor) -> torch.Tensor:
-    """``A @ A`` for a batch of strictly upper-triangular matrices: tile (I, J) of the product, I <= J, only
-    needs the tiles K with I <= K <= J (the others are zero), about a sixth of the full product's
-    multiply-adds; the tiles below the diagonal stay zero. Exactly equal to ``torch.bmm(A, A)`` for 0/1
-    entries (integer sums below 2^24 are exact in float32)."""
-    n, tile = A.shape[-1], _PRODUCT_TILE
-    product = torch.zeros_like(A)
-    for i in range(0, n, tile):
-        for j in range(i, n, tile):
-            product[:, i:i + tile, j:j + tile] = torch.bmm(A[:, i:i + tile, i:j + tile], A[:, i:j + tile, j:j + tile])
-    return product
-
-
-def _two_step_paths(R: np.ndarray) -> np.ndarray:
-    """``R @ R > 0`` for a batch: pairs (i, j) with some k, i R k R j."""
-    return elements_between(R) > 0
-
-
-def transitive_closure(R: np.ndarray) -> np.ndarray:
-    """Smallest transitive relation containing R, by repeated squaring (log2 N matrix products)."""
-    closed, single = _as_batch(R)
-    closed = closed.astype(bool)
-    while True:
-        grown = closed | _two_step_paths(closed)
-        if np.array_equal(grown, closed):
-            return grown[0] if single else grown
-        closed = grown
-
-
-def transitive_reduction(R: np.ndarray) -> np.ndarray:
-    """Links of a transitively closed order: relations i < j with no element between them."""
-    batch, single = _as_batch(R)
-    links = batch.astype(bool) & ~_two_step_paths(batch)
-    return links[0] if single else links
-
-
-# --------------------------------------------------------------------------- non-manifold-like orders
-def random_layered_orders(batch: int, n: int, rng: np.random.Generator, *,
-                          layer_weights: Sequence[float] = LAYER_WEIGHTS,
-                          relation_probability: tuple[float, float] = LAYER_RELATION_PROBABILITY) -> np.ndarray:
-    """Kleitman-Rothschild-like orders (B, n, n): elements fall into layers with ``layer_weights``,
-    each pair in consecutive layers is related with a probability p drawn per set from
-    ``relation_probability``, and the result is transitively closed."""
-    weights = np.asarray(layer_weights, dtype=float)
-    low, high = relation_probability
-    if weights.ndim != 1 or len(weights) < 2 or np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
-        raise ValueError(f"layer_weights: expected two or more non-negative weights summing to 1, got {layer_weights}")
-    if not 0.0 <= low <= high <= 1.0:
-        raise ValueError(f"relation_probability: expected (low, high) with 0 <= low <= high <= 1, "
-                         f"got {relation_probability}")
-    layer = np.sort(rng.choice(len(weights), size=(batch, n), p=weights), axis=1)  # layer by layer: natural labelling
-    p = rng.uniform(low, high, size=(batch, 1, 1))
-    return _layered_relations(layer, p, rng)
-
-
-def _layered_relations(layer: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The closed orders of ``random_layered_orders`` from the layers (B, n) and probabilities (B, 1, 1) drawn
-    for them; draws the pairs. Drawing for the sets of a batch in several consecutive parts draws the same
-    numbers as at once (a Generator's doubles come in sequence), hence the same orders."""
-    batch, n = layer.shape
-    consecutive = layer[:, None, :] == layer[:, :, None] + 1
-    return transitive_closure(consecutive & (rng.random((batch, n, n)) < p))
-
-
-def destroy_order(R: np.ndarray, fraction: float | np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Flip each pair i < j of the natural labelling with probability ``fraction``, then close.
-    For a batch, ``fraction`` may also hold one probability per set.
-
-    Flipping only pairs with i < j keeps the relation acyclic (strictly upper triangular),
-    so the closure is again a partial order; a few random relations already destroy the
-    local light-cone structure of a sprinkling.
-    """
-    probability = np.asarray(fraction, dtype=float)
-    if probability.ndim > 1 or np.any((probability < 0) | (probability > 1) | np.isnan(probability)):
-        raise ValueError(f"fraction: expected a number in [0, 1] or one per set, got {fraction!r}")
-    batch, single = _as_batch(R)
-    n = batch.shape[-1]
-    upper = np.triu(np.ones((n, n), dtype=bool), k=1)
-    flipped = batch.astype(bool) ^ (upper & (rng.random(batch.shape) < probability.reshape(-1, 1, 1)))
-    closed = transitive_closure(flipped)
-    return closed[0] if single else closed
-
-
-# --------------------------------------------------------------------------- features, invariants
-def _chains_along_links(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Longest chains ending at / starting at each element (int32, (B, N)) of a batch of link matrices.
-
-    A longest chain is made of links, so chain[j] = max over links i -> j of chain[i] + 1 (0 for minimal
-    elements). Relaxed over all links of the batch at once until nothing changes: height + 1 passes of
-    O(links) each, instead of a Python loop over the N elements with O(N) work each."""
-    batch, n, _ = L.shape
-    set_of, earlier, later = np.nonzero(L)
-    earlier, later = set_of * n + earlier, set_of * n + later
-    return (_relax_along(earlier, later, batch * n).reshape(batch, n),
-            _relax_along(later, earlier, batch * n).reshape(batch, n))
-
-
-def _relax_along(source: np.ndarray, target: np.ndarray, size: int) -> np.ndarray:
-    """Longest path (in edges) ending at each of ``size`` nodes of a DAG given as edges source -> target."""
-    length = longest_paths(source, target, size)
-    assert length is not None, "a natural labelling has no cycle"
-    return length
-
-
-def longest_paths(source: np.ndarray, target: np.ndarray, size: int) -> np.ndarray | None:
-    """Longest path (in edges, int32) ending at each of ``size`` nodes along the edges source -> target, or None
-    if the edges have a cycle (no path is longer than size - 1 edges in a DAG, so a longer one means a cycle)."""
-    length = np.zeros(size, dtype=np.int32)
-    for _ in range(size + 1):
-        longer = length.copy()
-        np.maximum.at(longer, target, length[source] + 1)
-        if np.array_equal(longer, length):
-            return length
-        length = longer
-    return None
-
-
-def longest_chains(R: np.ndarray, L: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Relations in the longest chain ending at / starting at each element (int32, shape of R[..., 0]).
-    ``L``, the links of ``R``, is derived from ``R`` when not given."""
-    batch, single = _as_batch(R)
-    if np.tril(batch).any():
-        raise ValueError("R: expected a strictly upper-triangular causal matrix (elements in a natural labelling)")
-    links = transitive_reduction(batch) if L is None else _as_batch(L)[0]
-    past, future = _chains_along_links(links)
-    return (past[0], future[0]) if single else (past, future)
-
-
-def _interval_counts(R: np.ndarray, between: np.ndarray, size: int) -> np.ndarray:
-    """Boolean mask of the related pairs with exactly ``size`` elements between them."""
-    return R & (between == size)
-
-
-def _node_features(R: np.ndarray, L: np.ndarray, between: np.ndarray, past_chain: np.ndarray,
-                   future_chain: np.ndarray) -> np.ndarray:
-    n = R.shape[-1]
-    columns = [R.sum(axis=-2), R.sum(axis=-1), L.sum(axis=-2), L.sum(axis=-1), past_chain, future_chain]
-    for size in NODE_INTERVAL_SIZES:
-        pairs = _interval_counts(R, between, size)
-        columns += [pairs.sum(axis=-2), pairs.sum(axis=-1)]  # column sums: pairs (y, x) with y before x
-    return (np.stack(columns, axis=-1) / n).astype(np.float32)
-
-
-def _abundances(R: np.ndarray, between: np.ndarray, max_size: int) -> np.ndarray:
-    """N_0 .. N_max_size (float64, shape (B, max_size + 1))."""
-    return np.stack([_interval_counts(R, between, k).sum(axis=(-2, -1)) for k in range(max_size + 1)],
-                    axis=-1).astype(np.float64)
-
-
-def _bd_actions(n: int, abundances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 2d and 4d Benincasa-Dowker actions from N and N_0..N_3 (formulas: benincasa_dowker_action)."""
-    n0, n1, n2, n3 = (abundances[..., k] for k in range(4))
-    return n - 2 * n0 + 4 * n1 - 2 * n2, 4 / math.sqrt(6) * (n - n0 + 9 * n1 - 16 * n2 + 8 * n3)
-
-
-def _order_invariants(R: np.ndarray, between: np.ndarray, past_chain: np.ndarray) -> np.ndarray:
-    n = R.shape[-1]
-    relations = R.sum(axis=(-2, -1)).astype(np.float64)
-    ordering = relations / (n * (n - 1) / 2)
-    abundances = _abundances(R, between, MAX_INTERVAL_SIZE)
-    links = abundances[..., 0]  # N_0: the links (equal to L.sum() for the reduction of R)
-    action_2d, action_4d = _bd_actions(n, abundances)
-    past_size, future_size = R.sum(axis=-2), R.sum(axis=-1)
-    columns = [ordering, myrheim_meyer_dimension(ordering), (past_chain.max(axis=-1) + 1) / n,
-               links / n, np.full(ordering.shape, n),
-               *(abundances[..., k] / np.maximum(links, 1) for k in range(1, MAX_INTERVAL_SIZE + 1)),
-               between.sum(axis=(-2, -1)) / np.maximum(relations, 1),
-               action_2d / n, action_4d / n,
-               (past_size == 0).sum(axis=-1) / n, (future_size == 0).sum(axis=-1) / n,
-               (past_size + future_size).max(axis=-1) / n]
-    return np.stack(columns, axis=-1).astype(np.float32)
-
-
-def node_features(R: np.ndarray, L: np.ndarray | None = None) -> np.ndarray:
-    """Per-element features (float32 N x F, columns ``NODE_FEATURES``), counts divided by N,
-    of a transitively closed ``R`` (a causal matrix; ``transitive_closure`` makes one), for one
-    set or a batch. ``L``, its links, is derived from ``R`` when not given.
-
-    Cone sizes measure spacetime volume to the past/future; longest chains measure
-    proper time (in d dimensions the longest chain grows like N^(1/d)); links and the small
-    intervals (1 or 2 elements between) next to an element are the local structure that the
-    Benincasa-Dowker actions count.
-    """
-    R = np.asarray(R, dtype=bool)
-    between = elements_between(R)
-    L = R & (between == 0) if L is None else np.asarray(L)
-    past, future = longest_chains(R, L)
-    return _node_features(R, L, between, past, future)
-
-
-def order_invariants(R: np.ndarray) -> np.ndarray:
-    """Whole-set invariants (float32, columns ``INVARIANT_NAMES``) of a transitively closed
-    ``R``, for one set or a batch. One matrix product ``R @ R`` per set (O(N^3)) gives them all."""
-    R = np.asarray(R, dtype=bool)
-    between = elements_between(R)
-    past, _ = longest_chains(R, R & (between == 0))
-    return _order_invariants(R, between, past)
-
-
-def features_and_invariants(R: np.ndarray, between: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``node_features(R)`` and ``order_invariants(R)`` of a transitively closed, naturally labelled ``R``
-    together, from one product ``R @ R`` (``between``, computed when not given) and one pass for the longest
-    chains."""
-    R = np.asarray(R, dtype=bool)
-    between = elements_between(R) if between is None else between
-    L = R & (between == 0)
-    past, future = longest_chains(R, L)
-    return _node_features(R, L, between, past, future), _order_invariants(R, between, past)
-
-
-def natural_order(R: np.ndarray) -> np.ndarray:
-    """A permutation listing the elements of the strict order ``R`` (one N x N matrix, any labelling) in a
-    natural labelling: the identity if ``R`` is already upper triangular, else by the size of the past
-    (i before j implies a smaller past), so that ``R[np.ix_(order, order)]`` is strictly upper triangular."""
-    if not np.tril(R).any():
-        return np.arange(R.shape[0])
-    return np.argsort(R.sum(axis=0), kind="stable")
-
-
-def interval_abundances(R: np.ndarray, max_size: int = MAX_INTERVAL_SIZE) -> np.ndarray:
-    """Interval abundances N_0 .. N_max_size (int64, last axis) of a transitively closed ``R``:
-    N_k is the number of related pairs x < y with exactly k elements z, x < z < y, between them
-    (N_0 is the number of links). Glaser and Surya, "Towards a definition of locality in a
-    manifold-like causal set", Phys. Rev. D 88, 124026 (2013), arXiv:1309.3403, use their
-    distribution to tell manifold-like causal sets from others."""
-    if not isinstance(max_size, (int, np.integer)) or max_size < 0:
-        raise ValueError(f"max_size: expected a non-negative integer, got {max_size!r}")
-    R = np.asarray(R, dtype=bool)
-    return _abundances(R, elements_between(R), int(max_size)).astype(np.int64)
-
-
-def benincasa_dowker_action(R: np.ndarray, dim: int) -> float | np.ndarray:
-    """The Benincasa-Dowker action (in units of hbar, discreteness length 1) of a causal set:
-
-    * d = 2: S = N - 2 N_0 + 4 N_1 - 2 N_2
-    * d = 4: S = (4 / sqrt(6)) (N - N_0 + 9 N_1 - 16 N_2 + 8 N_3)
-
-    with N_k the interval abundances (``interval_abundances``). Source: D. M. T. Benincasa and
-    F. Dowker, "The scalar curvature of a causal set", Phys. Rev. Lett. 104, 181301 (2010),
-    arXiv:1001.2725; reviewed in S. Surya, Living Rev. Relativ. 22, 5 (2019), arXiv:1903.11544.
-    The coefficients of the N_k sum to zero (the causal-set d'Alembertian of a constant vanishes).
-    """
-    if dim not in (2, 4):
-        raise ValueError(f"dim: the Benincasa-Dowker action is implemented for d = 2 and d = 4, got {dim!r}")
-    R = np.asarray(R, dtype=bool)
-    batch, single = _as_batch(R)
-    action_2d, action_4d = _bd_actions(batch.shape[-1], _abundances(batch, elements_between(batch), 3))
-    action = action_2d if dim == 2 else action_4d
-    return float(action[0]) if single else action
-
-
-# --------------------------------------------------------------------------- Myrheim-Meyer
-def ordering_fraction_of_dimension(d: float | np.ndarray) -> float | np.ndarray:
-    """Expected ordering fraction of a sprinkled d-dim causal diamond (Myrheim, Meyer):
-    r(d) = Gamma(d+1) Gamma(d/2) / (2 Gamma(3d/2)); r(1) = 1, r(2) = 1/2, r(4) = 1/10.
-
-    (Often written f(d) = Gamma(d+1) Gamma(d/2) / (4 Gamma(3d/2)) = r(d)/2, the fraction of
-    *ordered* pairs that are related.)
-    """
-    log_r = np.vectorize(lambda x: math.lgamma(x + 1) + math.lgamma(x / 2) - math.lgamma(1.5 * x))(d)
-    r = np.exp(log_r) / 2
-    return float(r) if np.ndim(r) == 0 else r
-
-
-@lru_cache(maxsize=1)
-def _dimension_table() -> tuple[np.ndarray, np.ndarray]:
-    """r(d) on a fine grid of [1, 10], as (log r ascending, d descending) for interpolation."""
-    d = np.linspace(1.0, 10.0, 9001)
-    return np.log(ordering_fraction_of_dimension(d))[::-1], d[::-1]
-
-
-def myrheim_meyer_dimension(ordering_fraction: float | np.ndarray) -> float | np.ndarray:
-    """Myrheim-Meyer dimension estimate: the d in [1, 10] with r(d) = ordering fraction.
-
-    r(d) is strictly decreasing, so the inverse is read off a fine table by monotone
-    interpolation in log r (error below 1e-5). Fractions above r(1) = 1 cannot occur;
-    fractions below r(10) give 10, an antichain (r = 0) too.
-    """
-    r = np.asarray(ordering_fraction, dtype=float)
-    if np.any((r < 0) | (r > 1) | np.isnan(r)):
-        raise ValueError(f"ordering_fraction: expected values in [0, 1], got {ordering_fraction!r}")
-    log_r, d = _dimension_table()
-    with np.errstate(divide="ignore"):
-        estimate = np.interp(np.log(r), log_r, d)
-    return float(estimate) if estimate.ndim == 0 else estimate
-
-
-# --------------------------------------------------------------------------- generation
 def _fraction_range(destroy_fraction: float | Sequence[float]) -> tuple[float, float]:
     """(low, high) of a flip fraction given as one number or as a [low, high] range."""
     if isinstance(destroy_fraction, (int, float, np.integer, np.floating)):
@@ -584,7 +176,7 @@ def _generate_batch(cset_type: str, batch: int, n: int, source_dim: int,
     for start in range(0, batch, _sets_per_part(n)):
         part = slice(start, min(batch, start + _sets_per_part(n)))
         if cset_type == "layered":
-            R = _layered_relations(layer[part], p[part], rng)
+            R = layered_relations(layer[part], p[part], rng)
         else:
             R = causal_matrix_from_coordinates(coords[part])
             if cset_type == "destroyed":
@@ -596,9 +188,8 @@ def _generate_batch(cset_type: str, batch: int, n: int, source_dim: int,
 def _records(R: np.ndarray, cset_type: str, flip_fractions: np.ndarray) -> list[CausalSetRecord]:
     """The records of a batch of causal matrices of one class: links, features, invariants."""
     between = elements_between(R)
+    features, invariants = features_and_invariants(R, between)
     L = R & (between == 0)
-    past, future = longest_chains(R, L)
-    features, invariants = _node_features(R, L, between, past, future), _order_invariants(R, between, past)
     return [CausalSetRecord(R[k], L[k], features[k], invariants[k], cset_type,
                             manifold_like=cset_type in MANIFOLD_CLASSES, dimension=MANIFOLD_CLASSES.get(cset_type, -1),
                             flip_fraction=float(flip_fractions[k]))

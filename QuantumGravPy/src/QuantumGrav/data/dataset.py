@@ -30,8 +30,7 @@ from . import causal_sets, shards as data_shards
 from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
                           DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES,
                           CausalSetRecord, check_generation_args, draw_plan, generate_block, plan_order)
-from ..distributed.runtime import cores_per_process, worker_context
-from ..distributed.lifeline import Lifeline, exit_when_gone
+from ..processes import Lifeline, cores_per_process, exit_when_gone, worker_context
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES
 VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
@@ -190,7 +189,7 @@ def generate_block_files(directory: str, params: dict[str, Any], block: int, blo
 
 def generate_blocks(directory: Path, params: dict[str, Any], blocks: Sequence[int], workers: int) -> int:
     """Make the ``blocks`` not yet on disk, in a pool of ``workers`` processes; return how many sets were
-    made. The pool's workers come from ``distributed.worker_context``: forked from a fork server that imported
+    made. The pool's workers come from ``processes.worker_context``: forked from a fork server that imported
     torch and the package once, so safe inside launched and torchrun workers and with threads running
     (unlike a fork of this process), without each worker importing them again (as spawned ones would)."""
     block_size = causal_sets.GENERATION_BLOCK_SIZE

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .causal_sets import longest_paths, natural_order, order_invariants, transitive_closure
+from .invariants import order_invariants
+from .orders import longest_paths, natural_order, transitive_closure
 from ..errors import ConfigError
 
 
@@ -103,14 +104,6 @@ def invariants_of_edges(edge_index: torch.Tensor | np.ndarray, num_nodes: int) -
     return torch.from_numpy(order_invariants(R[np.ix_(order, order)])).reshape(1, -1)
 
 
-def keys_needing_invariants(config: dict[str, Any]) -> list[str]:
-    """The config keys that make this run read ``data.invariants``: the built-in model's ``graph_features``
-    and the baselines."""
-    model = config["model"]
-    keys = ["model.graph_features"] if model["type"] is None and model["graph_features"] else []
-    return keys + (["testing.baselines"] if config["testing"]["baselines"] else [])
-
-
 class OrderInvariants(Dataset):
     """``dataset`` with ``invariants`` on every item: an item's own where it has them, else derived from its
     ``edge_index`` (``invariants_of_edges``) when it is first read and kept for the later reads in this
@@ -171,10 +164,10 @@ class OrderInvariants(Dataset):
                               f"the links or relations of a partial order, or train without them: {off}") from None
 
 
-def with_order_invariants(dataset: Any, config: dict[str, Any], source: str) -> Any:
-    """``dataset`` itself if this run reads no invariants or its items carry them (judged by the first item),
-    else ``OrderInvariants(dataset)``, which derives them from ``edge_index``."""
-    needed_by = keys_needing_invariants(config)
+def with_order_invariants(dataset: Any, needed_by: Sequence[str], source: str) -> Any:
+    """``dataset`` itself if nothing reads the invariants (``needed_by``: the config keys that do) or its items
+    carry them (judged by the first item), else ``OrderInvariants(dataset)``, which derives them from
+    ``edge_index``."""
     if not needed_by or not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or len(dataset) == 0:
         return dataset  # check_samples names a dataset that is no dataset
     if getattr(dataset[0], "invariants", None) is not None:

@@ -37,13 +37,13 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, elements_between, features_and_invariants, natural_order,
-                          transitive_closure)
-from ..distributed.runtime import worker_context
+from .invariants import INVARIANT_NAMES, NODE_FEATURES, features_and_invariants
+from .orders import elements_between, natural_order, transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
 from ..errors import UserError
+from ..files import atomic_replace
 from ..logging_utils import get_logger
-from ..runs.artifacts import atomic_replace
+from ..processes import worker_context
 
 logger = get_logger("zarr_store")
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import csv
 import datetime
 import json
-import os
 import secrets
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from ..errors import UserError
+from ..files import atomic_replace, atomic_write_text
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -33,29 +33,6 @@ def create_run_dir(parent: str | Path, run_name: str | None = None) -> Path:
         raise UserError(f"training.path: cannot create the run directory '{run_dir}' ({err.strerror}); "
                         "set training.path to a folder you can write to") from None
     return run_dir
-
-
-def atomic_replace(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` a temporary file in the same folder, flush it to disk, then rename it to
-    ``path``: readers never see half a file, and a write that raises leaves nothing behind
-    (a process killed mid-write may leave a hidden ``.name.*.tmp``, never a damaged ``path``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
-    # Created with mode 0o666 minus the umask, like any file the user writes (mkstemp's 0o600
-    # would make a shared data cache or run unreadable to the group).
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-    try:
-        write(tmp)
-        with open(tmp, "rb") as written:
-            os.fsync(written.fileno())  # on disk before the rename, so a crash cannot leave an empty file
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_replace(Path(path), lambda tmp: Path(tmp).write_text(text))
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

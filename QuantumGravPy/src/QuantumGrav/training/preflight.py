@@ -23,9 +23,11 @@ import psutil
 import torch
 from torch_geometric.data import Batch
 
+from ..data import sources as data_sources
 from ..data.batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
 from ..distributed.runtime import Runtime
 from ..errors import UserError
+from . import loaders
 from .memory import MB
 
 SAFETY = 0.8  # the suggested batch uses this share of the room measured: allocators fragment, RSS is noisy
@@ -243,7 +245,6 @@ def refuse_if_too_large(found: MemoryEstimate, training: dict[str, Any]) -> None
 def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
     data (generated and cached if missing), its model, its largest training batch."""
-    from ..data import sources as data_sources
     from ..config.schema import resolve_config
     from ..distributed.runtime import resolve_device
     from ..models.gnn import build_model
@@ -252,9 +253,9 @@ def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     config = resolve_config(config)
     training = config["training"]
     runtime = Runtime(device=resolve_device(training["device"]))
-    data = data_sources.load_run_data(config, runtime)
-    sizes = data_sources.split_sizes(data.dataset, data.split, runtime)
-    train_batches = data_sources.training_batches(sizes, config["training"], runtime)
+    data = loaders.load_run_data(config, runtime)
+    sizes = loaders.split_sizes(data.dataset, data.split, runtime)
+    train_batches = loaders.training_batches(sizes, config["training"], runtime)
     torch.manual_seed(training["seed"])
     key = "model.kwargs" if config["model"]["type"] is not None else "model"
     model = build_named(key, build_model, config["model"], data.first.x.size(1), data.task.output_width)

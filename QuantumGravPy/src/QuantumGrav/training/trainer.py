@@ -2,7 +2,7 @@
 
 fit = for each epoch: train one epoch, evaluate, let the callbacks act, stop when their votes say so.
 
-Everything else lives in a module named for it: the data (``data.sources``), the optimizer, schedule and
+Everything else lives in a module named for it: the data and its loaders (``loaders``), the optimizer, schedule and
 step (``optimization``), exact evaluation (``evaluation.evaluator``), resuming (``restore``, ``runs.resume``),
 SIGTERM (``distributed.preemption``), and the callbacks (``callbacks/``): early stopping, checkpoints, the
 run's records, figures, baselines, destroyed-set curves, W&B, the users' own. The callbacks see the run
@@ -23,6 +23,7 @@ import torch
 from torch_geometric.loader import DataLoader
 
 from ..data import sources as data_sources
+from . import loaders
 from ..models import tasks
 from ..callbacks.base import Callback, CallbackList, Decision, configured_callbacks
 from ..callbacks.checkpointing import Checkpointing
@@ -110,12 +111,12 @@ class Trainer:
         continued = find_run_to_continue(self.tcfg, self.runtime, self.job_token)
         resume_state = read_resume_state(continued, self.config, self.device) if continued else None
         torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
-        data = data_sources.load_run_data(self.config, self.runtime, dataset)
+        data = loaders.load_run_data(self.config, self.runtime, dataset)
         self.task = data.task
         # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
-        self.sizes = data_sources.split_sizes(data.dataset, data.split, self.runtime) \
+        self.sizes = loaders.split_sizes(data.dataset, data.split, self.runtime) \
             if self.tcfg["batch_budget"] is not None or self.tcfg["preflight"] else None
-        self.train_batches = data_sources.training_batches(self.sizes, self.tcfg, self.runtime) \
+        self.train_batches = loaders.training_batches(self.sizes, self.tcfg, self.runtime) \
             if self.sizes is not None else None
         self.core_model = self._build_model(data.first)
         self.memory_estimate = self._preflight(data.dataset, data.split)  # before DDP wraps the model: its hooks would take this backward
@@ -219,8 +220,7 @@ class Trainer:
 
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
-        return data_sources.prepare_dataloaders(self.state.dataset, self.state.split, self.config, self.runtime,
-                                                self.sizes)
+        return loaders.prepare_dataloaders(self.state.dataset, self.state.split, self.config, self.runtime, self.sizes)
 
     # ------------------------------------------------------------------ the loop
     @names_stalled_ranks  # a collective timeout says which rank did not arrive

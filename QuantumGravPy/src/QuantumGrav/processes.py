@@ -1,0 +1,86 @@
+"""This process and the worker processes it starts: its share of the cores, the context that starts
+workers, and the lifeline that ends them when this process is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+EXIT_CODE_LAUNCHER_GONE = 143  # what a shell reports for a process ended by SIGTERM
+# What a worker process imports before it can train: seconds of CPU each (4 s on a slow 2-core machine). The
+# package alone: it imports torch and PyG itself, with the garbage collector paused (QuantumGrav/__init__.py),
+# which importing torch first would not be.
+WORKER_PRELOAD = ("QuantumGrav",)
+
+
+def get_world_size() -> int:
+    """The number of processes in the job.
+
+    Returns:
+        The process group's size, 1 when no process group is initialised.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def usable_cpu_count() -> int:
+    """Cores this process may run on: the affinity mask, not the machine (SLURM and cgroups give fewer)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cores_per_process(local_processes: int | None = None) -> int:
+    """This process's share of the cores it may use: split among the job's processes on this node
+    (``local_processes``, else torchrun's LOCAL_WORLD_SIZE, else the world size); at least 1."""
+    local = local_processes or int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
+    return max(1, usable_cpu_count() // max(1, local))
+
+
+def worker_context():
+    """The multiprocessing context for the worker processes this library starts (``launch``, the doctor,
+    the data generator's pool).
+
+    Workers are forked from a server process that imported ``WORKER_PRELOAD`` once, so a job of N
+    processes no longer pays N imports of torch and PyG. Forked from that clean server, and not from the
+    caller (a Jupyter kernel that may hold CUDA, threads or a notebook's state), they are as safe as
+    spawned ones, and like spawned ones they get the caller's ``sys.path`` and main module. What the server
+    does not share with the caller is its environment at the time of a later call: ``launch`` hands its
+    workers ``os.environ`` explicitly. Where fork does not exist (Windows), this is plain spawn.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(list(WORKER_PRELOAD))  # only read when the server starts (once)
+    return context
+
+
+class Lifeline:
+    """A pipe whose write end only the launching process holds; ``reader`` goes to every worker (pickled
+    with the worker's arguments: multiprocessing hands the worker a copy of the descriptor). The read
+    returns end-of-file the moment the launching process is gone, however it ended (``kill -9`` too)."""
+
+    def __init__(self, context: Any):
+        self.reader, self._writer = context.Pipe(duplex=False)
+
+    def close(self) -> None:
+        """The launcher is done with its workers (they have exited or were stopped)."""
+        self.reader.close()
+        self._writer.close()
+
+
+def exit_when_gone(reader: Any) -> None:
+    """A process pool's initializer (``initargs=(lifeline.reader,)``): this helper exits at once when the
+    process that made the pool is gone. A ProcessPoolExecutor's workers would otherwise wait for their next
+    task forever: each holds a write end of the pool's task queue, so it never reads end-of-file."""
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            reader.recv()
+        os._exit(EXIT_CODE_LAUNCHER_GONE)
+
+    threading.Thread(target=watch, name="QuantumGrav-lifeline", daemon=True).start()

@@ -1,0 +1,129 @@
+"""A run's data on every rank: the dataset (rank 0 builds it first), its check, task and split, then the
+loaders.
+
+The split is the same on every rank (``split_indices`` depends on ``data.split_seed`` only). The samplers
+(training: a ``DistributedSampler`` reshuffled per epoch; validation: disjoint shards; or, under
+``training.batch_budget``, batches packed by size: ``data.batching``) come from ``data.sources``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+from torch_geometric.loader import DataLoader
+
+from ..data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
+                             graph_sizes)
+from ..data.dataset import generate_share, split_indices
+from ..data.derived_invariants import with_order_invariants
+from ..data.sources import (ShardSampler, build_dataset, check_samples, make_train_sampler, naming_the_cache_folder,
+                            source_name, subset)
+from ..distributed.runtime import Runtime
+from ..models import tasks
+
+
+@dataclass
+class RunData:
+    """A run's data: the dataset, what is learned from it (``tasks``), its split, and its first item."""
+
+    dataset: Any
+    task: tasks.Task
+    split: dict[str, list[int]]
+    first: Any
+
+
+def load_run_data(config: dict[str, Any], runtime: Runtime, dataset: Any = None) -> RunData:
+    """The dataset (``load_dataset``), checked on a few items, the task its targets define, and the split
+    (the same on every rank). Any problem is one ConfigError naming the source."""
+    source = source_name(config["data"], dataset)
+    # Items without the order invariants that the model or the baselines need get them from edge_index.
+    loaded = with_order_invariants(load_dataset(config, runtime, dataset), keys_needing_invariants(config), source)
+    samples = check_samples(loaded, source)
+    task = tasks.resolve_task(config["task"], loaded, samples, source)
+    tasks.check_metric(config["early_stopping"]["metric"], task)
+    data_cfg = config["data"]
+    split = dict(zip(("train", "val", "test"), split_indices(len(loaded), data_cfg["split"], data_cfg["split_seed"])))
+    return RunData(loaded, task, split, samples[0])
+
+
+def keys_needing_invariants(config: dict[str, Any]) -> list[str]:
+    """The config keys that make this run read ``data.invariants``: the built-in model's ``graph_features``
+    and the baselines."""
+    model = config["model"]
+    keys = ["model.graph_features"] if model["type"] is None and model["graph_features"] else []
+    return keys + (["testing.baselines"] if config["testing"]["baselines"] else [])
+
+
+def load_dataset(config: dict[str, Any], runtime: Runtime, dataset: Any = None):
+    """The dataset to train on: ``dataset`` if given, else the configured one. Rank 0 builds it first
+    (generates or prepares a cache); the others wait, then build theirs (reading the cache)."""
+    if dataset is not None:
+        return dataset
+    data_cfg, timeout_s = config["data"], config["parallel"]["data_timeout_s"]
+    if data_cfg["type"] is None and runtime.distributed:
+        # Every rank makes its share of the generator's blocks, then rank 0 merges them (below).
+        with runtime.every_rank_then_all(timeout_s=timeout_s), naming_the_cache_folder(data_cfg):
+            generate_share(data_cfg, runtime.rank, runtime.world_size)
+    with runtime.main_process_first(timeout_s=timeout_s):
+        return build_dataset(data_cfg)
+
+
+# --------------------------------------------------------------------------- loaders
+def make_loader(dataset, loader_cfg: dict[str, Any], sampler: Sampler | None, device: torch.device,
+                batch_sampler: Sampler | None = None) -> DataLoader:
+    """A loader of ``loader_cfg``'s batch size over ``sampler``, or of the batches ``batch_sampler`` yields."""
+    workers = loader_cfg["num_workers"]
+    extra: dict[str, Any] = {"prefetch_factor": loader_cfg["prefetch_factor"]} \
+        if workers and loader_cfg["prefetch_factor"] else {}
+    if batch_sampler is None:
+        extra.update(batch_size=loader_cfg["batch_size"], sampler=sampler, drop_last=loader_cfg.get("drop_last", False))
+    else:
+        extra.update(batch_sampler=batch_sampler)
+    return DataLoader(dataset, shuffle=False, num_workers=workers,
+                      pin_memory=loader_cfg["pin_memory"] and device.type == "cuda",
+                      persistent_workers=workers > 0, **extra)
+
+
+def split_sizes(dataset, split: dict[str, list[int]], runtime: Runtime) -> dict[str, np.ndarray]:
+    """(nodes, edges) of the items of each part of the split (``batching.graph_sizes``: read once per run)."""
+    sizes = graph_sizes(dataset, runtime)
+    return {name: sizes[np.asarray(indices, dtype=np.int64)] for name, indices in split.items()}
+
+
+def training_batches(sizes: dict[str, np.ndarray], tcfg: dict[str, Any], runtime: Runtime
+                     ) -> DistributedBudgetBatchSampler | None:
+    """This rank's training batches under ``training.batch_budget`` (None without one: fixed batch_size);
+    ``tcfg``: the config's ``training`` section."""
+    budget = BatchBudget.from_config(tcfg)
+    if budget is None:
+        return None
+    for name in ("train", "val", "test"):
+        check_items_fit(sizes[name], budget, name)
+    return DistributedBudgetBatchSampler(sizes["train"], budget, runtime.rank, runtime.world_size, tcfg["seed"],
+                                         shuffle=tcfg["shuffle"])
+
+
+def prepare_dataloaders(dataset, split: dict[str, list[int]], config: dict[str, Any], runtime: Runtime,
+                        sizes: dict[str, np.ndarray] | None = None) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole).
+    Under ``training.batch_budget`` all three are packed by size (``batching``); ``sizes``: ``split_sizes``'s
+    result, if the caller has it already."""
+    rank, world, device = runtime.rank, runtime.world_size, runtime.device
+    train, val, test = (subset(dataset, split[name]) for name in ("train", "val", "test"))
+    tcfg, vcfg, sharded = config["training"], config["validation"], config["validation"]["mode"] == "sharded"
+    budget = BatchBudget.from_config(tcfg)
+    if budget is not None:
+        sizes = sizes if sizes is not None else split_sizes(dataset, split, runtime)
+        val_batches = ShardedBudgetBatches(sizes["val"], budget, rank if sharded else 0, world if sharded else 1)
+        return (make_loader(train, tcfg, None, device, training_batches(sizes, tcfg, runtime)),
+                make_loader(val, vcfg, None, device, val_batches),
+                make_loader(test, config["testing"], None, device, ShardedBudgetBatches(sizes["test"], budget, 0, 1)))
+    train_sampler = make_train_sampler(train, rank, world, tcfg["shuffle"], tcfg["seed"])
+    val_sampler = ShardSampler(len(val), rank, world) if sharded else None
+    return (make_loader(train, tcfg, train_sampler, device),
+            make_loader(val, vcfg, val_sampler, device),
+            make_loader(test, config["testing"], None, device))
