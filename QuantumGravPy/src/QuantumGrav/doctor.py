@@ -28,7 +28,9 @@ import torch.distributed as dist
 
 from .distributed.runtime import (TORCHRUN_VARIABLES, cleanup_ddp, find_free_port, initialize_ddp, usable_cpu_count,
                                   worker_context)
+from .errors import UserError
 from .runs.wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
+from .training.preflight import estimate_for_config
 
 SMOKE_WORLD_SIZE = 2
 SMOKE_TIMEOUT_S = 30.0
@@ -220,9 +222,6 @@ def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
 
 def check_memory_preflight(config: dict, nproc: int) -> Check:
     """The training preflight of ``config`` (``preflight``): its largest batch, run once here, against the limit."""
-    from .errors import UserError
-    from .training.preflight import estimate_for_config
-
     try:
         found = estimate_for_config(config, nproc)
     except UserError as err:

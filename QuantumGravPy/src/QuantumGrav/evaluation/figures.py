@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..runs.artifacts import atomic_replace
+from ..files import atomic_replace
 
 FIGURE_DIR = "figures"
 

@@ -27,7 +27,8 @@ import torch
 
 from ..errors import UserError
 from ..logging_utils import get_logger, rank_zero_warn
-from .artifacts import CHECKPOINT_DIR, atomic_replace
+from ..files import atomic_replace
+from .artifacts import CHECKPOINT_DIR
 
 logger = get_logger("checkpoint")
 

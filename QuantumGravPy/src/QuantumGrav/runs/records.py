@@ -10,7 +10,7 @@ from ..evaluation.baselines import describe_baselines
 from ..config.schema import dump_config
 from ..evaluation.destroyed_sets import describe_curves
 from ..logging_utils import get_logger
-from .artifacts import atomic_write_text
+from ..files import atomic_write_text
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .checkpoint_files import has_checkpoint
 from ..distributed.runtime import Runtime, torchrun_store
-from .artifacts import atomic_write_text, create_run_dir
+from ..files import atomic_write_text
+from .artifacts import create_run_dir
 
 JOBS_DIR = ".jobs"
 

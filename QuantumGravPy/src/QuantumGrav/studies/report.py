@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..config.schema import apply_overrides, dump_config, validate_config
-from ..runs.artifacts import atomic_replace, atomic_write_text
+from ..files import atomic_replace, atomic_write_text
 from .search_space import short_text
 from .config import StudySettings
 from .storage import HEARTBEAT_GRACE_S
