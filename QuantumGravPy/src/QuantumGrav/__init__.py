@@ -10,15 +10,10 @@ are collected as usual; call ``gc.unfreeze()`` after the import to undo it.
 
 import gc as _gc
 
-# Importing torch, torch._dynamo (PyG imports it, and so does every optimizer) and PyG creates about half a
-# million objects that live as long as the process. CPython's cyclic garbage collector would traverse all of
-# them again and again: in the full collections that the import itself triggers, and once more when the
-# interpreter exits; benchmarks/bench_startup.py measures that at about a third of what a fresh process spends
-# to import this package and exit, paid by every torchrun worker, CLI command and kernel. So the collector is
-# paused during the import and what exists afterwards is frozen: gc.freeze moves it to a permanent generation
-# that collections skip (reference counting still frees it), the pattern CPython's documentation gives for a
-# parent process that others are forked from, as QG.launch's workers are from its fork server. What is made
-# after the import is collected as usual; ``gc.unfreeze()`` after importing QuantumGrav undoes the freeze.
+# Importing torch and PyG makes about half a million objects that live as long as the process; the cyclic
+# collector would traverse them in every full collection and at exit, about a third of a fresh process's
+# start-up and exit (benchmarks/bench_startup.py), paid by every worker, CLI command and kernel. So the
+# collector pauses during the import and gc.freeze moves what exists to a generation that collections skip.
 _gc_was_enabled = _gc.isenabled()
 _gc.disable()
 try:

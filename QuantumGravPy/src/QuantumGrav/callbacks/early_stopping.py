@@ -89,7 +89,7 @@ class EarlyStopping(Callback):
             return
         for key in ("best_value", "best_epoch", "epochs_without_improvement"):
             setattr(self, key, state[key])
-        self.recent = list(state.get("recent", []))[-self.window:]  # checkpoints of earlier releases have none
+        self.recent = list(state.get("recent", []))[-self.window:]  # absent from checkpoints without a window
 
     @classmethod
     def from_config(cls, es_cfg: dict) -> "EarlyStopping":

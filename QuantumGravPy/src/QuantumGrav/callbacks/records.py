@@ -30,7 +30,7 @@ class RunRecords(Callback):
 
     def on_epoch_end(self, state: RunState, record: dict[str, Any]) -> None:
         self.metrics_csv.append(record)
-        short = {"accuracy": "acc"}  # the log's name for it since the first release
+        short = {"accuracy": "acc"}  # the log line keeps the short name that scripts parse
         scores = "  ".join(f"val_{short.get(m, m)} {record[f'val_{m}']:.3f}" for m in state.task.metric_names[1:])
         best = "  *best*" if self.early_stopping.improved else ""
         logger.info(f"epoch {record['epoch']:3d}  train_loss {record['train_loss']:.4f}  val_loss "

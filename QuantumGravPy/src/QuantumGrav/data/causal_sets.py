@@ -137,8 +137,8 @@ def check_generation_args(num: int, n_min: int, n_max: int, dimensions: Sequence
 def _draw_flip_fractions(batch: int, destroy_fraction: float | Sequence[float],
                          rng: np.random.Generator) -> np.ndarray:
     """One flip fraction per set: the given number, or log-uniform in the range [low, high]
-    (so that 0.1% to 10% get equally many sets per decade). A single number draws nothing:
-    the sets of a fixed fraction stay the same as before ranges existed."""
+    (so that 0.1% to 10% get equally many sets per decade). A single number draws nothing
+    from ``rng``, so a fixed fraction leaves the random stream of the rest of the generation as it is."""
     low, high = _fraction_range(destroy_fraction)
     if low == high:
         return np.full(batch, low)

@@ -64,7 +64,7 @@ def seed_step_generators(seed: int, device: torch.device) -> None:
         index = device.index if device.index is not None else torch.cuda.current_device()
         torch.cuda.default_generators[index].manual_seed(seed)  # the model is on it: CUDA is initialised
     elif device.type != "cpu":
-        torch.manual_seed(seed)  # a device this loop was not written for: every generator, as before
+        torch.manual_seed(seed)  # another accelerator: seed every generator
         return
     torch.default_generator.manual_seed(seed)
 
