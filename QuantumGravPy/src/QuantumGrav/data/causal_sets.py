@@ -45,15 +45,9 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-MANIFOLD_CLASSES: dict[str, int] = {"minkowski_2d": 2, "minkowski_3d": 3, "minkowski_4d": 4}
-NON_MANIFOLD_CLASSES: tuple[str, ...] = ("destroyed", "layered")
-CSET_TYPES: tuple[str, ...] = (*MANIFOLD_CLASSES, *NON_MANIFOLD_CLASSES)
-SPRINKLING_DIMENSIONS: tuple[int, ...] = (2, 3, 4)
-
-DEFAULT_CLASSES: tuple[str, ...] = CSET_TYPES
-DEFAULT_DIMENSIONS: tuple[int, ...] = SPRINKLING_DIMENSIONS
-DEFAULT_DESTROY_FRACTION = 0.01
-DEFAULT_N_MIN, DEFAULT_N_MAX = 64, 128
+from ..config.data_section import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,  # noqa: F401
+                                   DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, NON_MANIFOLD_CLASSES,
+                                   SPRINKLING_DIMENSIONS)
 
 # Layered orders: Kleitman-Rothschild proportions; the probability of a relation between
 # consecutive layers is drawn per set from this range, which spreads their ordering
