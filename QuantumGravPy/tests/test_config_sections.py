@@ -71,3 +71,11 @@ def test_each_setting_names_the_yaml_key_it_reads():
     assert set(section_of) == {"training.optimizer_type", "training.optimizer_args", "training.optimizer_kwargs",
                                "training.lr_scaling", "training.reference_batch_size"}
     assert isinstance(QG.load_config(None).sections.optimizer.kwargs, FrozenDict)
+
+
+def test_build_model_takes_the_model_section_as_it_takes_the_dict():
+    config = QG.load_config(None)
+    from_section, from_dict = QG.build_model(config.sections.model, 10, 5), QG.build_model(config["model"], 10, 5)
+    assert str(from_section) == str(from_dict)
+    assert {k: v.shape for k, v in from_section.state_dict().items()} == \
+        {k: v.shape for k, v in from_dict.state_dict().items()}
