@@ -102,7 +102,7 @@ OPTIONAL_SECTIONS = frozenset(optional_sections(ConfigSections))
 
 @lru_cache(maxsize=1)
 def _layout() -> dict[str, Any]:
-    tree = yaml_tree(ConfigSections)  # tests/test_config.py checks that TOP_LEVEL_KEYS lists all of its keys
+    tree = yaml_tree(ConfigSections)  # tests/test_config_sections.py checks that TOP_LEVEL_KEYS lists all its keys
     return {key: tree[key] for key in TOP_LEVEL_KEYS}
 
 
