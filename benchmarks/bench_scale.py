@@ -428,7 +428,7 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
     change of the machine's load falls on both alike."""
     from QuantumGrav.data.batching import graph_sizes
     from QuantumGrav.distributed.runtime import Runtime
-    from QuantumGrav.models.gnn import build_model
+    from QuantumGrav.training.model_builder import build_model
 
     torch.set_num_threads(1)
     QG.initialize_ddp(rank, world, master_port=port, backend="gloo", timeout_s=1800)

@@ -136,7 +136,8 @@ def _work(milliseconds: float, gradients: torch.Tensor) -> None:
 def default_model_parameters() -> int:
     """The parameters of configs/train.yaml's model on the generator's node features (5 classes)."""
     from QuantumGrav.data import causal_sets
-    from QuantumGrav.models.gnn import build_model, count_parameters
+    from QuantumGrav.models.gnn import count_parameters
+    from QuantumGrav.training.model_builder import build_model
 
     model = build_model(QG.load_config("configs/train.yaml")["model"], len(causal_sets.NODE_FEATURES), 5)
     return count_parameters(model)["total_params"]
@@ -269,7 +270,7 @@ def _run_data(config: dict):
 
 
 def _plain_model(config: dict, num_classes: int, train_set) -> torch.nn.Module:
-    from QuantumGrav.models.gnn import build_model
+    from QuantumGrav.training.model_builder import build_model
 
     torch.manual_seed(config["training"]["seed"])
     return build_model(config["model"], train_set[0].x.size(1), num_classes)

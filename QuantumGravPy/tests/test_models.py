@@ -10,8 +10,9 @@ from torch_geometric.nn import GINEConv, GraphConv
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data.derived_invariants import invariants_of_edges
-from QuantumGrav.models.gnn import BidirectionalConv, build_model, check_model_forward
+from QuantumGrav.models.gnn import BidirectionalConv
 from QuantumGrav.models.tasks import MulticlassTask
+from QuantumGrav.training.model_builder import build_model, check_model_forward
 from conftest import ALL_RESULTS
 
 NUM_FEATURES = len(cs.NODE_FEATURES)

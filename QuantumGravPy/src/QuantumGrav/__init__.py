@@ -24,11 +24,12 @@ try:
     from .errors import ConfigError, UserError
     from .distributed.launcher import TrainingFailed, launch, run_job
     from .logging_utils import get_logger, setup_logging
-    from .models.gnn import GNNClassifier, build_model, count_parameters
-    from .config.smoke_test import print_run_header, shrink_for_smoke_test
+    from .models.gnn import GNNClassifier, count_parameters
+    from .notebook_helpers import print_run_header, shrink_for_smoke_test
     from .models.sparse_attention import SparseTransformerConv
     from .config.roles import dataset_factory, loss_function
     from .train_ddp import TrainerDDP
+    from .training.model_builder import build_model
     from .training.trainer import Trainer
 finally:
     if _gc_was_enabled:

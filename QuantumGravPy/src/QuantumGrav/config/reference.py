@@ -1,6 +1,7 @@
-"""docs/configuration.md, generated from the config schema: ``python -m QuantumGrav.config.reference > docs/configuration.md``.
+"""docs/configuration.md, generated from the config sections: ``python -m QuantumGrav.config.reference > docs/configuration.md``.
 
-Each key's explanation is its ``Field.doc`` in ``schema.py``; this module holds what belongs to no single key
+Each key's explanation is the ``doc`` of its ``setting`` in the section that declares it (``sections.py`` and the
+``*_section(s).py`` modules it gathers); this module holds what belongs to no single key
 (how configs are read, each section's introduction) and writes plain CommonMark (a heading per section, a
 list item per key, no raw HTML), so that the file reads the same on GitHub and in the Sphinx site.
 tests/test_config.py fails when the file is out of date or misses a key of the schema.
@@ -14,7 +15,9 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from .schema import Field, _is_pyobject, pyobject_path, schema
+from .checks import Field
+from .sections import schema
+from .yaml_io import is_pyobject, pyobject_path
 
 COMMAND = "python -m QuantumGrav.config.reference > docs/configuration.md"
 
@@ -40,9 +43,11 @@ def introduction() -> str:
     return f"""\
 # Configuration reference
 
-This file is generated from the schema in `QuantumGravPy/src/QuantumGrav/config/schema.py` by
+This file is generated from the config sections in `QuantumGravPy/src/QuantumGrav/config/` (each key's
+`setting` in `sections.py` or the `*_section(s).py` module that declares it) by
 `{COMMAND}`: change a key's explanation there (its `doc`), not
-here; a test fails when this file is out of date.
+here; a test fails when this file is out of date. The keys of `training` are listed by concern: the loop, the
+training loader, the optimizer, the schedule, the run directory and checkpoints, memory, logging.
 
 A config is YAML read with `yaml.load(f, QG.get_loader())` (or `QG.load_config(path)`, which also
 validates it and fills every default). `!pyobject dotted.path` stands for a Python object (a class or a
@@ -59,12 +64,17 @@ For a faster, smaller model set the `model` keys you want (README gives the over
 A test keeps `configs/train.yaml` equal to these defaults, and `configs/train_ddp.yaml` equal to
 `configs/train.yaml` except for its `parallel:` section.
 
+"""
+
+
+def reading_configs() -> str:
+    return """\
 ## Reading, overriding and merging configs
 
 - **Overrides**: `--set training.num_epochs=3` on the command line (the value is YAML), or
-  `QG.load_config(path, {{"training.num_epochs": 3}})` / a list of `"key=value"` strings in Python and papermill.
+  `QG.load_config(path, {"training.num_epochs": 3})` / a list of `"key=value"` strings in Python and papermill.
   In a Python mapping a class or function is given as itself or, as with `--set`, as the text
-  `"!pyobject package.module.name"` (e.g. `{{"criterion": "!pyobject torch.nn.functional.cross_entropy"}}`).
+  `"!pyobject package.module.name"` (e.g. `{"criterion": "!pyobject torch.nn.functional.cross_entropy"}`).
   A key whose value is a mapping (such as `training.optimizer_kwargs`) is replaced as a whole.
 - **Smoke test**: with `QUANTUMGRAV_SMOKE_TEST=1` in the environment, every config is read with a tiny
   data set (`data.num_samples` at most 40, `n_min`/`n_max` at most 8/12) and `training.num_epochs`
@@ -130,7 +140,7 @@ def _escaped(text: str) -> str:
 
 
 def _shown(default: Any) -> str:
-    if _is_pyobject(default):
+    if is_pyobject(default):
         return f"!pyobject {pyobject_path(default)}"
     return yaml.safe_dump(default, default_flow_style=True, sort_keys=False).strip().removesuffix("...").strip()
 
@@ -150,7 +160,7 @@ def _key_line(path: str, field: Field) -> str:
 
 def reference_markdown() -> str:
     """The whole of docs/configuration.md."""
-    parts = [introduction()]
+    parts = [introduction() + reading_configs()]
     for name, item in schema().items():
         lines = [f"## `{name}`", "", _escaped(SECTIONS[name]), ""]
         entries = leaf_keys(item, f"{name}.") if isinstance(item, dict) else [(name, item)]

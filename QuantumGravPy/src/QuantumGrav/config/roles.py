@@ -1,27 +1,11 @@
-"""What a config may name: every ``!pyobject`` key has a role, checked before anything named is called.
+"""What a config may name: every ``!pyobject`` key has a role (``ROLES``), checked in validation before
+anything named is called, so ``data.type: !pyobject subprocess.run`` is refused and never runs.
 
-A config names Python objects by their dotted path (``optimizer_type: !pyobject torch.optim.AdamW``).
-Reading it imports their modules, as ``import`` would: a config can name only what the environment
-holds, but importing a module runs its code, so load only configs and run directories you trust.
-What the library then *calls* is bound by the key's role: validation refuses a value outside its role
-with one line naming the key, the role and what was given, before anything named is called. A config
-that names ``subprocess.run`` as ``data.type`` is refused; it is never called.
-
-The roles (``ROLES``): a dataset class or registered dataset factory (``data.type``), a model class
-(``model.type``), a message-passing layer class (``model.conv``), an optimizer class, a scheduler class,
-a loss (``criterion``) and a callback class (``callbacks[].type``). A class of the right role can still do
-anything its code does (and call what its arguments name): the check bounds what a config can reach, it
-does not vouch for the code.
-
-A loss may be a plain function, as losses have always been. Which functions count as losses, when their
-arguments are ``(outputs, target)`` like anybody's? Those whose author says so: the functions of
-``torch.nn.functional``, those registered with ``@QuantumGrav.loss_function``, and the functions of the
-user's own code, i.e. a module that lives outside the Python installation (not the standard library, not
-site-packages or dist-packages, not QuantumGrav itself): a script's ``__main__``, a module next to the
-notebook, a project on ``PYTHONPATH`` or installed in editable mode. Code the user wrote is code the user
-runs anyway; the standard library and installed packages hold the functions a hostile config would reach
-for (``subprocess.run``, ``os.system``, ``shutil.rmtree``, ``builtins.eval``). An allow-list in the config
-would not do: whoever writes the config writes the list.
+Reading a config imports the modules it names, as ``import`` would: load only configs you trust. A loss may be
+a plain function when its author says so: a function of ``torch.nn.functional``, one marked with
+``@QuantumGrav.loss_function``, or one of the user's own code (a module outside the Python installation), since
+the standard library and installed packages hold what a hostile config would reach for (``subprocess.run``,
+``os.system``); an allow-list in the config would be written by whoever writes the config.
 """
 
 from __future__ import annotations
@@ -35,6 +19,7 @@ from functools import lru_cache
 from typing import Any, Callable, TypeVar
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 Fn = TypeVar("Fn", bound=Callable[..., Any])
 
@@ -132,8 +117,6 @@ def _is_dataset(value: Any) -> bool:
 
 
 def _is_scheduler(value: Any) -> bool:
-    from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
-
     return _subclass_of(LRScheduler, ReduceLROnPlateau)(value)
 
 
@@ -151,9 +134,11 @@ def _loss_refusal(value: Any) -> str:
 
 
 def _is_callback(value: Any) -> bool:
-    from ..callbacks.base import Callback
-
-    return _subclass_of(Callback)(value)
+    # A subclass of QuantumGrav's Callback, told by the qualified names in its MRO: config/ imports nothing
+    # above it, and the protocol lives in QuantumGrav.callbacks (a module or a package).
+    return isinstance(value, type) and any(
+        base.__qualname__ == "Callback" and (base.__module__ + ".").startswith("QuantumGrav.callbacks.")
+        for base in value.__mro__)
 
 
 @dataclass(frozen=True)

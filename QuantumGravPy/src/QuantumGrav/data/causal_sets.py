@@ -66,14 +66,8 @@ __all__ = ["MANIFOLD_CLASSES", "NON_MANIFOLD_CLASSES", "CSET_TYPES", "DEFAULT_CL
            "interval_abundances", "myrheim_meyer_dimension", "node_features", "order_invariants",
            "ordering_fraction_of_dimension"]
 
-MANIFOLD_CLASSES: dict[str, int] = {"minkowski_2d": 2, "minkowski_3d": 3, "minkowski_4d": 4}
-NON_MANIFOLD_CLASSES: tuple[str, ...] = ("destroyed", "layered")
-CSET_TYPES: tuple[str, ...] = (*MANIFOLD_CLASSES, *NON_MANIFOLD_CLASSES)
-
-DEFAULT_CLASSES: tuple[str, ...] = CSET_TYPES
-DEFAULT_DIMENSIONS: tuple[int, ...] = SPRINKLING_DIMENSIONS
-DEFAULT_DESTROY_FRACTION = 0.01
-DEFAULT_N_MIN, DEFAULT_N_MAX = 64, 128
+from ..config.data_section import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
+                                   DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, NON_MANIFOLD_CLASSES)
 
 _SET_CHUNK = 128  # sets processed together: bounds memory at N = 128 to a few tens of MB
 # Sets per generation block. Each block has a random stream of its own (seeded by the data seed and the

@@ -27,35 +27,14 @@ import torch
 from torch_geometric.data import Data, InMemoryDataset
 
 from . import causal_sets, shards as data_shards
-from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
-                          DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES,
-                          CausalSetRecord, check_generation_args, draw_plan, generate_block, plan_order)
+from .causal_sets import (CSET_TYPES, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES, CausalSetRecord,
+                          check_generation_args, draw_plan, generate_block, plan_order)
+from ..config.data_section import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS  # noqa: F401
 from ..processes import Lifeline, cores_per_process, exit_when_gone, worker_context
 
-VALID_CLASSES: tuple[str, ...] = CSET_TYPES
-VALID_TARGETS: tuple[str, ...] = ("cset_type", "manifold_like", "dimension", "myrheim_meyer_dimension")
 # The task each target is learned as (QuantumGrav.models.tasks); task.type: auto reads it from the dataset.
 TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
                                 "myrheim_meyer_dimension": "regression"}
-VALID_EDGES: tuple[str, ...] = ("links", "relations")
-VALID_STORAGE: tuple[str, ...] = ("memory", "disk")
-
-DATA_DEFAULTS: dict[str, Any] = {
-    "root": "data",
-    "num_samples": 2000,
-    "n_min": DEFAULT_N_MIN,
-    "n_max": DEFAULT_N_MAX,
-    "dimensions": DEFAULT_DIMENSIONS,
-    "classes": DEFAULT_CLASSES,
-    "destroy_fraction": DEFAULT_DESTROY_FRACTION,
-    "edges": "links",
-    "target": "cset_type",
-    "seed": 1234,
-    "split": (0.7, 0.15, 0.15),
-    "split_seed": 42,
-    "storage": "memory",
-    "workers": None,
-}
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
 _OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (sources), not the generator's
 CACHE_FORMAT_VERSION = 4  # bump when the generator or the stored Data change: old caches are then ignored

@@ -8,9 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..config.data_section import SPRINKLING_DIMENSIONS
 from .orders import as_batch, transitive_closure
-
-SPRINKLING_DIMENSIONS: tuple[int, ...] = (2, 3, 4)
 
 # Layered orders: Kleitman-Rothschild proportions; the probability of a relation between
 # consecutive layers is drawn per set from this range, which spreads their ordering

@@ -21,21 +21,8 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..config.learning_sections import EARLY_STOPPING_METRICS, TASK_METRICS, TASK_TYPES, metric_mode  # noqa: F401
 from ..errors import ConfigError
-
-TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression")
-TASK_METRICS: dict[str, tuple[str, ...]] = {
-    "multiclass": ("loss", "accuracy"),
-    "binary": ("loss", "accuracy", "precision", "recall", "f1"),
-    "regression": ("loss", "mae", "rmse", "r2"),
-}
-_MAXIMISED = ("accuracy", "precision", "recall", "f1", "r2")
-EARLY_STOPPING_METRICS: tuple[str, ...] = tuple(dict.fromkeys(f"val_{m}" for ms in TASK_METRICS.values() for m in ms))
-
-
-def metric_mode(metric: str) -> str:
-    """'max' for metrics that improve upwards (accuracy, F1, R^2, ...), 'min' for loss, MAE, RMSE."""
-    return "max" if metric.removeprefix("val_") in _MAXIMISED else "min"
 
 
 class Task(ABC):

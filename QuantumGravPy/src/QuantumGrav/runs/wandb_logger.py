@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..config.sections import WANDB_DEFAULTS, WANDB_MODES
 from ..distributed.runtime import is_main_process
 from ..logging_utils import get_logger
 from .artifacts import MetricsCSV
@@ -25,17 +26,7 @@ from .wandb_files import epochs_on_disk, wait_for_exit_record
 
 logger = get_logger("wandb")
 
-WANDB_MODES = ("offline", "online", "disabled")
 FINISH_WAIT_S = 10.0
-WANDB_DEFAULTS: dict[str, Any] = {
-    "project": "QuantumGrav",
-    "name": None,
-    "entity": None,
-    "mode": "offline",
-    "tags": [],
-    "group": None,
-    "watch": {"enabled": False, "log": "gradients", "log_freq": 100},
-}
 
 
 def _with_defaults(cfg: dict) -> dict:

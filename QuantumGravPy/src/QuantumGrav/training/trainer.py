@@ -42,7 +42,7 @@ from ..errors import ConfigError, Preempted
 from ..evaluation.evaluator import Evaluator
 from ..logging_utils import close_run_log, get_logger, setup_logging
 from .memory import MemoryMonitor
-from ..models.gnn import build_model, check_model_forward
+from .model_builder import build_model, check_model_forward
 from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
 from ..distributed.preemption import sigterm_requests_a_stop

@@ -1,0 +1,113 @@
+"""What is learned and how it is judged: the ``task``, ``criterion``, ``early_stopping`` and ``model`` sections,
+with the task types and metrics they allow (``models/tasks.py`` reads them from here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .checks import boolean, choice, integer, list_of, mapping, number, pyobject_of
+from .section import PyObjectName, Section, setting
+
+TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression")
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "multiclass": ("loss", "accuracy"),
+    "binary": ("loss", "accuracy", "precision", "recall", "f1"),
+    "regression": ("loss", "mae", "rmse", "r2"),
+}
+_MAXIMISED = ("accuracy", "precision", "recall", "f1", "r2")
+EARLY_STOPPING_METRICS: tuple[str, ...] = tuple(dict.fromkeys(f"val_{m}" for ms in TASK_METRICS.values() for m in ms))
+
+
+def metric_mode(metric: str) -> str:
+    """'max' for metrics that improve upwards (accuracy, F1, R^2, ...), 'min' for loss, MAE, RMSE."""
+    return "max" if metric.removeprefix("val_") in _MAXIMISED else "min"
+
+
+_CRITERION_DOC = (
+    "loss(outputs, target): a torch.nn.Module class (instantiated first), a function of torch.nn.functional, a "
+    "function of your own code or one marked with @QuantumGrav.loss_function; null: the task's (cross_entropy, "
+    "binary_cross_entropy_with_logits, mse_loss). Your own code is a module outside the Python installation: a "
+    "script's or notebook's __main__, a .py file next to the notebook, a project on PYTHONPATH or installed in "
+    "editable mode; not the standard library, not site-packages or dist-packages, not QuantumGrav itself. A "
+    "function of an installed package (say torchvision.ops.sigmoid_focal_loss) is refused unless marked: wrap it "
+    "in a function of your own module, or mark it where it is defined. The rule follows whoever wrote the "
+    "function, as a config cannot: an allow-list in the config would be written by whoever writes the config, "
+    "while the functions a hostile config would reach for (subprocess.run, os.system, shutil.rmtree, "
+    "builtins.eval) are all of the standard library or installed packages")
+
+
+@dataclass(frozen=True)
+class TaskSection(Section):
+    """``task:`` and the top-level ``criterion``: what y is learned as, and with which loss."""
+
+    yaml: ClassVar[str] = "task"
+
+    type: str = setting("auto", choice("auto", *TASK_TYPES),
+                        "multiclass | binary | regression; auto: the dataset's task attribute (the generator's "
+                        "follows data.target), else regression for float y, multiclass for integer y")
+    threshold: float = setting(0.5, number(0.0, 1.0, exclusive_min=True),
+                               "binary: a graph is predicted positive when sigmoid(logit) >= threshold")
+    criterion: Any = setting(None, pyobject_of("loss"), _CRITERION_DOC, nullable=True, key="criterion")
+
+
+@dataclass(frozen=True)
+class EarlyStoppingSection(Section):
+    """``early_stopping:``: when a run that stopped improving ends."""
+
+    yaml: ClassVar[str] = "early_stopping"
+
+    enabled: bool = setting(True, boolean, "false: train all num_epochs")
+    metric: str = setting("val_loss", choice(*EARLY_STOPPING_METRICS),
+                          "one the task reports: multiclass val_loss, val_accuracy; binary also val_precision, "
+                          "val_recall, val_f1; regression val_loss, val_mae, val_rmse, val_r2")
+    # Resolved to metric_mode(metric) when null: a resolved config's mode is never null.
+    mode: str | None = setting(None, choice("min", "max"), nullable=True,
+                               doc="default: max for accuracy, precision, recall, f1, r2; min for loss, mae, rmse")
+    patience: int = setting(10, integer(1), "epochs without improvement before the run stops")
+    min_delta: float = setting(0.0, number(0.0), "the least change of the metric that counts as an improvement")
+    window: int = setting(3, integer(1), "judge the metric's mean over the last window epochs, so that one lucky "
+                                         "epoch is not the best one (the best epoch is the window's last); 1: each "
+                                         "epoch alone")
+
+
+# The built-in model's defaults are the default job's (configs/train.yaml, the study's best), and
+# GNNClassifier's: tests/test_config.py and tests/test_models.py keep them equal.
+@dataclass(frozen=True)
+class ModelSection(Section):
+    """``model:``: the built-in GNNClassifier's architecture, or your own model.type."""
+
+    yaml: ClassVar[str] = "model"
+
+    type: Any = setting(None, pyobject_of("model"), nullable=True,
+                        doc="your model class (a subclass of torch.nn.Module), built as type(in_channels, "
+                            "out_channels, **model.kwargs); its forward(batch) gets a PyG Batch and returns "
+                            "[graphs, out_channels] (the contract and an example: docs/your_own_data.md); the keys "
+                            "conv to graph_features then do not apply. null: the built-in "
+                            "QuantumGrav.models.gnn.GNNClassifier")
+    conv: type = setting(
+        PyObjectName("QuantumGrav.models.sparse_attention.SparseTransformerConv"), pyobject_of("convolution"),
+        "message-passing layer class (a subclass of torch.nn.Module), built as conv(in, out, **conv_kwargs): the "
+        "default, QuantumGrav.models.sparse_attention.SparseTransformerConv, computes PyG's TransformerConv (same "
+        "parameters, same state_dict) without [edges, heads, channels] tensors; PyG's own layers (TransformerConv, "
+        "GraphConv, GCNConv, GINConv, GATv2Conv, SAGEConv) can be named instead")
+    conv_kwargs: dict[str, Any] = setting({"heads": 2, "concat": False}, mapping,
+                                          "keyword arguments of every conv layer; the default is "
+                                          "(Sparse)TransformerConv's (two attention heads, averaged): set it too "
+                                          "when you change conv, e.g. --set model.conv_kwargs={} for GraphConv")
+    hidden_channels: tuple[int, ...] = setting((128, 128, 128), list_of(integer(1), min_len=1),
+                                               "one message-passing layer per entry, its width")
+    norm: str = setting("batch", choice("batch", "layer", "graph", "none"), "normalisation after each layer")
+    activation: str = setting("relu", choice("relu", "gelu", "elu", "tanh", "leaky_relu"),
+                              "activation after each layer and in the head")
+    dropout: float = setting(0.1, number(0.0, 0.99), "dropout probability after each layer and in the head")
+    pooling: str = setting("mean", choice("mean", "max", "add", "mean_max"),
+                           "per-graph readout of the node states (mean_max: both, concatenated)")
+    head_hidden: tuple[int, ...] = setting((64,), list_of(integer(1)), "hidden widths of the classifier MLP")
+    directions: str = setting("both", choice("forward", "both"),
+                              "forward: messages past -> future only; both: past -> future and future -> past, with "
+                              "separate weights")
+    graph_features: bool = setting(True, boolean, "hybrid: the set's order invariants (data.invariants) join the "
+                                                  "pooled node states in the head; items without invariants get "
+                                                  "them derived from edge_index")
+    kwargs: dict[str, Any] = setting({}, mapping, "extra constructor arguments of a custom model.type")
