@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..callbacks import Decision
 from ..errors import ConfigError, UserError
+from .votes import Decision
 
 
 def get_rank() -> int:
