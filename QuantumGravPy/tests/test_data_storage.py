@@ -13,7 +13,7 @@ import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav import cli
 from QuantumGrav.data import dataset as qg_data
-from QuantumGrav.distributed import runtime as qg_distributed
+from QuantumGrav.distributed import environment as qg_distributed
 from QuantumGrav.data.dataset import CausalSetDataset, generate_share
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,8 @@ try:
     from .callbacks import Callback, Decision, Stop
     from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
     from .data.dataset import CausalSetDataset, split_indices
-    from .distributed.runtime import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
+    from .distributed.environment import find_free_port, get_rank, get_world_size, is_main_process
+    from .distributed.process_group import cleanup_ddp, initialize_ddp
     from .errors import ConfigError, UserError
     from .distributed.launcher import TrainingFailed, launch, run_job
     from .logging_utils import get_logger, setup_logging

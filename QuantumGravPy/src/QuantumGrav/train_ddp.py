@@ -25,7 +25,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .callbacks import Callback
 from .config.schema import resolve_config, with_world_size
-from .distributed.runtime import Runtime, cleanup_ddp, get_local_rank, initialize_ddp, release_before_teardown, resolve_device
+from .distributed.environment import get_local_rank, resolve_device
+from .distributed.process_group import cleanup_ddp, initialize_ddp, release_before_teardown
+from .distributed.runtime import Runtime
 from .errors import ConfigError, UserError
 from .logging_utils import get_logger, rank_zero_warn
 from .training.trainer import Trainer

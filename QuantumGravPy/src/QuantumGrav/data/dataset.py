@@ -30,7 +30,7 @@ from . import causal_sets, shards as data_shards
 from .causal_sets import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
                           DEFAULT_N_MAX, DEFAULT_N_MIN, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES,
                           CausalSetRecord, check_generation_args, draw_plan, generate_block, plan_order)
-from ..distributed.runtime import cores_per_process, worker_context
+from ..distributed.environment import cores_per_process, worker_context
 from ..distributed.lifeline import Lifeline, exit_when_gone
 
 VALID_CLASSES: tuple[str, ...] = CSET_TYPES

@@ -39,7 +39,7 @@ from torch_geometric.data import Data, Dataset
 
 from .causal_sets import (INVARIANT_NAMES, NODE_FEATURES, elements_between, features_and_invariants, natural_order,
                           transitive_closure)
-from ..distributed.runtime import worker_context
+from ..distributed.environment import worker_context
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
 from ..errors import UserError
 from ..logging_utils import get_logger

@@ -28,8 +28,9 @@ import torch.distributed as dist
 from ..callbacks import Callback
 from ..runs.checkpoint_files import has_checkpoint
 from ..config.schema import find_unimportable, resolve_config, with_world_size
-from .runtime import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
-                      cores_per_process, launched_by_torchrun, resolve_device, worker_context)
+from .environment import (choose_backend, configured_device_type, cores_per_process, find_free_port,
+                          launched_by_torchrun, resolve_device, worker_context)
+from .process_group import cleanup_ddp, initialize_ddp
 from ..errors import Preempted, UserError
 from .lifeline import Lifeline, stop_when_the_launcher_dies
 from ..logging_utils import chosen_console_level, get_logger, setup_logging
@@ -196,7 +197,7 @@ def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
 
 
 def _backend(config: dict) -> str:
-    return config["parallel"]["backend"] or default_backend(configured_device_type(config["training"]["device"]))
+    return choose_backend(config["parallel"]["backend"], config["training"]["device"])
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..callbacks import Callback
-from ..distributed.runtime import is_main_process
+from ..distributed.environment import is_main_process
 from ..logging_utils import get_logger
 from .artifacts import MetricsCSV
 

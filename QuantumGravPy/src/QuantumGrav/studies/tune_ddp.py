@@ -41,7 +41,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..distributed.runtime import _store_of_this_attempt, cleanup_ddp, configured_device_type, default_backend, get_local_rank
+from ..distributed.environment import choose_backend, get_local_rank
+from ..distributed.process_group import cleanup_ddp, store_of_this_attempt
 from ..errors import ConfigError, Preempted, UserError
 from ..distributed.launcher import run_job, stop_when_the_agent_dies
 from ..logging_utils import get_logger
@@ -120,7 +121,7 @@ def run_distributed_worker(settings: StudySettings, base: dict[str, Any]) -> dic
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     stop_when_the_agent_dies()  # a torchrun killed with kill -9 must not leave its tuner ranks running
     timeout_s = base["parallel"]["data_timeout_s"] + base["parallel"]["timeout_s"]
-    store = _store_of_this_attempt(rank, world_size, datetime.timedelta(seconds=timeout_s))
+    store = store_of_this_attempt(timeout_s)
     if store is None:
         raise UserError("the tuner on several processes runs under torchrun (its store coordinates the ranks); "
                         "start it with torchrun, or as one process: python -m QuantumGrav tune --nproc N")
@@ -225,7 +226,7 @@ def _follow(channel: Channel) -> None:
 def _train_in_group(channel: Channel, round_: int, config: dict[str, Any], callbacks: list) -> tuple:
     """Train the trial on every rank, in a process group of this round; report how it ended on this rank."""
     parallel, rank = config["parallel"], channel.rank
-    backend = parallel["backend"] or default_backend(configured_device_type(config["training"]["device"]))
+    backend = choose_backend(parallel["backend"], config["training"]["device"])
     if backend == "nccl":
         torch.cuda.set_device(get_local_rank())  # this process's GPU, before NCCL starts
     dist.init_process_group(backend, rank=rank, world_size=channel.world_size, store=channel.group_store(round_),

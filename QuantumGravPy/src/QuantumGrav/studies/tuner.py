@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 
 from ..callbacks import Callback, Stop
 from ..config.schema import apply_overrides, validate_config
-from ..distributed.runtime import launched_by_torchrun
+from ..distributed.environment import launched_by_torchrun
 from ..errors import ConfigError, Preempted, UserError
 from ..distributed.launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
 from ..logging_utils import get_logger, setup_logging

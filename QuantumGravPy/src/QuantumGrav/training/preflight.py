@@ -245,7 +245,7 @@ def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     data (generated and cached if missing), its model, its largest training batch."""
     from ..data import sources as data_sources
     from ..config.schema import resolve_config
-    from ..distributed.runtime import resolve_device
+    from ..distributed.environment import resolve_device
     from ..models.gnn import build_model
     from .optimization import build_named
 

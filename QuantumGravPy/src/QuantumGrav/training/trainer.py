@@ -30,7 +30,8 @@ from ..runs.checkpoint_files import RunLock
 from .checkpointing import Checkpointing, read_resume_state, restore, save_in_epoch
 from ..config.schema import resolve_config
 from ..evaluation.destroyed_sets import DestroyedSetCurves
-from ..distributed.runtime import Runtime, names_stalled_ranks, resolve_device
+from ..distributed.environment import resolve_device
+from ..distributed.runtime import Runtime, names_stalled_ranks
 from .batch_norm import recompute_batch_norm_statistics
 from .denormals import flush_denormals
 from .early_stopping import EarlyStopping
