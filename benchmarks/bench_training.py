@@ -74,7 +74,7 @@ def measure(nproc: int, epochs: int, samples: int, workdir: str) -> dict:
 
 def _epoch_rates_process(config: dict, results) -> None:
     """One fresh process (forked before any flag was set) trains ``config`` and reports every epoch's graphs/s."""
-    from QuantumGrav.distributed.launcher import run_job
+    from QuantumGrav.jobs.entry import run_job
 
     QG.setup_logging(0, level="WARNING")
     history = run_job(config)["history"]
@@ -245,7 +245,7 @@ class _StepClock(QG.Callback):
 def _run_quantumgrav(rank: int, world_size: int, config: dict) -> dict:
     """The library as a user runs it: each rank runs QG.launch's per-process job (Trainer, or TrainerDDP on
     a gloo group). Its records' graphs/s: all ranks' training graphs over rank 0's training-loop time."""
-    from QuantumGrav.distributed.launcher import run_job
+    from QuantumGrav.jobs.entry import run_job
 
     QG.setup_logging(rank, level="WARNING")  # as the benchmark's own process: no per-epoch lines
     if world_size > 1:

@@ -195,7 +195,7 @@ def test_ddp_gets_the_local_rank_as_device_ids_on_gpus_and_none_on_cpus(monkeypa
     torch.device or the global rank; on a CPU DDP gets none. (No GPU here: DDP's constructor is recorded.)"""
     from types import SimpleNamespace
 
-    from QuantumGrav import train_ddp
+    from QuantumGrav.training import ddp as train_ddp
     from QuantumGrav.distributed.environment import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

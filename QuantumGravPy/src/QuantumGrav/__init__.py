@@ -28,7 +28,8 @@ try:
     from .distributed.environment import find_free_port, get_rank, get_world_size, is_main_process
     from .distributed.process_group import cleanup_ddp, initialize_ddp
     from .errors import ConfigError, UserError
-    from .distributed.launcher import TrainingFailed, launch, run_job
+    from .jobs.entry import run_job
+    from .jobs.launcher import TrainingFailed, launch
     from .logging_utils import get_logger, setup_logging
     from .models.gnn import GNNClassifier, build_model, count_parameters
     from .config.smoke_test import print_run_header, shrink_for_smoke_test

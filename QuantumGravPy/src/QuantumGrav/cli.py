@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .errors import Preempted, UserError
-from .distributed.launcher import TrainingFailed
+from .jobs.launcher import TrainingFailed
 
 EXIT_BAD_INPUT = 2
 EXIT_PREEMPTED = 143  # what a shell reports for a process ended by SIGTERM: schedulers treat it so
@@ -100,7 +100,7 @@ def _train(args: argparse.Namespace) -> int:
     import os
 
     from .config.schema import load_config
-    from .distributed.launcher import check_job, run_from_entry_point
+    from .jobs.launcher import check_job, run_from_entry_point
     from .logging_utils import rank_zero_only
     from .runs.records import summarise_run
 

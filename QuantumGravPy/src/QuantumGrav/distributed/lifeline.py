@@ -2,7 +2,7 @@
 
 ``QG.launch``'s workers are forked by multiprocessing's fork server, not by the process that called
 ``launch`` (a script, a Jupyter kernel, a study's worker): the kernel's parent-death signal, which
-torchrun's workers use (``launcher.stop_when_the_agent_dies``), would watch the fork server, and it
+torchrun's workers use (``stop_when_the_agent_dies``), would watch the fork server, and it
 does not exist on macOS. So the launching process holds the only write end of a pipe and every worker
 watches the read end in a thread: the read returns end-of-file the moment the launching process is
 gone, whether it returned, crashed, or was killed with ``kill -9`` or by the out-of-memory killer.
@@ -22,8 +22,10 @@ that cannot stop in time (a collective waiting for a rank that is gone, a hung f
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -82,3 +84,19 @@ def exit_when_gone(reader: Any) -> None:
         os._exit(EXIT_CODE_LAUNCHER_GONE)
 
     threading.Thread(target=watch, name="QuantumGrav-lifeline", daemon=True).start()
+
+
+def stop_when_the_agent_dies() -> None:
+    """A torchrun worker gets SIGTERM when its torchrun (the agent, its parent) dies, and stops as on a
+    preemption: every rank checkpoints at the next step, or fails within parallel.timeout_s where a peer
+    is gone too. torchrun passes SIGTERM on to its workers when it is told to stop, but killed (``kill -9``,
+    the out-of-memory killer, a node's job step killed) it leaves them running: holding their GPUs, waiting
+    in a collective for ranks that are gone, and, under SLURM's proctrack/linuxproc, outliving the job.
+    Linux only (prctl); the request is the parent's thread's, and torchrun starts its workers from its
+    main thread."""
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() == 1:  # the agent died before the request was made: nothing would send it now
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -33,7 +33,7 @@ from ..callbacks import Callback, Stop
 from ..config.schema import apply_overrides, validate_config
 from ..distributed.environment import launched_by_torchrun
 from ..errors import ConfigError, Preempted, UserError
-from ..distributed.launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
+from ..jobs.launcher import TrainingFailed, check_job, check_main_guard, check_spawnable, launch
 from ..logging_utils import get_logger, setup_logging
 from .search_space import short_text
 from .config import StudySettings, problem_lines, read_study_config
