@@ -122,8 +122,10 @@ def _tune(args: argparse.Namespace) -> int:
     from .studies.config import require_optuna
 
     require_optuna()
+    # Lazy: these import optuna, an optional dependency that `train` must not need.
     from .studies.report import summarise_study
-    from .studies.tuner import StudyFailed, check_study, tune
+    from .studies.trials import StudyFailed
+    from .studies.tuner import check_study, tune
 
     if args.check:
         print(f"{args.config}: ready: {check_study(args.config, args.trials, args.nproc, args.overrides)}")

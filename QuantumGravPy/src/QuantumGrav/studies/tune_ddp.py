@@ -47,7 +47,7 @@ from ..jobs.entry import run_process
 from ..logging_utils import get_logger
 from .config import StudySettings
 from .storage import open_study, repeating
-from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
+from .trials import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")
 KEEPALIVE_S = 60.0  # rank 0 beats at least this often while the other ranks wait for its next command
