@@ -74,7 +74,7 @@ def measure(nproc: int, epochs: int, samples: int, workdir: str) -> dict:
 
 def _epoch_rates_process(config: dict, results) -> None:
     """One fresh process (forked before any flag was set) trains ``config`` and reports every epoch's graphs/s."""
-    from QuantumGrav.distributed.launcher import run_job
+    from QuantumGrav.jobs.entry import run_job
 
     QG.setup_logging(0, level="WARNING")
     history = run_job(config)["history"]
@@ -85,7 +85,7 @@ def epoch_throughput(epochs: int, flush: bool, workdir: str, config_path: str) -
     """(training graphs/s, epoch seconds) of every epoch of the job of ``config_path`` in one fresh process,
     with the library's flush of denormal floats (``training.flush_denormals``) on or off. An epoch's seconds
     hold its training, the batch norm statistics' pass (validation.recompute_batch_norm) and validation."""
-    from QuantumGrav.distributed.runtime import worker_context
+    from QuantumGrav.distributed.environment import worker_context
 
     config = QG.apply_overrides(comparison_config(epochs, None, workdir, config_path),
                                 {"training.flush_denormals": flush, "testing.baselines": False})
@@ -177,7 +177,7 @@ def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int,
 
 
 def stop_check_table(nprocs: list[int], steps: int, step_ms: float) -> None:
-    from QuantumGrav.distributed.runtime import worker_context
+    from QuantumGrav.distributed.environment import worker_context
 
     parameters = default_model_parameters()
     print(f"Stop check overhead per step of {step_ms:g} ms of work and an all-reduce of {parameters:,} gradients "
@@ -246,7 +246,7 @@ class _StepClock(QG.Callback):
 def _run_quantumgrav(rank: int, world_size: int, config: dict) -> dict:
     """The library as a user runs it: each rank runs QG.launch's per-process job (Trainer, or TrainerDDP on
     a gloo group). Its records' graphs/s: all ranks' training graphs over rank 0's training-loop time."""
-    from QuantumGrav.distributed.launcher import run_job
+    from QuantumGrav.jobs.entry import run_job
 
     QG.setup_logging(rank, level="WARNING")  # as the benchmark's own process: no per-epoch lines
     if world_size > 1:
@@ -384,7 +384,7 @@ def _contender_process(name: str, rank: int, world_size: int, port: int, config:
 def run_contender(name: str, world_size: int, config: dict, contenders_flush: bool) -> dict:
     """Train the job with ``name`` in ``world_size`` fresh processes; rank 0's graphs/s of every epoch and
     CPU ms per step."""
-    from QuantumGrav.distributed.runtime import worker_context
+    from QuantumGrav.distributed.environment import worker_context
 
     context, port = worker_context(), QG.find_free_port()
     results = context.Queue()

@@ -92,7 +92,7 @@ class UserProject:
         return path
 
     def command(self, script: str, world_size: int) -> list[str]:
-        from QuantumGrav.distributed.runtime import find_free_port
+        from QuantumGrav.distributed.environment import find_free_port
 
         port = find_free_port()
         if script == "torchrun":

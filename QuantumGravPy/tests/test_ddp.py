@@ -195,8 +195,8 @@ def test_ddp_gets_the_local_rank_as_device_ids_on_gpus_and_none_on_cpus(monkeypa
     torch.device or the global rank; on a CPU DDP gets none. (No GPU here: DDP's constructor is recorded.)"""
     from types import SimpleNamespace
 
-    from QuantumGrav import train_ddp
-    from QuantumGrav.distributed.runtime import resolve_device
+    from QuantumGrav.training import ddp as train_ddp
+    from QuantumGrav.distributed.environment import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("auto", local_rank=1) == resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)

@@ -20,7 +20,8 @@ import torch
 import QuantumGrav as QG
 from QuantumGrav.runs.checkpoint_files import RunLock, save_last_checkpoint
 from QuantumGrav.config.schema import resolve_pyobject
-from QuantumGrav.distributed.runtime import Runtime, _check_in_after_timeout, _timeout_message
+from QuantumGrav.distributed.runtime import Runtime
+from QuantumGrav.distributed.stalls import _check_in_after_timeout, _timeout_message
 from conftest import REPO, TINY
 
 HERE = Path(__file__).resolve().parent

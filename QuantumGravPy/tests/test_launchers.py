@@ -20,7 +20,7 @@ import torch
 
 import QuantumGrav as QG
 from QuantumGrav.config.schema import resolve_pyobject
-from QuantumGrav.distributed.launcher import _supervise
+from QuantumGrav.jobs.launcher import _supervise
 from conftest import REPO, TINY
 
 LIBRARY = str(Path(QG.__file__).resolve().parents[1])  # the tree under test, not another installed one
@@ -193,7 +193,7 @@ def test_supervisor_names_a_rank_killed_without_reporting():
 def test_a_worker_that_reported_success_but_never_exits_is_stopped_with_a_warning(monkeypatch, collect_log):
     import multiprocessing
 
-    from QuantumGrav.distributed import launcher
+    from QuantumGrav.jobs import launcher
 
     monkeypatch.setattr(launcher, "EXIT_GRACE_S", 1.0)
     warnings = collect_log("QuantumGrav.launch")

@@ -138,13 +138,13 @@ def test_tune_refuses_a_call_outside_the_main_guard_before_its_study_opens(tmp_p
 
 @pytest.mark.parametrize("guard", ['if __name__ == "__main__":', "if '__main__' == __name__:"])
 def test_a_call_under_the_main_guard_either_way_round_is_accepted(tmp_path, monkeypatch, guard):
-    from QuantumGrav.distributed.launcher import check_main_guard
+    from QuantumGrav.jobs.launcher import check_main_guard
 
     _run_as_main(monkeypatch, tmp_path / "script.py",
-                 f"from QuantumGrav.distributed.launcher import check_main_guard\n\n\ndef main():\n    check_main_guard('QG.launch')\n"
+                 f"from QuantumGrav.jobs.launcher import check_main_guard\n\n\ndef main():\n    check_main_guard('QG.launch')\n"
                  f"\n\n{guard}\n    main()\n")
     with pytest.raises(QG.UserError, match=r"line 3\) without the main guard"):
         _run_as_main(monkeypatch, tmp_path / "script.py",
-                     "from QuantumGrav.distributed.launcher import check_main_guard\nif True:\n    check_main_guard('QG.launch')\n")
+                     "from QuantumGrav.jobs.launcher import check_main_guard\nif True:\n    check_main_guard('QG.launch')\n")
     monkeypatch.undo()
     check_main_guard("QG.launch")  # from pytest's own __main__ (python -m pytest), whose call is under its guard

@@ -92,10 +92,10 @@ def test_get_logger_names_children_of_the_package():
 def test_rank_zero_warn_is_said_once_and_only_by_rank_0(monkeypatch, capsys):
     setup_logging(rank=0)
     log = get_logger("test")
-    monkeypatch.setattr(logging_utils, "get_rank", lambda: 1)
+    monkeypatch.setattr(logging_utils, "_rank", lambda: 1)
     rank_zero_warn(log, "same warning on every rank")
     assert "same warning" not in capsys.readouterr().err
-    monkeypatch.setattr(logging_utils, "get_rank", lambda: 0)
+    monkeypatch.setattr(logging_utils, "_rank", lambda: 0)
     rank_zero_warn(log, "same warning on every rank")
     rank_zero_warn(log, "same warning on every rank")
     assert capsys.readouterr().err.count("same warning on every rank") == 1
@@ -116,9 +116,9 @@ def test_rank_zero_only_checks_the_rank_at_call_time(monkeypatch):
     def answer() -> int:
         return 42
 
-    monkeypatch.setattr(logging_utils, "get_rank", lambda: 1)
+    monkeypatch.setattr(logging_utils, "_rank", lambda: 1)
     assert answer() is None
-    monkeypatch.setattr(logging_utils, "get_rank", lambda: 0)
+    monkeypatch.setattr(logging_utils, "_rank", lambda: 0)
     assert answer() == 42
     assert answer.__name__ == "answer"
 

@@ -416,7 +416,7 @@ def test_the_other_ranks_wait_for_rank_0_as_long_as_it_beats_and_stop_with_one_l
     import torch.distributed as dist
 
     from QuantumGrav.studies import tune_ddp
-    from QuantumGrav.studies.tuner import StudyFailed
+    from QuantumGrav.studies.trials import StudyFailed
 
     store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=10),
                           wait_for_workers=False)

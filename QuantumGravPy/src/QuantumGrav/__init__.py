@@ -20,9 +20,11 @@ try:
     from .callbacks.base import Callback, Decision, Stop
     from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
     from .data.dataset import CausalSetDataset, split_indices
-    from .distributed.runtime import cleanup_ddp, find_free_port, get_rank, get_world_size, initialize_ddp, is_main_process
+    from .distributed.environment import find_free_port, get_rank, get_world_size, is_main_process
+    from .distributed.process_group import cleanup_ddp, initialize_ddp
     from .errors import ConfigError, UserError
-    from .distributed.launcher import TrainingFailed, launch, run_job
+    from .jobs.entry import run_job
+    from .jobs.launcher import TrainingFailed, launch
     from .logging_utils import get_logger, setup_logging
     from .models.gnn import GNNClassifier, count_parameters
     from .notebook_helpers import print_run_header, shrink_for_smoke_test

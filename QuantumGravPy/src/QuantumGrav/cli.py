@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .errors import Preempted, UserError
-from .distributed.launcher import TrainingFailed
+from .jobs.launcher import TrainingFailed
 
 EXIT_BAD_INPUT = 2
 EXIT_PREEMPTED = 143  # what a shell reports for a process ended by SIGTERM: schedulers treat it so
@@ -100,7 +100,7 @@ def _train(args: argparse.Namespace) -> int:
     import os
 
     from .config.schema import load_config
-    from .distributed.launcher import check_job, run_from_entry_point
+    from .jobs.launcher import check_job, run_from_entry_point
     from .logging_utils import rank_zero_only
     from .runs.records import summarise_run
 
@@ -122,8 +122,10 @@ def _tune(args: argparse.Namespace) -> int:
     from .studies.config import require_optuna
 
     require_optuna()
+    # Lazy: these import optuna, an optional dependency that `train` must not need.
     from .studies.report import summarise_study
-    from .studies.tuner import StudyFailed, check_study, tune
+    from .studies.trials import StudyFailed
+    from .studies.tuner import check_study, tune
 
     if args.check:
         print(f"{args.config}: ready: {check_study(args.config, args.trials, args.nproc, args.overrides)}")
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
         print(f"stopped: {err}", file=sys.stderr)
         return EXIT_PREEMPTED
     except UserError as err:
-        from .distributed.runtime import get_rank, get_world_size
+        from .distributed.environment import get_rank, get_world_size
 
         rank = f"[RANK {get_rank()}] " if get_world_size() > 1 else ""  # under torchrun: which worker
         print(f"{rank}error: {err}", file=sys.stderr)

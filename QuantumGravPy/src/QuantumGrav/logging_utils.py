@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from .distributed.runtime import get_rank
+import torch.distributed as dist
 
 PACKAGE_LOGGER = "QuantumGrav"
 DATE_FORMAT = "%H:%M:%S"
@@ -39,6 +40,13 @@ class _CurrentStderrHandler(logging.StreamHandler):
     @property
     def stream(self):  # type: ignore[override]
         return sys.stderr
+
+
+def _rank() -> int:
+    """The process group's rank; before one exists, the launcher's RANK (0 when not distributed)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
 
 
 def _format(rank: int) -> logging.Formatter:
@@ -88,7 +96,7 @@ def setup_logging(rank: int | None = None, run_dir: str | Path | None = None, le
     Returns:
         The "QuantumGrav" logger.
     """
-    rank = get_rank() if rank is None else rank
+    rank = _rank() if rank is None else rank
     if level is None:  # keep what the user chose in an earlier call (the trainer calls this again)
         level = _chosen_level.get("rank0", "INFO")
     else:
@@ -148,7 +156,7 @@ def rank_zero_only(fn: Callable[..., T]) -> Callable[..., T | None]:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        return fn(*args, **kwargs) if get_rank() == 0 else None
+        return fn(*args, **kwargs) if _rank() == 0 else None
 
     return wrapper
 
@@ -163,5 +171,5 @@ def warn_once(logger: logging.Logger, message: str) -> None:
 
 def rank_zero_warn(logger: logging.Logger, message: str) -> None:
     """A warning every rank would emit (same config, same cause): said once, by rank 0."""
-    if get_rank() == 0:
+    if _rank() == 0:
         warn_once(logger, message)

@@ -2,7 +2,7 @@
 
 ``QG.launch``'s workers are forked by multiprocessing's fork server, not by the process that called
 ``launch`` (a script, a Jupyter kernel, a study's worker): the kernel's parent-death signal, which
-torchrun's workers use (``launcher.stop_when_the_agent_dies``), would watch the fork server, and it
+torchrun's workers use (``stop_when_the_agent_dies``), would watch the fork server, and it
 does not exist on macOS. So the launching process holds the only write end of a pipe and every worker
 watches the read end in a thread: the read returns end-of-file the moment the launching process is
 gone, whether it returned, crashed, or was killed with ``kill -9`` or by the out-of-memory killer.
@@ -21,32 +21,19 @@ that cannot stop in time (a collective waiting for a rank that is gone, a hung f
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
 
 from ..logging_utils import get_logger
+from ..processes import EXIT_CODE_LAUNCHER_GONE, Lifeline  # noqa: F401  (Lifeline: for the launcher)
 
 logger = get_logger("launch")
 LAUNCHER_GONE_GRACE_S = 30.0  # from the launcher's death to a worker's hard exit, at the latest
-EXIT_CODE_LAUNCHER_GONE = 143  # what a shell reports for a process ended by SIGTERM
-
-
-class Lifeline:
-    """A pipe whose write end only the launching process holds; ``reader`` goes to every worker (pickled
-    with the worker's arguments: multiprocessing hands the worker a copy of the descriptor)."""
-
-    def __init__(self, context: Any):
-        self.reader, self._writer = context.Pipe(duplex=False)
-
-    def close(self) -> None:
-        """The launcher is done with its workers (they have exited or were stopped)."""
-        self.reader.close()
-        self._writer.close()
-
 
 def stop_when_the_launcher_dies(reader: Any, grace_s: float = LAUNCHER_GONE_GRACE_S) -> threading.Thread:
     """In a worker: watch ``reader`` (a ``Lifeline``'s) in a daemon thread; when the launcher is gone,
@@ -71,14 +58,18 @@ def _watch(reader: Any, grace_s: float) -> None:
     os._exit(EXIT_CODE_LAUNCHER_GONE)
 
 
-def exit_when_gone(reader: Any) -> None:
-    """A process pool's initializer (``initargs=(lifeline.reader,)``): this helper exits at once when the
-    process that made the pool is gone. A ProcessPoolExecutor's workers would otherwise wait for their next
-    task forever: each holds a write end of the pool's task queue, so it never reads end-of-file."""
 
-    def watch() -> None:
-        with contextlib.suppress(EOFError, OSError):
-            reader.recv()
-        os._exit(EXIT_CODE_LAUNCHER_GONE)
-
-    threading.Thread(target=watch, name="QuantumGrav-lifeline", daemon=True).start()
+def stop_when_the_agent_dies() -> None:
+    """A torchrun worker gets SIGTERM when its torchrun (the agent, its parent) dies, and stops as on a
+    preemption: every rank checkpoints at the next step, or fails within parallel.timeout_s where a peer
+    is gone too. torchrun passes SIGTERM on to its workers when it is told to stop, but killed (``kill -9``,
+    the out-of-memory killer, a node's job step killed) it leaves them running: holding their GPUs, waiting
+    in a collective for ranks that are gone, and, under SLURM's proctrack/linuxproc, outliving the job.
+    Linux only (prctl); the request is the parent's thread's, and torchrun starts its workers from its
+    main thread."""
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() == 1:  # the agent died before the request was made: nothing would send it now
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -3,7 +3,7 @@
 SLURM sends SIGTERM before preemption and at the time limit (our batch script turns its ``--signal=B:USR1``
 notice into one), ``scancel`` sends it, and torchrun passes its own on to the workers. Inside
 ``run_training`` the signal only sets a flag; the loop turns it into a resumable vote (``Stop(...,
-resumable=True)``), exchanged between the ranks at the next optimizer steps (``distributed.StepVotes``), so
+resumable=True)``), exchanged between the ranks at the next optimizer steps (``runtime.StepVotes``), so
 every rank stops at the same step, rank 0 checkpoints, and every rank raises ``Preempted``. The same
 command started again (a requeue) continues the run from that checkpoint.
 """
@@ -15,7 +15,7 @@ import signal
 import threading
 from typing import Iterator
 
-from ..callbacks.base import Stop
+from .votes import Stop
 
 
 class StopRequest:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import importlib.metadata
 import json
 import secrets
 from pathlib import Path
@@ -46,11 +47,10 @@ def run_provenance(world_size: int) -> dict[str, Any]:
     import torch
     import torch_geometric
 
-    from .. import __version__
-
     return {"world_size": world_size, "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "torch_geometric": torch_geometric.__version__, "QuantumGrav": __version__}}
+                         "torch_geometric": torch_geometric.__version__,
+                         "QuantumGrav": importlib.metadata.version("QuantumGrav")}}
 
 
 class MetricsCSV:

@@ -20,7 +20,8 @@ import secrets
 from pathlib import Path
 
 from .checkpoint_files import has_checkpoint
-from ..distributed.runtime import Runtime, torchrun_store
+from ..distributed.process_group import torchrun_store
+from ..distributed.runtime import Runtime
 from ..files import atomic_write_text
 from .artifacts import create_run_dir
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.sections import WANDB_DEFAULTS, WANDB_MODES
-from ..distributed.runtime import is_main_process
+from ..distributed.environment import is_main_process
 from ..logging_utils import get_logger
 from .artifacts import MetricsCSV
 from .wandb_files import epochs_on_disk, wait_for_exit_record

@@ -38,16 +38,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
-from ..distributed.runtime import _store_of_this_attempt, cleanup_ddp, configured_device_type, default_backend, get_local_rank
+from ..distributed.lifeline import stop_when_the_agent_dies
+from ..distributed.process_group import store_of_this_attempt
 from ..errors import ConfigError, Preempted, UserError
-from ..distributed.launcher import run_job, stop_when_the_agent_dies
+from ..jobs.entry import run_process
 from ..logging_utils import get_logger
 from .config import StudySettings
 from .storage import open_study, repeating
-from .tuner import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
+from .trials import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run
 
 logger = get_logger("tune")
 KEEPALIVE_S = 60.0  # rank 0 beats at least this often while the other ranks wait for its next command
@@ -120,7 +120,7 @@ def run_distributed_worker(settings: StudySettings, base: dict[str, Any]) -> dic
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     stop_when_the_agent_dies()  # a torchrun killed with kill -9 must not leave its tuner ranks running
     timeout_s = base["parallel"]["data_timeout_s"] + base["parallel"]["timeout_s"]
-    store = _store_of_this_attempt(rank, world_size, datetime.timedelta(seconds=timeout_s))
+    store = store_of_this_attempt(timeout_s)
     if store is None:
         raise UserError("the tuner on several processes runs under torchrun (its store coordinates the ranks); "
                         "start it with torchrun, or as one process: python -m QuantumGrav tune --nproc N")
@@ -224,26 +224,34 @@ def _follow(channel: Channel) -> None:
 
 def _train_in_group(channel: Channel, round_: int, config: dict[str, Any], callbacks: list) -> tuple:
     """Train the trial on every rank, in a process group of this round; report how it ended on this rank."""
-    parallel, rank = config["parallel"], channel.rank
-    backend = parallel["backend"] or default_backend(configured_device_type(config["training"]["device"]))
-    if backend == "nccl":
-        torch.cuda.set_device(get_local_rank())  # this process's GPU, before NCCL starts
-    dist.init_process_group(backend, rank=rank, world_size=channel.world_size, store=channel.group_store(round_),
-                            timeout=datetime.timedelta(seconds=parallel["timeout_s"]))
+    ended: list[tuple] = []
+
+    def note(result: dict[str, Any] | None, err: BaseException | None) -> None:  # before this rank leaves
+        ended.append(_rank_outcome(channel, round_, result, err))
+
     try:
-        result = run_job(config, callbacks=callbacks)
-        outcome: tuple = ("ok", {"summary": result["summary"], "history": result["history"]} if rank == 0 else None)
-    except Preempted as err:  # every rank was asked to stop (the vote): rank 0 fails the trial and retries it
-        outcome = ("preempted", str(err))
-    except Exception as err:  # noqa: BLE001 - the trial fails; the study goes on
-        # Numbered before this rank leaves the group: a rank that fails because this one left comes later.
-        user_error = isinstance(err, UserError)
-        message = one_line(err) if user_error else f"{type(err).__name__}: {one_line(err)}"
-        outcome = ("failed", channel.number_failure(round_), user_error, message)
-    finally:
-        cleanup_ddp()  # gloo: a rank still inside this trial's collectives gets "Connection closed by peer" now
-    channel.report(round_, outcome)
-    return outcome
+        run_process(config, channel.rank, report=note, callbacks=callbacks, store=channel.group_store(round_))
+    except Exception:  # the trial fails (its outcome says how); the study goes on
+        if not ended:  # the report itself failed (the store is gone)
+            raise
+    # After leaving: under gloo, a rank still inside this trial's collectives got "Connection closed by peer".
+    channel.report(round_, ended[0])
+    return ended[0]
+
+
+def _rank_outcome(channel: Channel, round_: int, result: dict[str, Any] | None,
+                  err: BaseException | None) -> tuple | None:
+    """How the trial ended on this rank; None for an interruption (Ctrl-C), which goes on up."""
+    if err is None:
+        return "ok", {"summary": result["summary"], "history": result["history"]} if channel.rank == 0 else None
+    if isinstance(err, Preempted):  # every rank was asked to stop (the vote): rank 0 fails the trial and retries it
+        return "preempted", str(err)
+    if not isinstance(err, Exception):
+        return None
+    # Numbered before this rank leaves the group: a rank that fails because this one left comes later.
+    user_error = isinstance(err, UserError)
+    message = one_line(err) if user_error else f"{type(err).__name__}: {one_line(err)}"
+    return "failed", channel.number_failure(round_), user_error, message
 
 
 def _merged(reports: list[tuple], metric: str) -> Outcome:

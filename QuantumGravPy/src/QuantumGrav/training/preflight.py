@@ -246,7 +246,7 @@ def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
     data (generated and cached if missing), its model, its largest training batch."""
     from ..config.schema import resolve_config
-    from ..distributed.runtime import resolve_device
+    from ..distributed.environment import resolve_device
     from .model_builder import build_model
     from .optimization import build_named
 

@@ -35,7 +35,8 @@ from ..callbacks.wandb_logging import WandbCallback
 from ..runs.checkpoint_files import RunLock
 from .restore import ResumePoint, read_resume_state, restore
 from ..config.schema import dump_config, resolve_config
-from ..distributed.runtime import Runtime, names_stalled_ranks, resolve_device
+from ..distributed.environment import resolve_device
+from ..distributed.runtime import Runtime, names_stalled_ranks
 from .batch_norm import recompute_batch_norm_statistics
 from .denormals import flush_denormals
 from ..errors import ConfigError, Preempted

@@ -1,9 +1,8 @@
 """Start a training job: in this process, in N spawned processes, or as one torchrun worker.
 
-``run_job`` builds, trains, tests and tears down inside one process. ``launch`` starts
-N worker processes from anywhere, a Jupyter kernel included: the workers run library
-code only, so nothing defined in the notebook needs to be pickled or imported. If one
-worker fails, the others are stopped at once and the error is raised here with its rank.
+``launch`` starts N worker processes from anywhere, a Jupyter kernel included: the workers run library
+code only, so nothing defined in the notebook needs to be pickled or imported. If one worker fails, the
+others are stopped at once and the error is raised here with its rank.
 """
 
 from __future__ import annotations
@@ -13,26 +12,24 @@ import contextlib
 import os
 import pickle
 import queue as queue_module
-import shutil
 import signal
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
-import torch.distributed as dist
 
 from ..callbacks.base import Callback
-from ..runs.checkpoint_files import has_checkpoint
 from ..config.schema import find_unimportable, resolve_config, with_world_size
-from .runtime import (cleanup_ddp, configured_device_type, default_backend, find_free_port, initialize_ddp,
-                      cores_per_process, launched_by_torchrun, resolve_device, worker_context)
+from ..distributed.environment import (choose_backend, configured_device_type, cores_per_process, find_free_port,
+                                       launched_by_torchrun, resolve_device, worker_context)
+from ..distributed.lifeline import Lifeline, stop_when_the_agent_dies, stop_when_the_launcher_dies
 from ..errors import Preempted, UserError
-from .lifeline import Lifeline, stop_when_the_launcher_dies
-from ..logging_utils import chosen_console_level, get_logger, setup_logging
+from ..logging_utils import chosen_console_level, get_logger
+from .entry import remove_unfinished_run, run_job, run_process
 
 logger = get_logger("launch")
 DEAD_WORKER_GRACE_S = 2.0
@@ -55,54 +52,6 @@ class TrainingFailed(RuntimeError):
     def __init__(self, rank: int, message: str, worker_traceback: str):
         super().__init__(f"rank {rank} failed: {message}")
         self.rank, self.worker_traceback = rank, worker_traceback
-
-
-def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = None,
-            callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
-    """Train and test in this process: a single process, or one rank of a DDP job (when a process group is
-    initialised, a ``TrainerDDP`` is used).
-
-    Args:
-        config: a config path, dict or resolved config (``load_config``).
-        on_start: called as ``on_start(trainer)`` once the trainer (and its run directory) exists.
-        callbacks: ``QuantumGrav.Callback`` instances added to the trainer's own.
-
-    Returns:
-        ``{"rank", "run_dir", "history", "test", "summary"}``: ``test`` holds the test metrics on rank 0 and
-        None on the other ranks.
-
-    Raises:
-        ConfigError: an invalid config.
-        UserError: bad data or environment; a run directory without a checkpoint is removed.
-    """
-    from ..train_ddp import TrainerDDP
-    from ..training.trainer import Trainer
-
-    trainer = (TrainerDDP(rank=dist.get_rank(), config=config, callbacks=callbacks) if dist.is_initialized()
-               else Trainer(config, callbacks=callbacks))
-    if on_start:
-        on_start(trainer)
-    try:
-        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
-        trainer.run_training(train_loader, val_loader)
-        test = trainer.run_test(test_loader)  # rank 0 evaluates; the others get None
-        return {"rank": trainer.runtime.rank, "run_dir": str(trainer.run_dir), "history": trainer.history,
-                "test": test, "summary": dict(trainer.summary)}
-    except BaseException as err:
-        if dist.is_initialized():
-            _log_failure(err)  # now, while this rank's log file is open (close() ends it)
-        if isinstance(err, UserError) and trainer.runtime.is_main:
-            remove_unfinished_run(trainer.run_dir)
-        raise
-    finally:
-        trainer.close()
-
-
-def remove_unfinished_run(run_dir: str | Path | None) -> None:
-    """A run that failed on bad input before its first checkpoint leaves nothing on disk
-    (a resumed run has a checkpoint, so it is never removed)."""
-    if run_dir and not has_checkpoint(run_dir):
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
@@ -192,11 +141,8 @@ def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
     nproc = config["parallel"]["world_size"] if nproc is None else nproc
     _check_devices(config["training"]["device"], nproc)
     device = configured_device_type(config["training"]["device"])
-    return f"{nproc} process(es) on {device} ({_backend(config)}), {config['training']['num_epochs']} epochs"
-
-
-def _backend(config: dict) -> str:
-    return config["parallel"]["backend"] or default_backend(configured_device_type(config["training"]["device"]))
+    backend = choose_backend(config["parallel"]["backend"], config["training"]["device"])
+    return f"{nproc} process(es) on {device} ({backend}), {config['training']['num_epochs']} epochs"
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
@@ -215,24 +161,27 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, run_di
                       MASTER_ADDR=str(config["parallel"]["master_addr"]), MASTER_PORT=str(port))
     # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
     torch.set_num_threads(cores_per_process(world_size))
-    setup_logging(rank, level=console_level)
+    # Rank 0 tells the parent where the run lives, so that the parent can remove it if the job fails on bad
+    # input after rank 0 was already stopped. A SimpleQueue writes at once: a Queue's feeder thread might
+    # not have sent it yet when the parent stops rank 0.
+    report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
     try:
-        initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
-        # Rank 0 tells the parent where the run lives, so that the parent can remove it if the
-        # job fails on bad input after rank 0 was already stopped. A SimpleQueue writes at once:
-        # a Queue's feeder thread might not have sent it yet when the parent stops rank 0.
-        report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
-        result = run_job(config, on_start=report_run_dir, callbacks=callbacks)
-        results.put(("ok", rank, result if rank == 0 else None))
-    except Preempted as err:  # every rank stopped at the same step, after rank 0's checkpoint
-        results.put(("preempted", rank, str(err)))
-    except BaseException as err:  # report every failure, with its rank, to the parent
-        _log_failure(err)
-        results.put(("error", rank, f"{type(err).__name__}: {err}", traceback.format_exc(),
-                     isinstance(err, UserError)))
+        run_process(config, rank, report=lambda result, err: results.put(_report(rank, result, err)),
+                    on_start=report_run_dir, callbacks=callbacks, console_level=console_level)
+    except Preempted:  # every rank stopped at the same step, after rank 0's checkpoint
+        pass
+    except BaseException:  # reported to the parent, with its rank
         raise SystemExit(1)
-    finally:
-        cleanup_ddp()
+
+
+def _report(rank: int, result: dict[str, Any] | None, err: BaseException | None) -> tuple:
+    """What a worker tells the launching process about how its job ended."""
+    if err is None:
+        return "ok", rank, result if rank == 0 else None
+    if isinstance(err, Preempted):
+        return "preempted", rank, str(err)
+    return ("error", rank, f"{type(err).__name__}: {err}", "".join(traceback.format_exception(err)),
+            isinstance(err, UserError))
 
 
 def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | None = None,
@@ -379,43 +328,4 @@ def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) ->
         return launch(config, nproc)
     # torchrun started one copy of us per process and exported RANK, WORLD_SIZE, ...
     stop_when_the_agent_dies()
-    setup_logging(int(os.environ["RANK"]))
-    try:
-        initialize_ddp(backend=_backend(config), timeout_s=config["parallel"]["timeout_s"])
-        return run_job(config)
-    except BaseException as err:
-        _log_failure(err)  # torchrun then stops the other workers
-        raise
-    finally:
-        cleanup_ddp()
-
-
-def stop_when_the_agent_dies() -> None:
-    """A torchrun worker gets SIGTERM when its torchrun (the agent, its parent) dies, and stops as on a
-    preemption: every rank checkpoints at the next step, or fails within parallel.timeout_s where a peer
-    is gone too. torchrun passes SIGTERM on to its workers when it is told to stop, but killed (``kill -9``,
-    the out-of-memory killer, a node's job step killed) it leaves them running: holding their GPUs, waiting
-    in a collective for ranks that are gone, and, under SLURM's proctrack/linuxproc, outliving the job.
-    Linux only (prctl); the request is the parent's thread's, and torchrun starts its workers from its
-    main thread."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() == 1:  # the agent died before the request was made: nothing would send it now
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _log_failure(err: BaseException) -> None:
-    """One line with the rank prefix, on the console of every rank (ERROR passes their filter);
-    once per exception, however many layers it passes on its way out."""
-    if getattr(err, "_quantumgrav_logged", False):
-        return
-    if isinstance(err, Preempted):  # not a failure: the run is checkpointed and continues when restarted
-        logger.warning(str(err))
-    else:  # the full traceback for failures that are not bad input: it lands in this rank's log file too
-        logger.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=not isinstance(err, UserError))
-    with contextlib.suppress(AttributeError):  # an exception type with __slots__ is logged again: harmless
-        err._quantumgrav_logged = True  # type: ignore[attr-defined]
+    return run_process(config, int(os.environ["RANK"]))
