@@ -93,8 +93,8 @@ class Graph:
         return found
 
 
-def module_name(path: Path) -> str:
-    relative = path.relative_to(PACKAGE).with_suffix("")
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    relative = path.relative_to(package).with_suffix("")
     return str(relative).replace("\\", "/")
 
 
@@ -156,7 +156,7 @@ def _imports_of(source: str, tree: ast.Module, files: dict[str, Path]) -> list[I
 
 
 def read_graph(package: Path = PACKAGE) -> Graph:
-    files = {module_name(p): p for p in sorted(package.rglob("*.py")) if "__pycache__" not in p.parts}
+    files = {module_name(p, package): p for p in sorted(package.rglob("*.py")) if "__pycache__" not in p.parts}
     graph = Graph(files)
     for name, path in files.items():
         graph.imports += _imports_of(name, ast.parse(path.read_text(encoding="utf-8")), files)

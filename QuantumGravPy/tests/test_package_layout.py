@@ -2,11 +2,13 @@
 modules need no prefix, and every subpackage in the wheel."""
 
 import ast
+import sys
 from pathlib import Path
 
 import setuptools
 
 import QuantumGrav
+from conftest import REPO
 
 PACKAGE = Path(QuantumGrav.__file__).resolve().parent
 MAX_TOP_LEVEL_MODULES = 15
@@ -46,3 +48,63 @@ def test_a_subpackage_describes_itself_and_hands_nothing_on():
         assert ast.get_docstring(tree), f"{folder.name}/__init__.py: say what the subpackage holds in a docstring"
         code = [node for node in tree.body[1:]]
         assert not code, f"{folder.name}/__init__.py holds code besides its docstring (line {code[0].lineno})"
+
+
+# ---------------------------------------------------------------------------------------------- imports point down
+# scripts/import_graph.py reads every import (top of file, inside functions, under TYPE_CHECKING) as a file graph.
+sys.path.insert(0, str(REPO / "scripts"))
+import import_graph  # noqa: E402
+
+MAX_UPWARD_IMPORTS = 3
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+GRAPH = import_graph.read_graph()
+
+
+def imports_of(folder: str) -> set[str]:
+    return {imp.target for imp in GRAPH.imports if imp.source.startswith(folder + "/")}
+
+
+def test_no_files_import_each_other_in_a_cycle():
+    cycles = GRAPH.cycles()
+    assert not cycles, "files that import each other (python scripts/import_graph.py --edges shows how): " + \
+        "; ".join(", ".join(cycle) for cycle in cycles)
+
+
+def test_at_most_a_few_imports_point_up_a_layer():
+    upward = [f"{imp.source}:{imp.line} -> {imp.target}" for imp in GRAPH.upward()]
+    assert len(upward) <= MAX_UPWARD_IMPORTS, f"imports made inside a function or for type checking only that " \
+                                              f"point up a layer: {upward}"
+
+
+def test_config_is_the_ground_floor_and_models_know_no_config():
+    assert imports_of("config") <= {"errors"} | {f for f in GRAPH.files if f.startswith("config/")}
+    assert not {f for f in imports_of("models") if not f.startswith("models/")}, "models/ imports only torch and PyG"
+
+
+def test_the_data_layer_knows_no_processes_runs_or_models():
+    above = {f for f in imports_of("data") if f.split("/")[0] in ("distributed", "runs", "models", "training")}
+    assert not above, f"data/ imports {sorted(above)}: hand it what it needs (rank, world size, settings)"
+
+
+def test_modules_and_functions_fit_on_a_few_screens():
+    long_modules = {name: lines for name, path in GRAPH.files.items()
+                    if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    long_functions = {f"{name}.{function}": length for name, path in GRAPH.files.items()
+                      for function, length in import_graph.long_functions(path, MAX_FUNCTION_LINES)}
+    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+
+
+def test_the_graph_reader_sees_inner_and_type_only_imports(tmp_path):
+    """The checks above cannot pass for want of seeing an import: a cycle closed inside a function or under
+    TYPE_CHECKING is found."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .high import H\n")
+    (package / "high.py").write_text("from . import low\n\n\ndef f():\n    from .mid import g\n")
+    (package / "mid.py").write_text("from .high import f\n")
+    graph = import_graph.read_graph(package)
+    assert graph.cycles() == [["high", "low", "mid"]]
+    assert {(imp.source, imp.target) for imp in graph.upward()} == {("low", "high"), ("high", "mid")}

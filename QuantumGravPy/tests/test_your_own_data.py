@@ -16,7 +16,7 @@ from sklearn import metrics as skm
 
 import QuantumGrav as QG
 from QuantumGrav.config.schema import resolve_pyobject
-from QuantumGrav.models.tasks import BinaryTask, RegressionTask
+from QuantumGrav.evaluation.tasks import BinaryTask, RegressionTask
 
 import own_data_helpers  # noqa: F401 - puts notebooks/ on sys.path (my_causal_sets)
 from conftest import TINY

@@ -31,7 +31,7 @@ from torch_geometric.loader import DataLoader
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data import orders as qg_orders
-from QuantumGrav.models import tasks
+from QuantumGrav.evaluation import tasks
 from QuantumGrav.data import zarr_store
 from QuantumGrav.data.dataset import CausalSetDataset
 from QuantumGrav.errors import UserError

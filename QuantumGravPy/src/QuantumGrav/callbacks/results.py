@@ -12,7 +12,7 @@ from ..evaluation.baselines import flatten_baselines, predict_baselines, score_b
 from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fractions
 from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
                                   plot_predictions, plot_training_curves)
-from ..models.tasks import ClassificationTask
+from ..evaluation.tasks import ClassificationTask
 from .base import Callback, Decision
 from .state import RunState
 

@@ -1,5 +1,5 @@
 """What is learned and how it is judged: the ``task``, ``criterion``, ``early_stopping`` and ``model`` sections,
-with the task types and metrics they allow (``models/tasks.py`` reads them from here)."""
+with the task types and metrics they allow (``evaluation/tasks.py`` reads them from here)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from .causal_sets import (CSET_TYPES, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FE
 from ..config.data_section import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS  # noqa: F401
 from ..processes import Lifeline, cores_per_process, exit_when_gone, worker_context
 
-# The task each target is learned as (QuantumGrav.models.tasks); task.type: auto reads it from the dataset.
+# The task each target is learned as (QuantumGrav.evaluation.tasks); task.type: auto reads it from the dataset.
 TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
                                 "myrheim_meyer_dimension": "regression"}
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
@@ -319,7 +319,7 @@ class CausalSetDataset(InMemoryDataset):
 
     @property
     def task(self) -> str:
-        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.models.tasks``)."""
+        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.evaluation.tasks``)."""
         return TARGET_TASKS[self._params["target"]]
 
     @property

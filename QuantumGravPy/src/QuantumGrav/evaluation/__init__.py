@@ -1,3 +1,3 @@
-"""How well a model did: the evaluation pass over a split (``evaluator``), the classical baselines on the
-causal-set invariants (``baselines``), accuracy on destroyed sets (``destroyed_sets``) and the run's
-figures (``figures``)."""
+"""What is learned and how well: the task that turns outputs into losses and metrics (``tasks``), the exact
+evaluation pass over a split (``evaluator``), the classical baselines on the causal-set invariants
+(``baselines``), accuracy on destroyed sets (``destroyed_sets``) and the run's figures (``figures``)."""

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ..models import tasks
+from . import tasks
 from ..distributed.runtime import Runtime
 
 

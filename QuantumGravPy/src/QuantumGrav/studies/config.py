@@ -23,7 +23,7 @@ from ..config.schema import (Field, UnresolvedPyObject, _Invalid, _walk, apply_o
 from ..errors import ConfigError, UserError
 from .search_space import SearchSpace
 from ..config.smoke_test import cap_file_epochs, cap_file_trials
-from ..models.tasks import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
+from ..config.learning_sections import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
 
 OPTUNA_EXTRA = "pip install 'QuantumGrav[tune]'"
 

@@ -23,7 +23,7 @@ from ..data.derived_invariants import with_order_invariants
 from ..data.sources import (ShardSampler, build_dataset, check_samples, make_train_sampler, naming_the_cache_folder,
                             source_name, subset)
 from ..distributed.runtime import Runtime
-from ..models import tasks
+from ..evaluation import tasks
 
 
 @dataclass

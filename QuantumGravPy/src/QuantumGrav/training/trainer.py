@@ -24,7 +24,7 @@ from torch_geometric.loader import DataLoader
 
 from ..data import sources as data_sources
 from . import loaders
-from ..models import tasks
+from ..evaluation import tasks
 from ..callbacks.base import Callback, CallbackList, Decision, configured_callbacks
 from ..callbacks.checkpointing import Checkpointing
 from ..callbacks.early_stopping import EarlyStopping
