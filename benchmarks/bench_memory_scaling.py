@@ -58,7 +58,7 @@ def measure(config_overrides: list[str], runs: str, train_sets: int) -> dict[str
     rng = np.random.default_rng(0)
     train = sorted(rng.choice(trainer.split["train"], train_sets, replace=False).tolist())
     val = sorted(rng.choice(trainer.split["val"], train_sets // 4, replace=False).tolist())
-    loaders = [make_loader(subset(trainer.dataset, indices), config["training"], None, trainer.device)
+    loaders = [make_loader(subset(trainer.dataset, indices), config.sections.loaders.training, None, trainer.device)
                for indices in (train, val)]
     trainer.run_training(*loaders)
     trainer.close()

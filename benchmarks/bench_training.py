@@ -265,7 +265,7 @@ def _run_data(config: dict):
     from QuantumGrav.data import sources as data_sources
     from QuantumGrav.training.loaders import load_run_data
 
-    data = load_run_data(config, QG.distributed.runtime.Runtime())
+    data = load_run_data(QG.load_config(config).sections, QG.distributed.runtime.Runtime())
     return data_sources.subset(data.dataset, data.split["train"]), data.task.output_width
 
 

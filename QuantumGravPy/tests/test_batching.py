@@ -2,6 +2,7 @@
 properties at world sizes 1-3, its use in training (one process and gloo DDP), the refusal of an oversized batch."""
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
+from QuantumGrav.config.training_sections import BatchBudgetSection, TrainingLoaderSection
 from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
                                        pack_by_size)
 from QuantumGrav.training.loaders import training_batches
@@ -162,15 +164,16 @@ def test_a_budget_without_nodes_or_edges_or_with_drop_last_or_lr_scaling_is_a_co
 
 
 def test_the_training_batches_and_their_count_need_only_the_training_section(tiny_config):
-    """The batch plan reads training.* alone, so it is handed that section and not the whole config."""
-    training = tiny_config({"training.batch_budget": {"edges": EDGE_BUDGET}})["training"]
+    """The batch plan reads the training loader's section and the seed alone, so it is handed those and not the
+    whole config."""
+    training = tiny_config({"training.batch_budget": {"edges": EDGE_BUDGET}}).sections.loaders.training
     sizes = {name: _sizes(count, seed) for name, count, seed in (("train", 40, 1), ("val", 10, 2), ("test", 10, 3))}
     sizes = {name: np.minimum(s, [EDGE_BUDGET, EDGE_BUDGET]) for name, s in sizes.items()}
-    batches = training_batches(sizes, training, Runtime())
+    batches = training_batches(sizes, training, 7, Runtime())
     assert sorted(i for batch in batches for i in batch) == list(range(40))
-    assert training_batches(sizes, {**training, "batch_budget": None}, Runtime()) is None
-    fixed = {**training, "batch_size": 4, "drop_last": False}
-    assert batches_per_epoch(fixed, 10, 2) == 2 and batches_per_epoch({**fixed, "drop_last": True}, 10, 2) == 1
+    assert training_batches(sizes, replace(training, batch_budget=None), 7, Runtime()) is None
+    fixed = replace(training, batch_size=4, drop_last=False)
+    assert batches_per_epoch(fixed, 10, 2) == 2 and batches_per_epoch(replace(fixed, drop_last=True), 10, 2) == 1
 
 # --------------------------------------------------------------------------- training with a budget
 def _train(config):
@@ -269,15 +272,15 @@ def test_the_preflight_suggests_the_budget_or_batch_size_that_fits():
                               limit_source="training.memory_limit_mb", measured="peak RSS", largest_set=(600, 6000))
     assert not measured.fits
     # the batch took 1,000 MB; 500 MB of room, 0.8 of it used: 0.4 x the batch
-    assert "set training.batch_size to 12 " in measured.advice({"batch_size": 32, "batch_budget": None})
+    assert "set training.batch_size to 12 " in measured.advice(TrainingLoaderSection(batch_size=32))
     assert "{nodes: 1600, edges: 16000}" in measured.advice(
-        {"batch_size": 32, "batch_budget": {"nodes": 5000, "edges": 50_000, "graphs": None}})
-    assert "even one batch of the largest sets" in measured.advice({"batch_size": 2, "batch_budget": None})
+        TrainingLoaderSection(batch_size=32, batch_budget=BatchBudgetSection(nodes=5000, edges=50_000)))
+    assert "even one batch of the largest sets" in measured.advice(TrainingLoaderSection(batch_size=2))
     one_large_set = MemoryEstimate(graphs=1, nodes=1010, edges=15605, peak_mb=708, before_mb=360, limit_mb=600,
                                    limit_source="training.memory_limit_mb", measured="peak RSS",
                                    largest_set=(1010, 15605))
     assert "even the largest set alone (1010 nodes, 15605 edges) would not fit" in one_large_set.advice(
-        {"batch_size": 2, "batch_budget": {"nodes": None, "edges": 15605, "graphs": None}})
+        TrainingLoaderSection(batch_size=2, batch_budget=BatchBudgetSection(edges=15605)))
 
 
 def test_the_preflight_leaves_no_trace_in_the_weights_statistics_or_random_state(tiny_config):

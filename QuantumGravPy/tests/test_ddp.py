@@ -191,20 +191,21 @@ def test_a_rank_0_failure_while_the_others_wait_for_data_reaches_them_at_once():
 
 
 def test_ddp_gets_the_local_rank_as_device_ids_on_gpus_and_none_on_cpus(monkeypatch):
-    """The seeds' bug #2: device_ids must be [LOCAL_RANK], an integer index of this node's GPUs, never a
-    torch.device or the global rank; on a CPU DDP gets none. (No GPU here: DDP's constructor is recorded.)"""
+    """device_ids must be [LOCAL_RANK], an integer index of this node's GPUs, never a torch.device or the global
+    rank; on a CPU DDP gets none. (No GPU here: DDP's constructor is recorded.)"""
     from types import SimpleNamespace
 
-    from QuantumGrav.training import ddp as train_ddp
+    from QuantumGrav.config.sections import ParallelSection
     from QuantumGrav.distributed.environment import resolve_device
+    from QuantumGrav.training import ddp as train_ddp
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("auto", local_rank=1) == resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)
     wrapped = []
     monkeypatch.setattr(train_ddp, "DistributedDataParallel", lambda model, **kwargs: wrapped.append(kwargs))
-    parallel = {"output_device": None, "find_unused_parameters": False}
+    sections = SimpleNamespace(parallel=ParallelSection(output_device=None, find_unused_parameters=False))
     for device in (torch.device("cuda", 1), torch.device("cpu")):
-        train_ddp.TrainerDDP._wrap_model(SimpleNamespace(config={"parallel": parallel}, device=device), torch.nn.Linear(1, 1))
+        train_ddp.TrainerDDP._wrap_model(SimpleNamespace(sections=sections, device=device), torch.nn.Linear(1, 1))
     on_gpu, on_cpu = wrapped
     assert on_gpu["device_ids"] == [1] and type(on_gpu["device_ids"][0]) is int and on_gpu["output_device"] == 1
     assert "device_ids" not in on_cpu and "output_device" not in on_cpu

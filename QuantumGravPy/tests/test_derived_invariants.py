@@ -99,12 +99,12 @@ def test_dataloader_workers_and_a_pickled_copy_derive_the_same_invariants():
 
 def test_the_trainer_wraps_only_what_needs_invariants_and_lacks_them(tiny_config, tmp_path):
     sets = UserCausalSets(8)
-    default = tiny_config({"model.graph_features": True})
+    default = tiny_config({"model.graph_features": True}).sections
     assert keys_needing_invariants(default) == ["model.graph_features"]
-    assert keys_needing_invariants(tiny_config({"testing.baselines": True})) == ["testing.baselines"]
-    custom = tiny_config({"model.type": QG.GNNClassifier, "model.graph_features": True})
+    assert keys_needing_invariants(tiny_config({"testing.baselines": True}).sections) == ["testing.baselines"]
+    custom = tiny_config({"model.type": QG.GNNClassifier, "model.graph_features": True}).sections
     assert keys_needing_invariants(custom) == [], "graph_features is the built-in model's key"
-    assert with_order_invariants(sets, keys_needing_invariants(tiny_config()), "data") is sets
+    assert with_order_invariants(sets, keys_needing_invariants(tiny_config().sections), "data") is sets
     assert isinstance(with_order_invariants(sets, keys_needing_invariants(default), "data"), OrderInvariants)
     generated = CausalSetDataset(tmp_path, num_samples=6, n_min=8, n_max=10)
     assert with_order_invariants(generated, keys_needing_invariants(default), "data") is generated

@@ -31,9 +31,9 @@ def _lrs(run_dir):
 
 @pytest.mark.parametrize("rule, factor", [("none", 1.0), ("linear", 8.0), ("sqrt", math.sqrt(8.0))])
 def test_lr_and_warmup_scale_with_the_effective_batch(tiny_config, rule, factor):
-    training = tiny_config({"training.lr_scaling": rule, "training.batch_size": 8, "training.accumulation_steps": 2,
-                            "training.warmup_epochs": 2, "training.optimizer_kwargs": {"lr": 1.0e-3}})["training"]
-    derived = derive_hyperparameters(training, world_size=4)
+    sections = tiny_config({"training.lr_scaling": rule, "training.batch_size": 8, "training.accumulation_steps": 2,
+                            "training.warmup_epochs": 2, "training.optimizer_kwargs": {"lr": 1.0e-3}}).sections
+    derived = derive_hyperparameters(sections, world_size=4)
     assert derived["effective_batch_size"] == 64
     assert derived["lr"] == pytest.approx(1e-3 * factor)
     assert derived["warmup_epochs"] == round(2 * factor)
@@ -88,12 +88,12 @@ def test_gradient_clipping_bounds_the_update(tiny_config):
 def test_config_advice_names_the_key_to_change(tiny_config):
     config = tiny_config({"training.batch_size": 2, "training.accumulation_steps": 2, "training.num_workers": 4,
                           "training.pin_memory": True})
-    advice = "\n".join(config_advice(config, world_size=2, device_type="cpu", cpu_count=2))
+    advice = "\n".join(config_advice(config.sections, world_size=2, device_type="cpu", cpu_count=2))
     assert "raise training.batch_size" in advice
     assert "use training.num_workers <= 0" in advice
     assert "set training.pin_memory: false" in advice
     assert "set training.lr_scaling: linear" in advice
-    assert config_advice(tiny_config(), world_size=1, device_type="cpu", cpu_count=2) == []
+    assert config_advice(tiny_config().sections, world_size=1, device_type="cpu", cpu_count=2) == []
 
 
 def test_memory_is_logged_every_n_steps_and_in_the_csv_and_the_limit_warns_once(tiny_config):

@@ -260,7 +260,7 @@ def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
     assert config["model"] == default["model"], "the stores train with the default model"
     dataset = config["data"]["type"](**{**config["data"]["kwargs"], "path": str(two_stores)})
     # manifold_like is learned as the generator's target of that name: a binary task, one logit, BCE.
-    task = tasks.resolve_task(QG.load_config(config)["task"], dataset, {0: dataset[0]}, "data")
+    task = tasks.resolve_task(QG.load_config(config).sections.task, dataset, {0: dataset[0]}, "data")
     assert dataset.task == task.type == "binary" and "criterion" not in config
     model = QG.build_model(config["model"], dataset.num_node_features, task.output_width)
     assert isinstance(model, QG.GNNClassifier)

@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 import torch
 import torch.distributed as dist
 
+from .config.schema import resolve_config
 from .distributed.environment import TORCHRUN_VARIABLES, find_free_port, usable_cpu_count, worker_context
 from .distributed.process_group import cleanup_ddp, initialize_ddp
 from .errors import UserError
@@ -228,7 +229,7 @@ def check_memory_preflight(config: dict, nproc: int) -> Check:
         return Check("fail", f"memory preflight: the config cannot be prepared: {err}", "fix the config")
     if found.fits:
         return Check("ok", f"memory preflight: {found.line()}")
-    return Check("fail", f"memory preflight: {found.line()}", found.advice(config["training"]))
+    return Check("fail", f"memory preflight: {found.line()}", found.advice(resolve_config(config).sections.loaders.training))
 
 
 # --------------------------------------------------------------------------- entry point

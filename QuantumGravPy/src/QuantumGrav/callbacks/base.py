@@ -25,9 +25,10 @@ is stored in the checkpoint under the callback's ``state_key``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..distributed.votes import Decision, Stop
+from ..config.section import thaw
 from ..errors import ConfigError
 from .state import RunState
 
@@ -151,12 +152,13 @@ class CallbackList:
                 callback.load_state_dict(states[callback.state_key])
 
 
-def configured_callbacks(config: dict[str, Any]) -> list[Callback]:
-    """The callbacks of the config's ``callbacks:`` list, each built as ``type(**kwargs)``."""
+def configured_callbacks(entries: Sequence[Mapping[str, Any]]) -> list[Callback]:
+    """The callbacks of the config's ``callbacks:`` list (``sections.callbacks``), each built as
+    ``type(**kwargs)``."""
     built = []
-    for i, entry in enumerate(config.get("callbacks") or []):
+    for i, entry in enumerate(entries):
         try:
-            built.append(entry["type"](**entry["kwargs"]))
+            built.append(entry["type"](**thaw(entry["kwargs"])))  # the plain lists and dicts the YAML gave
         except (TypeError, ValueError) as err:
             raise ConfigError(f"callbacks.{i}.kwargs: {entry['type'].__qualname__}(**kwargs) failed: {err}") from None
     return built

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..config.training_sections import CheckpointSection
 from ..runs.artifacts import CHECKPOINT_DIR
 from ..runs.checkpoint_files import save_checkpoint, save_last_checkpoint
 from ..runs.resume import forget_run
@@ -28,16 +29,16 @@ class Checkpointing(Callback):
 
     main_process_only = True
 
-    def __init__(self, contents: Contents, early_stopping: EarlyStopping, every: int | None,
-                 training: dict[str, Any], job_token: str | None):
-        self.contents, self.early_stopping, self.every = contents, early_stopping, every
-        self.training, self.job_token = training, job_token
+    def __init__(self, contents: Contents, early_stopping: EarlyStopping, settings: CheckpointSection,
+                 job_token: str | None):
+        self.contents, self.early_stopping = contents, early_stopping
+        self.settings, self.job_token = settings, job_token
 
     def on_epoch_end(self, state: RunState, record: dict[str, Any]) -> None:
         self.save(state, record["epoch"], improved=self.early_stopping.improved)
 
     def on_fit_end(self, state: RunState, decision: Decision) -> None:
-        forget_run(self.training, self.job_token)  # finished: a later job with the same token starts afresh
+        forget_run(self.settings, self.job_token)  # finished: a later job with the same token starts afresh
 
     def save(self, state: RunState, epoch: int, improved: bool, in_epoch: dict[str, Any] | None = None) -> None:
         """last.pt, and best.pt / epoch_K.pt when due. ``epoch``: the last completed epoch; ``in_epoch``: where
@@ -48,7 +49,8 @@ class Checkpointing(Callback):
             save_checkpoint(folder / "best.pt", contents)
             state.best_state = {k: v.detach().cpu().clone() for k, v in contents["model"].items()}
         save_last_checkpoint(folder, contents)
-        if self.every and not in_epoch and (epoch + 1) % self.every == 0:
+        every = self.settings.every_k_epochs
+        if every and not in_epoch and (epoch + 1) % every == 0:
             save_checkpoint(folder / f"epoch_{epoch}.pt", contents)
 
     def save_in_epoch(self, state: RunState, epoch: int, completed_batches: int, train_totals: list[float]) -> None:

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..config.learning_sections import EarlyStoppingSection
 from .base import Callback, Stop
 from ..logging_utils import get_logger, rank_zero_warn
 
@@ -92,6 +93,12 @@ class EarlyStopping(Callback):
         self.recent = list(state.get("recent", []))[-self.window:]  # absent from checkpoints without a window
 
     @classmethod
+    def from_section(cls, section: EarlyStoppingSection) -> "EarlyStopping":
+        """The config's ``early_stopping`` section (``sections.early_stopping``), its mode resolved."""
+        return cls(section.metric, section.mode, section.patience, section.min_delta, section.enabled, section.window)
+
+    @classmethod
     def from_config(cls, es_cfg: dict) -> "EarlyStopping":
+        """An ``early_stopping`` mapping written by hand; keys it leaves out keep the defaults above."""
         keys = ("metric", "mode", "patience", "min_delta", "enabled", "window")
         return cls(**{k: es_cfg[k] for k in keys if k in es_cfg})  # a section written by hand may leave keys out

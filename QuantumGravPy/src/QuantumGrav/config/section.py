@@ -81,6 +81,18 @@ class Section:
             if isinstance(value, PyObjectName):
                 object.__setattr__(self, item.name, resolve_pyobject(value.path))
 
+    def as_mapping(self) -> dict[str, Any]:
+        """The section as the plain mapping its YAML keys hold (``sections.data.as_mapping()["n_min"]``), for the
+        functions that take a section as a dict (``QG.CausalSetDataset.from_config``)."""
+        mapping: dict[str, Any] = {}
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if "section" in item.metadata:
+                mapping[item.name] = None if value is None else value.as_mapping()
+            else:
+                mapping[setting_key(type(self), item).rsplit(".", 1)[-1]] = thaw(value)
+        return mapping
+
 
 def setting_key(cls: type[Section], item: dataclasses.Field) -> str:
     """The YAML key path that the setting ``item`` of ``cls`` reads."""

@@ -49,9 +49,9 @@ class BatchBudget:
     graphs: int | None = None
 
     @classmethod
-    def from_config(cls, training: dict[str, Any]) -> "BatchBudget | None":
-        budget = training.get("batch_budget")
-        return None if budget is None else cls(budget["nodes"], budget["edges"], budget["graphs"])
+    def from_section(cls, budget: Any) -> "BatchBudget | None":
+        """The budget of ``training.batch_budget`` (its section, or None: no budget)."""
+        return None if budget is None else cls(budget.nodes, budget.edges, budget.graphs)
 
     def fits(self, nodes: int, edges: int, graphs: int) -> bool:
         return ((self.nodes is None or nodes <= self.nodes) and (self.edges is None or edges <= self.edges)

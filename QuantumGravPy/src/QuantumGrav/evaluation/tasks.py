@@ -21,7 +21,8 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..config.learning_sections import EARLY_STOPPING_METRICS, TASK_METRICS, TASK_TYPES, metric_mode  # noqa: F401
+from ..config.learning_sections import (EARLY_STOPPING_METRICS, TASK_METRICS, TASK_TYPES, TaskSection,  # noqa: F401
+                                        metric_mode)
 from ..errors import ConfigError
 
 
@@ -223,11 +224,11 @@ def _num_classes(dataset) -> int:
     return int(max(int(item.y.reshape(-1)[0]) for item in dataset)) + 1  # a plain list of Data
 
 
-def resolve_task(task_cfg: dict[str, Any], dataset, samples: dict[int, Any], source: str) -> Task:
-    """The task of ``task_cfg`` (``type: auto`` asks the dataset: its ``task`` attribute if it has one,
+def resolve_task(settings: TaskSection, dataset, samples: dict[int, Any], source: str) -> Task:
+    """The task of the config's ``task`` section (``type: auto`` asks the dataset: its ``task`` attribute if it has one,
     else regression for a floating-point ``y`` and multiclass for an integer one). ``samples`` are items
     by position, already checked to have ``y``; a ``y`` that does not fit the task is a ConfigError."""
-    kind = task_cfg["type"]
+    kind = settings.type
     first = samples[min(samples)]
     if kind == "auto":
         kind = getattr(dataset, "task", None) or ("regression" if first.y.is_floating_point() else "multiclass")
@@ -237,14 +238,14 @@ def resolve_task(task_cfg: dict[str, Any], dataset, samples: dict[int, Any], sou
     if kind == "regression":
         task: Task = RegressionTask()
     elif kind == "binary":
-        task = BinaryTask(task_cfg["threshold"], names)
+        task = BinaryTask(settings.threshold, names)
     else:
         task = MulticlassTask(_num_classes(dataset), names)
     for position, item in samples.items():
         problem = task.target_problem(item.y)
         if problem:
             how = ("set task.type to the task y is meant for (multiclass, binary or regression), or fix y"
-                   if task_cfg["type"] == "auto" else "fix y, or set task.type to the task y is meant for")
+                   if settings.type == "auto" else "fix y, or set task.type to the task y is meant for")
             raise ConfigError(f"{source}: item {position} does not fit the {task.type} task: {problem}; {how}")
     return task
 

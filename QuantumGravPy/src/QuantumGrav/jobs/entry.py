@@ -85,8 +85,9 @@ def run_process(config: dict[str, Any], rank: int, *, report: Report | None = No
     """
     setup_logging(rank, level=console_level)
     try:
-        initialize_ddp(backend=choose_backend(config["parallel"]["backend"], config["training"]["device"]),
-                       timeout_s=config["parallel"]["timeout_s"], store=store)
+        parallel = config.sections.parallel
+        initialize_ddp(backend=choose_backend(parallel.backend, config.sections.loop.device),
+                       timeout_s=parallel.timeout_s, store=store)
         result = run_job(config, on_start=on_start, callbacks=callbacks)
     except BaseException as err:
         _log_failure(err)  # a launcher, or torchrun, then stops the other ranks

@@ -137,12 +137,12 @@ def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
 
     A batch script calls it (``python -m QuantumGrav train --check``) before it starts torchrun on every
     node: torchrun restarts its workers after any failure, a bad config included, and exits with 1."""
-    config = resolve_config(config)
-    nproc = config["parallel"]["world_size"] if nproc is None else nproc
-    _check_devices(config["training"]["device"], nproc)
-    device = configured_device_type(config["training"]["device"])
-    backend = choose_backend(config["parallel"]["backend"], config["training"]["device"])
-    return f"{nproc} process(es) on {device} ({backend}), {config['training']['num_epochs']} epochs"
+    sections = resolve_config(config).sections
+    nproc = sections.parallel.world_size if nproc is None else nproc
+    _check_devices(sections.loop.device, nproc)
+    device = configured_device_type(sections.loop.device)
+    backend = choose_backend(sections.parallel.backend, sections.loop.device)
+    return f"{nproc} process(es) on {device} ({backend}), {sections.loop.num_epochs} epochs"
 
 
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
@@ -158,7 +158,7 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, run_di
     # The environment torchrun would give this worker: from here on both launchers share one code path
     # (and a MASTER_PORT inherited from the parent can never override the port picked for this job).
     os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      MASTER_ADDR=str(config["parallel"]["master_addr"]), MASTER_PORT=str(port))
+                      MASTER_ADDR=str(config.sections.parallel.master_addr), MASTER_PORT=str(port))
     # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
     torch.set_num_threads(cores_per_process(world_size))
     # Rank 0 tells the parent where the run lives, so that the parent can remove it if the job fails on bad
@@ -214,16 +214,17 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
         >>> result["test"]["accuracy"]  # doctest: +SKIP
     """
     config = resolve_config(config)  # validated once here; the workers receive it validated
-    nproc = config["parallel"]["world_size"] if nproc is None else nproc
+    parallel = config.sections.parallel
+    nproc = parallel.world_size if nproc is None else nproc
     if nproc < 1:
         raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
     if nproc == 1:
         return run_job(config, callbacks=callbacks)
     check_main_guard("QG.launch")
     check_spawnable(config, callbacks)
-    _check_devices(config["training"]["device"], nproc)
+    _check_devices(config.sections.loop.device, nproc)
     config = with_world_size(config, nproc)
-    port = port or config["parallel"]["master_port"] or find_free_port()
+    port = port or parallel.master_port or find_free_port()
     context = worker_context()
     results, run_dirs, lifeline = context.Queue(), context.SimpleQueue(), Lifeline(context)
     arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks),

@@ -22,6 +22,7 @@ from pathlib import Path
 from .checkpoint_files import has_checkpoint
 from ..distributed.process_group import torchrun_store
 from ..distributed.runtime import Runtime
+from ..config.training_sections import CheckpointSection
 from ..files import atomic_write_text
 from .artifacts import create_run_dir
 
@@ -40,13 +41,13 @@ def job_token() -> str | None:
     return "torchrun-" + store.compare_set("QuantumGrav/job_token", "", secrets.token_hex(8)).decode()
 
 
-def run_to_continue(training: dict, token: str | None) -> Path | None:
+def run_to_continue(checkpoint: CheckpointSection, token: str | None) -> Path | None:
     """The run directory this job continues, or None for a new run (called on rank 0)."""
-    if training["resume"]:
-        return Path(training["resume"]).expanduser().resolve()
-    parent = Path(training["path"]).expanduser().resolve()
-    if training["run_name"]:
-        named = parent / training["run_name"]
+    if checkpoint.resume:
+        return Path(checkpoint.resume).expanduser().resolve()
+    parent = Path(checkpoint.path).expanduser().resolve()
+    if checkpoint.run_name:
+        named = parent / checkpoint.run_name
         return named if has_checkpoint(named) else None
     if token:
         pointer = parent / JOBS_DIR / token
@@ -56,33 +57,33 @@ def run_to_continue(training: dict, token: str | None) -> Path | None:
     return None
 
 
-def remember_run(training: dict, token: str | None, run_dir: Path) -> None:
+def remember_run(checkpoint: CheckpointSection, token: str | None, run_dir: Path) -> None:
     """Rank 0, for a new run of a job with a token: where a restart of this job will find it."""
-    if token and not training["run_name"]:
-        atomic_write_text(Path(training["path"]).expanduser().resolve() / JOBS_DIR / token, f"{run_dir}\n")
+    if token and not checkpoint.run_name:
+        atomic_write_text(Path(checkpoint.path).expanduser().resolve() / JOBS_DIR / token, f"{run_dir}\n")
 
 
-def forget_run(training: dict, token: str | None) -> None:
+def forget_run(checkpoint: CheckpointSection, token: str | None) -> None:
     """Rank 0, once the run has finished: a later job with the same token starts afresh."""
     if token:
-        (Path(training["path"]).expanduser().resolve() / JOBS_DIR / token).unlink(missing_ok=True)
+        (Path(checkpoint.path).expanduser().resolve() / JOBS_DIR / token).unlink(missing_ok=True)
 
 
-def find_run_to_continue(training: dict, runtime: Runtime, token: str | None) -> Path | None:
+def find_run_to_continue(checkpoint: CheckpointSection, runtime: Runtime, token: str | None) -> Path | None:
     """Rank 0 decides which run this job continues (see the module docstring); one broadcast gives every
     rank the same answer."""
-    found = run_to_continue(training, token) if runtime.is_main else None
+    found = run_to_continue(checkpoint, token) if runtime.is_main else None
     found = runtime.broadcast_from_main(str(found) if found else None)
     return Path(found) if found else None
 
 
-def open_run_dir(training: dict, runtime: Runtime, token: str | None, continued: Path | None) -> Path:
+def open_run_dir(checkpoint: CheckpointSection, runtime: Runtime, token: str | None, continued: Path | None) -> Path:
     """The run directory: the one continued, or a new one that rank 0 creates (and remembers for a restart
     of this job); every rank gets its path."""
     if continued:
         return continued
     path = None
     if runtime.is_main:
-        path = create_run_dir(training["path"], training["run_name"])
-        remember_run(training, token, path)
+        path = create_run_dir(checkpoint.path, checkpoint.run_name)
+        remember_run(checkpoint, token, path)
     return Path(runtime.broadcast_from_main(str(path) if path else None))

@@ -68,12 +68,13 @@ class TrainerDDP(Trainer):
             raise UserError(f"TrainerDDP(rank={rank}) but this process has rank {dist.get_rank()} in the process group")
         config = resolve_config(config)
         world_size = dist.get_world_size()
-        if config["parallel"]["world_size"] not in (1, world_size):
-            rank_zero_warn(logger, f"parallel.world_size is {config['parallel']['world_size']} but the job has "
-                                   f"{world_size} processes; using {world_size}")
+        configured = config.sections.parallel.world_size
+        if configured not in (1, world_size):
+            rank_zero_warn(logger, f"parallel.world_size is {configured} but the job has {world_size} processes; "
+                                   f"using {world_size}")
         config = with_world_size(config, world_size)
         local_rank = get_local_rank()
-        device = resolve_device(config["training"]["device"], local_rank)
+        device = resolve_device(config.sections.loop.device, local_rank)
         backend = dist.get_backend()
         if backend == "nccl" and device.type != "cuda":
             raise UserError("the process group uses NCCL but training.device is CPU; use backend gloo "
@@ -88,14 +89,14 @@ class TrainerDDP(Trainer):
         self.model = self.core_model
 
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        parallel = self.config["parallel"]
+        parallel = self.sections.parallel
         if self.device.type == "cuda":
             # device_ids are integer indices of this node's GPUs: LOCAL_RANK, never the
             # global rank and never a torch.device.
-            if parallel["output_device"] not in (None, self.device.index):
-                raise ConfigError(f"parallel.output_device: {parallel['output_device']} is not this process's GPU "
+            if parallel.output_device not in (None, self.device.index):
+                raise ConfigError(f"parallel.output_device: {parallel.output_device} is not this process's GPU "
                                   f"{self.device.index} (LOCAL_RANK); leave it null")
             return DistributedDataParallel(model, device_ids=[self.device.index], output_device=self.device.index,
-                                           find_unused_parameters=parallel["find_unused_parameters"])
+                                           find_unused_parameters=parallel.find_unused_parameters)
         # CPU (gloo): DDP must get no device_ids at all.
-        return DistributedDataParallel(model, find_unused_parameters=parallel["find_unused_parameters"])
+        return DistributedDataParallel(model, find_unused_parameters=parallel.find_unused_parameters)

@@ -16,6 +16,8 @@ import torch
 from torch.utils.data import Sampler
 from torch_geometric.loader import DataLoader
 
+from ..config.sections import ConfigSections
+from ..config.training_sections import LoaderSection, LoadersSection, TrainingLoaderSection
 from ..data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
                              graph_sizes)
 from ..data.dataset import generate_share, split_indices
@@ -36,34 +38,35 @@ class RunData:
     first: Any
 
 
-def load_run_data(config: dict[str, Any], runtime: Runtime, dataset: Any = None) -> RunData:
+def load_run_data(sections: ConfigSections, runtime: Runtime, dataset: Any = None) -> RunData:
     """The dataset (``load_dataset``), checked on a few items, the task its targets define, and the split
-    (the same on every rank). Any problem is one ConfigError naming the source."""
-    source = source_name(config["data"], dataset)
+    (the same on every rank). Any problem is one ConfigError naming the source. ``sections``: the config's; the
+    data, task, early-stopping metric and the settings that need the order invariants are read."""
+    data_cfg = sections.data.as_mapping()
+    source = source_name(data_cfg, dataset)
     # Items without the order invariants that the model or the baselines need get them from edge_index.
-    loaded = with_order_invariants(load_dataset(config, runtime, dataset), keys_needing_invariants(config), source)
+    loaded = with_order_invariants(load_dataset(data_cfg, sections.parallel.data_timeout_s, runtime, dataset),
+                                   keys_needing_invariants(sections), source)
     samples = check_samples(loaded, source)
-    task = tasks.resolve_task(config["task"], loaded, samples, source)
-    tasks.check_metric(config["early_stopping"]["metric"], task)
-    data_cfg = config["data"]
+    task = tasks.resolve_task(sections.task, loaded, samples, source)
+    tasks.check_metric(sections.early_stopping.metric, task)
     split = dict(zip(("train", "val", "test"), split_indices(len(loaded), data_cfg["split"], data_cfg["split_seed"])))
     return RunData(loaded, task, split, samples[0])
 
 
-def keys_needing_invariants(config: dict[str, Any]) -> list[str]:
+def keys_needing_invariants(sections: ConfigSections) -> list[str]:
     """The config keys that make this run read ``data.invariants``: the built-in model's ``graph_features``
     and the baselines."""
-    model = config["model"]
-    keys = ["model.graph_features"] if model["type"] is None and model["graph_features"] else []
-    return keys + (["testing.baselines"] if config["testing"]["baselines"] else [])
+    model = sections.model
+    keys = ["model.graph_features"] if model.type is None and model.graph_features else []
+    return keys + (["testing.baselines"] if sections.loaders.testing.baselines else [])
 
 
-def load_dataset(config: dict[str, Any], runtime: Runtime, dataset: Any = None):
-    """The dataset to train on: ``dataset`` if given, else the configured one. Rank 0 builds it first
-    (generates or prepares a cache); the others wait, then build theirs (reading the cache)."""
+def load_dataset(data_cfg: dict[str, Any], timeout_s: float, runtime: Runtime, dataset: Any = None):
+    """The dataset to train on: ``dataset`` if given, else the one the ``data`` section describes. Rank 0 builds
+    it first (generates or prepares a cache); the others wait, then build theirs (reading the cache)."""
     if dataset is not None:
         return dataset
-    data_cfg, timeout_s = config["data"], config["parallel"]["data_timeout_s"]
     if data_cfg["type"] is None and runtime.distributed:
         # Every rank makes its share of the generator's blocks, then rank 0 merges them (below).
         with runtime.every_rank_then_all(timeout_s=timeout_s), naming_the_cache_folder(data_cfg):
@@ -73,18 +76,16 @@ def load_dataset(config: dict[str, Any], runtime: Runtime, dataset: Any = None):
 
 
 # --------------------------------------------------------------------------- loaders
-def make_loader(dataset, loader_cfg: dict[str, Any], sampler: Sampler | None, device: torch.device,
+def make_loader(dataset, loader: LoaderSection, sampler: Sampler | None, device: torch.device,
                 batch_sampler: Sampler | None = None) -> DataLoader:
-    """A loader of ``loader_cfg``'s batch size over ``sampler``, or of the batches ``batch_sampler`` yields."""
-    workers = loader_cfg["num_workers"]
-    extra: dict[str, Any] = {"prefetch_factor": loader_cfg["prefetch_factor"]} \
-        if workers and loader_cfg["prefetch_factor"] else {}
+    """A loader of ``loader``'s batch size over ``sampler``, or of the batches ``batch_sampler`` yields."""
+    workers = loader.num_workers
+    extra: dict[str, Any] = {"prefetch_factor": loader.prefetch_factor} if workers and loader.prefetch_factor else {}
     if batch_sampler is None:
-        extra.update(batch_size=loader_cfg["batch_size"], sampler=sampler, drop_last=loader_cfg.get("drop_last", False))
+        extra.update(batch_size=loader.batch_size, sampler=sampler, drop_last=getattr(loader, "drop_last", False))
     else:
         extra.update(batch_sampler=batch_sampler)
-    return DataLoader(dataset, shuffle=False, num_workers=workers,
-                      pin_memory=loader_cfg["pin_memory"] and device.type == "cuda",
+    return DataLoader(dataset, shuffle=False, num_workers=workers, pin_memory=loader.pin_memory and device.type == "cuda",
                       persistent_workers=workers > 0, **extra)
 
 
@@ -94,36 +95,37 @@ def split_sizes(dataset, split: dict[str, list[int]], runtime: Runtime) -> dict[
     return {name: sizes[np.asarray(indices, dtype=np.int64)] for name, indices in split.items()}
 
 
-def training_batches(sizes: dict[str, np.ndarray], tcfg: dict[str, Any], runtime: Runtime
+def training_batches(sizes: dict[str, np.ndarray], loader: TrainingLoaderSection, seed: int, runtime: Runtime
                      ) -> DistributedBudgetBatchSampler | None:
-    """This rank's training batches under ``training.batch_budget`` (None without one: fixed batch_size);
-    ``tcfg``: the config's ``training`` section."""
-    budget = BatchBudget.from_config(tcfg)
+    """This rank's training batches under ``training.batch_budget`` (None without one: fixed batch_size),
+    shuffled with ``seed`` (the same on every rank)."""
+    budget = BatchBudget.from_section(loader.batch_budget)
     if budget is None:
         return None
     for name in ("train", "val", "test"):
         check_items_fit(sizes[name], budget, name)
-    return DistributedBudgetBatchSampler(sizes["train"], budget, runtime.rank, runtime.world_size, tcfg["seed"],
-                                         shuffle=tcfg["shuffle"])
+    return DistributedBudgetBatchSampler(sizes["train"], budget, runtime.rank, runtime.world_size, seed,
+                                         shuffle=loader.shuffle)
 
 
-def prepare_dataloaders(dataset, split: dict[str, list[int]], config: dict[str, Any], runtime: Runtime,
+def prepare_dataloaders(dataset, split: dict[str, list[int]], loaders: LoadersSection, seed: int, runtime: Runtime,
                         sizes: dict[str, np.ndarray] | None = None) -> tuple[DataLoader, DataLoader, DataLoader]:
-    """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole).
-    Under ``training.batch_budget`` all three are packed by size (``batching``); ``sizes``: ``split_sizes``'s
-    result, if the caller has it already."""
+    """Train (sharded, reshuffled each epoch with ``seed``), validation (sharded or whole on rank 0), test
+    (whole). Under ``training.batch_budget`` all three are packed by size (``batching``); ``sizes``:
+    ``split_sizes``'s result, if the caller has it already."""
     rank, world, device = runtime.rank, runtime.world_size, runtime.device
     train, val, test = (subset(dataset, split[name]) for name in ("train", "val", "test"))
-    tcfg, vcfg, sharded = config["training"], config["validation"], config["validation"]["mode"] == "sharded"
-    budget = BatchBudget.from_config(tcfg)
+    training, validation, testing = loaders.training, loaders.validation, loaders.testing
+    sharded = validation.mode == "sharded"
+    budget = BatchBudget.from_section(training.batch_budget)
     if budget is not None:
         sizes = sizes if sizes is not None else split_sizes(dataset, split, runtime)
         val_batches = ShardedBudgetBatches(sizes["val"], budget, rank if sharded else 0, world if sharded else 1)
-        return (make_loader(train, tcfg, None, device, training_batches(sizes, tcfg, runtime)),
-                make_loader(val, vcfg, None, device, val_batches),
-                make_loader(test, config["testing"], None, device, ShardedBudgetBatches(sizes["test"], budget, 0, 1)))
-    train_sampler = make_train_sampler(train, rank, world, tcfg["shuffle"], tcfg["seed"])
+        return (make_loader(train, training, None, device, training_batches(sizes, training, seed, runtime)),
+                make_loader(val, validation, None, device, val_batches),
+                make_loader(test, testing, None, device, ShardedBudgetBatches(sizes["test"], budget, 0, 1)))
+    train_sampler = make_train_sampler(train, rank, world, training.shuffle, seed)
     val_sampler = ShardSampler(len(val), rank, world) if sharded else None
-    return (make_loader(train, tcfg, train_sampler, device),
-            make_loader(val, vcfg, val_sampler, device),
-            make_loader(test, config["testing"], None, device))
+    return (make_loader(train, training, train_sampler, device),
+            make_loader(val, validation, val_sampler, device),
+            make_loader(test, testing, None, device))

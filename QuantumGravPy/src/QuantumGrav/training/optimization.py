@@ -15,10 +15,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
+from ..config.training_sections import LoopSection, OptimizerSection, SchedulerSection, TrainingLoaderSection
 from ..errors import ConfigError
 from ..logging_utils import get_logger, rank_zero_warn
-from .schedules import (build_scheduler, derive_hyperparameters, fast_forward, fit_schedule_to_num_epochs,
-                        scheduler_steps_per_epoch)
+from .schedules import build_scheduler, fast_forward, fit_schedule_to_num_epochs, scheduler_steps_per_epoch
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 
@@ -32,34 +32,40 @@ def build_named(key: str, constructor: Callable[..., Any], *args: Any, **kwargs:
                           f"arguments: {err}") from None
 
 
-def batches_per_epoch(tcfg: dict[str, Any], train_size: int, world_size: int) -> int:
-    """Training batches per process and epoch, as the DataLoader of prepare_dataloaders will have
-    (``tcfg``: the config's ``training`` section)."""
+def batches_per_epoch(loader: TrainingLoaderSection, train_size: int, world_size: int) -> int:
+    """Training batches per process and epoch, as the DataLoader of prepare_dataloaders will have."""
     per_rank = math.ceil(train_size / world_size)  # DistributedSampler pads every rank to the same length
-    return per_rank // tcfg["batch_size"] if tcfg["drop_last"] else math.ceil(per_rank / tcfg["batch_size"])
+    return per_rank // loader.batch_size if loader.drop_last else math.ceil(per_rank / loader.batch_size)
 
 
 class Optimization:
-    """Optimizer, scheduler and gradient scaler of one run, and the optimizer step."""
+    """Optimizer, scheduler and gradient scaler of one run, and the optimizer step.
 
-    def __init__(self, config: dict[str, Any], model: torch.nn.Module, world_size: int, num_batches: int):
-        self.tcfg, self.num_batches = config["training"], num_batches
-        self.monitored_mode = config["early_stopping"]["mode"]  # ReduceLROnPlateau follows early stopping
-        self.world_size = world_size
-        self.derived = derive_hyperparameters(self.tcfg, world_size)
+    Args:
+        model: the plain model whose parameters are optimised.
+        optimizer, scheduler, loop: the config's sections of the same names.
+        derived: ``derive_hyperparameters``'s result for this job (effective batch, scaled LR, warmup).
+        monitored_mode: early stopping's mode, which ReduceLROnPlateau follows.
+        world_size, num_batches: the job's processes, and training batches per process and epoch.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, optimizer: OptimizerSection, scheduler: SchedulerSection,
+                 loop: LoopSection, derived: dict[str, Any], monitored_mode: str, world_size: int, num_batches: int):
+        self.settings, self.schedule, self.loop = optimizer, scheduler, loop
+        self.derived, self.monitored_mode = derived, monitored_mode
+        self.world_size, self.num_batches = world_size, num_batches
         self.parameters = list(model.parameters())
-        self.optimizer = build_named("training.optimizer_kwargs", self.tcfg["optimizer_type"], self.parameters,
-                                     *self.tcfg["optimizer_args"],
-                                     **{**self.tcfg["optimizer_kwargs"], "lr": self.derived["lr"]})
-        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, num_batches, self.monitored_mode)
-        self.scaler = torch.amp.GradScaler("cuda") if self.tcfg["amp"] == "fp16" else None
+        self.optimizer = build_named("training.optimizer_kwargs", optimizer.type, self.parameters, *optimizer.args,
+                                     **{**optimizer.kwargs, "lr": derived["lr"]})
+        self.scheduler = build_scheduler(self.optimizer, scheduler, loop, derived, num_batches, monitored_mode)
+        self.scaler = torch.amp.GradScaler("cuda") if loop.amp == "fp16" else None
 
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
     def autocast(self, device_type: str):
-        amp = self.tcfg["amp"]
+        amp = self.loop.amp
         if amp == "off":
             return contextlib.nullcontext()
         return torch.autocast(device_type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
@@ -71,22 +77,22 @@ class Optimization:
         """Clip, step, zero the gradients; a per-step schedule advances."""
         if self.scaler:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-        if self.tcfg["grad_clip_norm"]:
-            torch.nn.utils.clip_grad_norm_(self.parameters, self.tcfg["grad_clip_norm"])
+        if self.loop.grad_clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.parameters, self.loop.grad_clip_norm)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.scheduler is not None and self.tcfg["scheduler_interval"] == "step":
+        if self.scheduler is not None and self.schedule.interval == "step":
             self.scheduler.step()
 
     def end_epoch(self, monitored_value: float) -> None:
         """Every rank, before the epoch's checkpoint, so that a resumed run continues the schedule."""
         if isinstance(self.scheduler, ReduceLROnPlateau):
             self.scheduler.step(monitored_value)
-        elif self.scheduler is not None and self.tcfg["scheduler_interval"] == "epoch":
+        elif self.scheduler is not None and self.schedule.interval == "epoch":
             self.scheduler.step()
 
     def state_dict(self) -> dict[str, Any]:
@@ -117,22 +123,24 @@ class Optimization:
         self.optimizer.load_state_dict(optimizer_state)
         for group in self.optimizer.param_groups:  # the LR this job derived, before the schedule scales it
             group["lr"] = group["initial_lr"] = self.derived["lr"]
-        self.scheduler = build_scheduler(self.optimizer, self.tcfg, self.derived, self.num_batches,
+        self.scheduler = build_scheduler(self.optimizer, self.schedule, self.loop, self.derived, self.num_batches,
                                          self.monitored_mode)
         if self.scheduler is not None:
-            fast_forward(self.scheduler, completed_epochs * scheduler_steps_per_epoch(self.tcfg, self.num_batches))
+            steps = scheduler_steps_per_epoch(self.schedule, self.loop, self.num_batches)
+            fast_forward(self.scheduler, completed_epochs * steps)
         rank_zero_warn(logger, f"continuing a run of {old_world} processes on {self.world_size}: effective "
                                f"batch {old.get('effective_batch_size')} -> {self.derived['effective_batch_size']}, "
                                f"learning rate {old.get('lr', float('nan')):.3g} -> {self.derived['lr']:.3g} "
-                               f"(training.lr_scaling: {self.tcfg['lr_scaling']}), warmup "
+                               f"(training.lr_scaling: {self.settings.lr_scaling}), warmup "
                                f"{old.get('warmup_epochs')} -> {self.derived['warmup_epochs']} epochs")
 
     def _fit_schedule_to_num_epochs(self, planned_epochs: int) -> None:
         """A resume that changes num_epochs: a cosine whose length follows it is re-planned for the new length."""
-        done = fit_schedule_to_num_epochs(self.scheduler, self.tcfg, self.derived, self.num_batches, planned_epochs)
+        done = fit_schedule_to_num_epochs(self.scheduler, self.schedule, self.loop, self.derived, self.num_batches,
+                                          planned_epochs)
         if done:
             logger.info(f"training.num_epochs: the resumed run was planned for {planned_epochs} epochs, now "
-                        f"{self.tcfg['num_epochs']}; {done}")
+                        f"{self.loop.num_epochs}; {done}")
 
 
 def check_unused_parameters(model: torch.nn.Module, core_model: torch.nn.Module, find_unused: bool) -> None:

@@ -23,12 +23,18 @@ import psutil
 import torch
 from torch_geometric.data import Batch
 
+from ..config.schema import resolve_config
+from ..config.sections import ConfigSections
+from ..config.training_sections import MemorySection, TrainingLoaderSection
 from ..data import sources as data_sources
 from ..data.batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
+from ..distributed.environment import resolve_device
 from ..distributed.runtime import Runtime
 from ..errors import UserError
 from . import loaders
 from .memory import MB
+from .model_builder import build_model
+from .optimization import build_named
 
 SAFETY = 0.8  # the suggested batch uses this share of the room measured: allocators fragment, RSS is noisy
 
@@ -64,13 +70,13 @@ class MemoryEstimate:
         batch_mb = max(self.peak_mb - self.before_mb, 1e-3)
         return SAFETY * (self.limit_mb - self.before_mb) / batch_mb
 
-    def advice(self, training: dict[str, Any]) -> str:
+    def advice(self, loader: TrainingLoaderSection) -> str:
         """What would fit: a budget or batch size scaled by the room measured."""
         factor = self.room_factor()
         if factor <= 0:
             return (f"this process holds {self.before_mb:.0f} MB before any batch, already past the limit: raise "
                     "the limit, use a smaller model, or data.storage: disk")
-        budget = BatchBudget.from_config(training)
+        budget = BatchBudget.from_section(loader.batch_budget)
         if budget is not None:
             suggested = BatchBudget(*(None if v is None else max(1, math.floor(m * factor))
                                       for v, m in ((budget.nodes, self.nodes), (budget.edges, self.edges))),
@@ -79,7 +85,7 @@ class MemoryEstimate:
                 return (f"even the largest set alone ({self.largest_set[0]} nodes, {self.largest_set[1]} edges) "
                         "would not fit: use a smaller model, a device with more memory, or raise the limit")
             return f"set training.batch_budget to {suggested.describe()} (measured to fit), or raise the limit"
-        batch_size = math.floor(training["batch_size"] * factor)
+        batch_size = math.floor(loader.batch_size * factor)
         if batch_size < 1:
             return ("even one batch of the largest sets would not fit: set training.batch_budget to pack batches "
                     "by size, use a smaller model, or a device with more memory")
@@ -88,7 +94,7 @@ class MemoryEstimate:
 
 
 # --------------------------------------------------------------------------- the largest batch
-def largest_batch(train_sizes: np.ndarray, training: dict[str, Any],
+def largest_batch(train_sizes: np.ndarray, batch_size: int,
                   train_batches: DistributedBudgetBatchSampler | None) -> list[int]:
     """Positions (in the training split) of the largest batch the sampler will build: the budget's batch of
     most edges, or the ``batch_size`` sets of most edges."""
@@ -96,7 +102,7 @@ def largest_batch(train_sizes: np.ndarray, training: dict[str, Any],
         return max(train_batches.batches, key=lambda b: (train_sizes[b, EDGES].sum(), train_sizes[b, NODES].sum())
                    ).tolist()
     order = np.lexsort((train_sizes[:, NODES], train_sizes[:, EDGES]))[::-1]
-    return order[:training["batch_size"]].tolist()
+    return order[:batch_size].tolist()
 
 
 # --------------------------------------------------------------------------- measuring
@@ -192,15 +198,13 @@ def device_limit(device: torch.device, memory_limit_mb: float | None, local_proc
                    f"for {local_processes} process(es)")
 
 
-def estimate(model: torch.nn.Module, train: Any, train_sizes: np.ndarray,
-             positions: list[int], training: dict[str, Any], device: torch.device,
-             local_processes: int) -> MemoryEstimate:
+def estimate(model: torch.nn.Module, train: Any, train_sizes: np.ndarray, positions: list[int], amp: str,
+             memory: MemorySection, device: torch.device, local_processes: int) -> MemoryEstimate:
     """Measure the batch of the training items at ``positions`` against this process's limit."""
     batch = Batch.from_data_list([train[i] for i in positions])
-    peak, before, measured = measure_peak(forward_backward(model, batch, training["amp"], device),
-                                          device)
+    peak, before, measured = measure_peak(forward_backward(model, batch, amp, device), device)
     del batch
-    limit, source = device_limit(device, training["memory_limit_mb"], local_processes)
+    limit, source = device_limit(device, memory.limit_mb, local_processes)
     chosen = train_sizes[np.asarray(positions, dtype=np.int64)]
     largest_set = (int(train_sizes[:, NODES].max()), int(train_sizes[:, EDGES].max()))
     return MemoryEstimate(len(positions), int(chosen[:, NODES].sum()), int(chosen[:, EDGES].sum()), peak, before,
@@ -213,11 +217,12 @@ def local_processes(runtime: Runtime) -> int:
 
 
 def run_preflight(model: torch.nn.Module, train: Any, train_sizes: np.ndarray,
-                  train_batches: DistributedBudgetBatchSampler | None, training: dict[str, Any],
+                  train_batches: DistributedBudgetBatchSampler | None, sections: ConfigSections,
                   runtime: Runtime) -> MemoryEstimate:
-    """Every rank: measure the largest training batch; return the estimate of the rank with the least room."""
-    positions = largest_batch(train_sizes, training, train_batches)
-    mine = estimate(model, train, train_sizes, positions, training, runtime.device,
+    """Every rank: measure the largest training batch; return the estimate of the rank with the least room.
+    ``sections``: the config's, of which it reads the training loader, the loop's AMP and the memory limit."""
+    positions = largest_batch(train_sizes, sections.loaders.training.batch_size, train_batches)
+    mine = estimate(model, train, train_sizes, positions, sections.loop.amp, sections.memory, runtime.device,
                     local_processes(runtime))
     return worst_across_ranks(mine, runtime)
 
@@ -236,30 +241,24 @@ def worst_across_ranks(mine: MemoryEstimate, runtime: Runtime) -> MemoryEstimate
                           mine.largest_set)
 
 
-def refuse_if_too_large(found: MemoryEstimate, training: dict[str, Any]) -> None:
+def refuse_if_too_large(found: MemoryEstimate, loader: TrainingLoaderSection) -> None:
     if not found.fits:
-        raise UserError(f"training.preflight: {found.line()}; {found.advice(training)} "
+        raise UserError(f"training.preflight: {found.line()}; {found.advice(loader)} "
                         "(training.preflight: false skips this check)")
 
 
 def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
     """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
     data (generated and cached if missing), its model, its largest training batch."""
-    from ..config.schema import resolve_config
-    from ..distributed.environment import resolve_device
-    from .model_builder import build_model
-    from .optimization import build_named
-
-    config = resolve_config(config)
-    training = config["training"]
-    runtime = Runtime(device=resolve_device(training["device"]))
-    data = loaders.load_run_data(config, runtime)
+    sections = resolve_config(config).sections
+    runtime = Runtime(device=resolve_device(sections.loop.device))
+    data = loaders.load_run_data(sections, runtime)
     sizes = loaders.split_sizes(data.dataset, data.split, runtime)
-    train_batches = loaders.training_batches(sizes, config["training"], runtime)
-    torch.manual_seed(training["seed"])
-    key = "model.kwargs" if config["model"]["type"] is not None else "model"
-    model = build_named(key, build_model, config["model"], data.first.x.size(1), data.task.output_width)
+    train_batches = loaders.training_batches(sizes, sections.loaders.training, sections.loop.seed, runtime)
+    torch.manual_seed(sections.loop.seed)
+    key = "model.kwargs" if sections.model.type is not None else "model"
+    model = build_named(key, build_model, sections.model, data.first.x.size(1), data.task.output_width)
     train = data_sources.subset(data.dataset, data.split["train"])
-    positions = largest_batch(sizes["train"], training, train_batches)
-    return estimate(model.to(runtime.device), train, sizes["train"], positions, training, runtime.device, nproc)
-
+    positions = largest_batch(sizes["train"], sections.loaders.training.batch_size, train_batches)
+    return estimate(model.to(runtime.device), train, sizes["train"], positions, sections.loop.amp, sections.memory,
+                    runtime.device, nproc)

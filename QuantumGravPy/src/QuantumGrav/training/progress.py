@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from ..callbacks.state import RunState
+from ..config.sections import ConfigSections
 from ..distributed.runtime import Runtime
 from .advice import config_advice
 from .memory import MemoryMonitor
@@ -27,9 +28,9 @@ logger = get_logger("training")  # the run's own lines, in one channel whatever 
 class Progress:
     """The trainer's console: ``start_block`` once, ``bar`` around each epoch's batches, ``after_batch``."""
 
-    def __init__(self, runtime: Runtime, tcfg: dict[str, Any], memory: MemoryMonitor):
-        self.runtime, self.tcfg, self.memory = runtime, tcfg, memory
-        self.every = tcfg["log_every_n_steps"]
+    def __init__(self, runtime: Runtime, sections: ConfigSections, memory: MemoryMonitor):
+        self.runtime, self.sections, self.memory = runtime, sections, memory
+        self.every = sections.logging.log_every_n_steps
 
     def start_block(self, run: RunState, optimization: Optimization, train_batches: Any, start_epoch: int,
                     train_loader: Any) -> None:
@@ -39,7 +40,7 @@ class Progress:
         run.summary["parameters"] = counts
         if not self.runtime.is_main:
             return
-        d, rt, tcfg = optimization.derived, self.runtime, self.tcfg
+        d, rt, s = optimization.derived, self.runtime, self.sections
         sizes = {name: len(idx) for name, idx in run.split.items()}
         lines = [
             f"run directory     {run.run_dir}",
@@ -47,33 +48,35 @@ class Progress:
             f"  device={rt.device}",
             self._batch_line(d, train_batches),
             f"learning rate     {optimization.lr:.3g} at the first step (peak {d['lr']:.3g}, base {d['base_lr']:.3g},"
-            f" scaling {tcfg['lr_scaling']}, warmup {d['warmup_epochs']} epochs)  amp={tcfg['amp']}",
+            f" scaling {s.optimizer.lr_scaling}, warmup {d['warmup_epochs']} epochs)  amp={s.loop.amp}",
             f"model             {counts['total_params']:,} parameters ({counts['trainable_params']:,} trainable,"
             f" {counts['size_mb']:.2f} MB)",
             f"data              train {sizes['train']}  val {sizes['val']}  test {sizes['test']} causal sets, "
             f"{run.task.describe()}",
-            f"epochs            {start_epoch}..{tcfg['num_epochs'] - 1}  "
+            f"epochs            {start_epoch}..{s.loop.num_epochs - 1}  "
             f"({len(train_loader)} train batches per process per epoch)",
         ]
         logger.info("training set-up\n  " + "\n  ".join(lines))
-        for advice in config_advice(run.config, rt.world_size, rt.device.type):
+        for advice in config_advice(s, rt.world_size, rt.device.type):
             logger.warning(f"config advice: {advice}")
 
     def _batch_line(self, derived: dict[str, Any], train_batches: Any) -> str:
-        tcfg, world_size = self.tcfg, self.runtime.world_size
+        loader, accumulation, world_size = self.sections.loaders.training, self.sections.loop.accumulation_steps, \
+            self.runtime.world_size
         if train_batches is None:
-            return (f"batch size        {tcfg['batch_size']} per process x {tcfg['accumulation_steps']} accumulation x "
+            return (f"batch size        {loader.batch_size} per process x {accumulation} accumulation x "
                     f"{world_size} processes = {derived['effective_batch_size']} effective")
         graphs = [len(batch) for batch in train_batches.batches]
-        return (f"batches by size   within training.batch_budget {BatchBudget.from_config(tcfg).describe()}: "
+        budget = BatchBudget.from_section(loader.batch_budget).describe()
+        return (f"batches by size   within training.batch_budget {budget}: "
                 f"{len(graphs)} batches of {min(graphs)} to {max(graphs)} graphs, {len(train_batches)} steps "
-                f"per process and epoch x {tcfg['accumulation_steps']} accumulation x {world_size} processes")
+                f"per process and epoch x {accumulation} accumulation x {world_size} processes")
 
     @contextlib.contextmanager
     def bar(self, batches: Iterable, epoch: int, total: int) -> Iterator[Iterable]:
         """``batches``, drawn as a progress bar on rank 0 when ``training.progress_bar`` says so; while it is
         drawn, console log lines go through tqdm.write so they do not cut the bar."""
-        setting = self.tcfg["progress_bar"]
+        setting = self.sections.logging.progress_bar
         interactive = sys.stderr.isatty() and not os.environ.get("CI")
         if not self.runtime.is_main or setting is False or (setting == "auto" and not interactive):
             yield batches

@@ -46,6 +46,7 @@ from .memory import MemoryMonitor
 from .model_builder import build_model, check_model_forward
 from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
+from .schedules import derive_hyperparameters
 from ..distributed.preemption import sigterm_requests_a_stop
 from .progress import Progress
 from ..runs.resume import find_run_to_continue, job_token, open_run_dir
@@ -100,47 +101,49 @@ class Trainer:
     def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None,
                  callbacks: Sequence[Callback] = ()):
         self.config = resolve_config(config)  # validated where it entered, or here if it enters here
-        self.tcfg = self.config["training"]
-        self.runtime = runtime or Runtime(device=resolve_device(self.tcfg["device"]))
+        self.sections = s = self.config.sections  # each component below is handed its own
+        self.runtime = runtime or Runtime(device=resolve_device(s.loop.device))
         self.device = self.runtime.device
-        if self.tcfg["flush_denormals"] and self.device.type == "cpu":
+        if s.loop.flush_denormals and self.device.type == "cpu":
             flush_denormals()  # before any parallel op of the run: its threads start with the flag
-        if self.tcfg["amp"] == "fp16" and self.device.type != "cuda":
+        if s.loop.amp == "fp16" and self.device.type != "cuda":
             raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                               "use amp: bf16 on CPU, or amp: off")
         self.job_token = job_token() if self.runtime.is_main else None
-        continued = find_run_to_continue(self.tcfg, self.runtime, self.job_token)
+        continued = find_run_to_continue(s.checkpoint, self.runtime, self.job_token)
         resume_state = read_resume_state(continued, self.config, self.device) if continued else None
-        torch.manual_seed(self.tcfg["seed"])  # same initial weights on every rank
-        data = loaders.load_run_data(self.config, self.runtime, dataset)
+        torch.manual_seed(s.loop.seed)  # same initial weights on every rank
+        data = loaders.load_run_data(s, self.runtime, dataset)
         self.task = data.task
         # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
         self.sizes = loaders.split_sizes(data.dataset, data.split, self.runtime) \
-            if self.tcfg["batch_budget"] is not None or self.tcfg["preflight"] else None
-        self.train_batches = loaders.training_batches(self.sizes, self.tcfg, self.runtime) \
+            if s.loaders.training.batch_budget is not None or s.memory.preflight else None
+        self.train_batches = loaders.training_batches(self.sizes, s.loaders.training, s.loop.seed, self.runtime) \
             if self.sizes is not None else None
         self.core_model = self._build_model(data.first)
         self.memory_estimate = self._preflight(data.dataset, data.split)  # before DDP wraps the model: its hooks would take this backward
         self.model = self._wrap_model(self.core_model)
-        self.criterion = tasks.build_criterion(self.config["criterion"], self.task, self.device)
+        self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.device)
         num_batches = len(self.train_batches) if self.train_batches is not None else \
-            batches_per_epoch(self.tcfg, len(data.split["train"]), self.runtime.world_size)
-        self.optimization = Optimization(self.config, self.core_model, self.runtime.world_size, num_batches)
-        self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime,
-                                   self.config["validation"]["mode"],
+            batches_per_epoch(s.loaders.training, len(data.split["train"]), self.runtime.world_size)
+        self.optimization = Optimization(
+            self.core_model, optimizer=s.optimizer, scheduler=s.scheduler, loop=s.loop,
+            derived=derive_hyperparameters(s, self.runtime.world_size), monitored_mode=s.early_stopping.mode,
+            world_size=self.runtime.world_size, num_batches=num_batches)
+        self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime, s.loaders.validation.mode,
                                    lambda: self.optimization.autocast(self.device.type))
-        self.early_stopping = EarlyStopping.from_config(self.config["early_stopping"])
-        from_config = configured_callbacks(self.config)  # built here: their constructors may refuse kwargs
+        self.early_stopping = EarlyStopping.from_section(s.early_stopping)
+        from_config = configured_callbacks(s.callbacks)  # built here: their constructors may refuse kwargs
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
         # above leaves nothing on disk.
-        self.run_dir = open_run_dir(self.tcfg, self.runtime, self.job_token, continued)
+        self.run_dir = open_run_dir(s.checkpoint, self.runtime, self.job_token, continued)
         # One job per run; a restart of this job (same token) takes over the lock its first attempt left.
         self._run_lock = RunLock.acquire(self.run_dir, self.job_token) if self.runtime.is_main else None
         setup_logging(self.runtime.rank, self.run_dir)
         if self.memory_estimate is not None:
             logger.debug(f"preflight: {self.memory_estimate.line()}")
-        self.memory = MemoryMonitor(self.device, self.tcfg["memory_limit_mb"], logger)
-        self.progress = Progress(self.runtime, self.tcfg, self.memory)
+        self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
+        self.progress = Progress(self.runtime, s, self.memory)
         self.state = RunState(
             runtime=self.runtime, config=self.config, run_dir=self.run_dir, model=self.core_model,
             optimizer=self.optimization.optimizer, scheduler=self.optimization.scheduler, task=self.task,
@@ -154,21 +157,21 @@ class Trainer:
             write_resolved_config(self.run_dir, self.config, self.optimization.derived)
 
     def _build_model(self, first) -> torch.nn.Module:
-        model_cfg = self.config["model"]
-        key = "model.kwargs" if model_cfg["type"] is not None else "model"
-        model = build_named(key, build_model, model_cfg, first.x.size(1), self.task.output_width)
+        section = self.sections.model
+        key = "model.kwargs" if section.type is not None else "model"
+        model = build_named(key, build_model, section, first.x.size(1), self.task.output_width)
         model = model.to(self.device)  # move to the device *before* any DDP wrapping
-        check_model_forward(model, first, self.task, model_cfg, self.device)
+        check_model_forward(model, first, self.task, section.as_mapping(), self.device)
         return model
 
     def _preflight(self, dataset: Any, split: dict[str, list[int]]) -> MemoryEstimate | None:
         """The largest training batch, run once: a UserError (one line, exit 2) if it would not fit in memory."""
-        if not self.tcfg["preflight"]:
+        if not self.sections.memory.preflight:
             return None
         train = data_sources.subset(dataset, split["train"])
-        found = run_preflight(self.core_model, train, self.sizes["train"],
-                              self.train_batches, self.tcfg, self.runtime)
-        refuse_if_too_large(found, self.tcfg)
+        found = run_preflight(self.core_model, train, self.sizes["train"], self.train_batches, self.sections,
+                              self.runtime)
+        refuse_if_too_large(found, self.sections.loaders.training)
         return found
 
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -177,12 +180,12 @@ class Trainer:
     def _callbacks(self, users: Sequence[Callback]) -> list[Callback]:
         """Early stopping, the users' (config's, then code's: they may extend the epoch's record), then writers
         in the order their inputs need: metrics row before checkpoint (a resume drops later rows), summary, W&B."""
-        wandb_cfg = (self.config["logger"] or {}).get("wandb")
-        self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, self.tcfg["checkpoint_at"],
-                                           self.tcfg, self.job_token)
+        s = self.sections
+        wandb_cfg = s.wandb.as_mapping() if s.wandb is not None else None
+        self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
         return [self.early_stopping, *users,
-                *([Baselines()] if self.config["testing"]["baselines"] else []), DestroyedSetCurves(),
-                *([Figures()] if self.tcfg["figures"] else []), RunRecords(self.run_dir, self.early_stopping),
+                *([Baselines()] if s.loaders.testing.baselines else []), DestroyedSetCurves(),
+                *([Figures()] if s.logging.figures else []), RunRecords(self.run_dir, self.early_stopping),
                 self.checkpointing, *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
 
     def _checkpoint_contents(self, epoch: int, in_epoch: dict[str, Any] | None) -> dict[str, Any]:
@@ -221,7 +224,8 @@ class Trainer:
 
     def prepare_dataloaders(self) -> tuple[DataLoader, DataLoader, DataLoader]:
         """Train (sharded, reshuffled each epoch), validation (sharded or whole on rank 0), test (whole)."""
-        return loaders.prepare_dataloaders(self.state.dataset, self.state.split, self.config, self.runtime, self.sizes)
+        return loaders.prepare_dataloaders(self.state.dataset, self.state.split, self.sections.loaders,
+                                           self.sections.loop.seed, self.runtime, self.sizes)
 
     # ------------------------------------------------------------------ the loop
     @names_stalled_ranks  # a collective timeout says which rank did not arrive
@@ -229,14 +233,15 @@ class Trainer:
         """Train until ``num_epochs`` or a vote to stop; returns (train_history, val_history) on every rank."""
         self.progress.start_block(self.state, self.optimization, self.train_batches, self.start_epoch, train_loader)
         self.callbacks.call("on_fit_start", self.state)
-        decision, self._interrupt_votes = Decision(reason=f"completed {self.tcfg['num_epochs']} epochs"), []
+        loop = self.sections.loop
+        decision, self._interrupt_votes = Decision(reason=f"completed {loop.num_epochs} epochs"), []
         with sigterm_requests_a_stop() as self._sigterm, \
-                self.runtime.step_votes(self.config["parallel"]["timeout_s"]) as self._step_votes:
-            for epoch in range(self.start_epoch, self.tcfg["num_epochs"]):
+                self.runtime.step_votes(self.sections.parallel.timeout_s) as self._step_votes:
+            for epoch in range(self.start_epoch, loop.num_epochs):
                 self.state.epoch = epoch
                 started = time.perf_counter()
                 train = self._train_one_epoch(train_loader, epoch)
-                if self.config["validation"]["recompute_batch_norm"]:
+                if self.sections.loaders.validation.recompute_batch_norm:
                     recompute_batch_norm_statistics(self.core_model, train_loader, self.device, self.runtime,
                                                     lambda: self.optimization.autocast(self.device.type))
                 record = self._epoch_record(epoch, train, self.evaluate(val_loader), time.perf_counter() - started)
@@ -278,9 +283,9 @@ class Trainer:
         return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
 
     def _train_step(self, batch, epoch: int, step: int, num_batches: int, totals: torch.Tensor) -> torch.Tensor:
-        accumulation = self.tcfg["accumulation_steps"]
+        accumulation = self.sections.loop.accumulation_steps
         # Dropout differs per rank and step, yet a run resumed at any checkpoint replays it exactly.
-        seed_step_generators((self.tcfg["seed"] * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank,
+        seed_step_generators((self.sections.loop.seed * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank,
                              self.device)
         group_start = step - step % accumulation
         group_size = min(accumulation, num_batches - group_start)
@@ -304,7 +309,7 @@ class Trainer:
             self.optimization.backward(loss / group_size)  # the mean over the group, as one batch of that size
         if not self._checked_unused_parameters:
             self._checked_unused_parameters = True
-            check_unused_parameters(self.model, self.core_model, self.config["parallel"]["find_unused_parameters"])
+            check_unused_parameters(self.model, self.core_model, self.sections.parallel.find_unused_parameters)
         return loss, batch.num_graphs
 
     def _after_optimizer_step(self, epoch: int, completed_batches: int, totals: torch.Tensor, last: bool) -> None:
@@ -315,8 +320,8 @@ class Trainer:
         self._interrupt_votes += votes
         interrupt = self._step_votes.exchange(bool(votes))
         interrupt = (self._step_votes.settle() or interrupt) if last else interrupt
-        every, steps_done = self.tcfg["checkpoint_every_n_steps"], math.ceil(completed_batches /
-                                                                             self.tcfg["accumulation_steps"])
+        every = self.sections.checkpoint.every_n_steps
+        steps_done = math.ceil(completed_batches / self.sections.loop.accumulation_steps)
         if interrupt or (every and steps_done % every == 0):
             partial = self.runtime.sum_across_ranks(totals).tolist()  # every rank: the epoch's sums so far
             if self.runtime.is_main:
