@@ -11,5 +11,5 @@ class GeneralisationGap(QG.Callback):
     """One more column per epoch (metrics.csv, the W&B history, ``trainer.history``): the validation loss
     minus the training loss, how much better the model fits the sets it trains on than unseen ones."""
 
-    def on_epoch_end(self, trainer, record):
+    def on_epoch_end(self, state, record):
         record["generalisation_gap"] = record["val_loss"] - record["train_loss"]

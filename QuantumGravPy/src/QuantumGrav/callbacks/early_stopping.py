@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config.learning_sections import EarlyStoppingSection
 from .base import Callback, Stop
+from .state import RunState
 from ..logging_utils import get_logger, rank_zero_warn
 
 logger = get_logger("early_stopping")
@@ -42,7 +43,7 @@ class EarlyStopping(Callback):
 
     state_key = "early_stopping"
 
-    def on_epoch_end(self, trainer: Any, record: dict[str, Any]) -> Stop | None:
+    def on_epoch_end(self, state: RunState, record: dict[str, Any]) -> Stop | None:
         self.improved = self.update(record[self.metric], record["epoch"])
         return Stop(self.reason()) if self.should_stop else None
 

@@ -91,13 +91,13 @@ class PruneTrial(Callback):
         self.pruner_type, self.pruner_kwargs = pruner_type, dict(pruner_kwargs)
         self._trial = None
 
-    def on_fit_start(self, trainer) -> None:
-        reported = [f"val_{m}" for m in trainer.task.metric_names]
+    def on_fit_start(self, state) -> None:
+        reported = [f"val_{m}" for m in state.task.metric_names]
         if self.metric not in reported:
-            raise ConfigError(f"tune.metric: {self.metric} is not reported by the {trainer.task.type} task of "
+            raise ConfigError(f"tune.metric: {self.metric} is not reported by the {state.task.type} task of "
                               f"this data; expected one of {', '.join(reported)}")
 
-    def on_epoch_end(self, trainer, record: dict[str, Any]) -> Stop | None:
+    def on_epoch_end(self, state, record: dict[str, Any]) -> Stop | None:
         if self._trial is None:
             study = optuna.load_study(study_name=self.study, storage=open_storage(self.storage),
                                       sampler=optuna.samplers.RandomSampler(),
@@ -109,7 +109,7 @@ class PruneTrial(Callback):
             return Stop(f"pruned by {self.pruner_type.__name__} at epoch {epoch} ({self.metric} {value:.4g})")
         return None
 
-    def teardown(self, trainer) -> None:
+    def teardown(self, state) -> None:
         self._trial = None
 
 
