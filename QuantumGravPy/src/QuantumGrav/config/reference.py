@@ -49,6 +49,12 @@ This file is generated from the config sections in `QuantumGravPy/src/QuantumGra
 here; a test fails when this file is out of date. The keys of `training` are listed by concern: the loop, the
 training loader, the optimizer, the schedule, the run directory and checkpoints, memory, logging.
 
+In Python, `QG.load_config(...)` returns the config as a dict (`config["training"]["num_epochs"]`), and
+`config.sections` gives the same values as one typed, frozen section per component (`config.sections.loop.num_epochs`,
+`config.sections.optimizer.lr`), which is what the library's components take. The sections group the keys by
+concern in code; the YAML keeps its layout, so every config, `--set` override and run directory's `config.yaml`
+written before reads the same.
+
 A config is YAML read with `yaml.load(f, QG.get_loader())` (or `QG.load_config(path)`, which also
 validates it and fills every default). `!pyobject dotted.path` stands for a Python object (a class or a
 function, e.g. `!pyobject torch.optim.AdamW`); every other value is plain YAML. Every key is optional.
