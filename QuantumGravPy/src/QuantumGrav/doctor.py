@@ -224,15 +224,15 @@ def check_ddp_smoke_test(timeout_s: float = SMOKE_TIMEOUT_S) -> Check:
 def check_memory_preflight(config: dict, nproc: int) -> Check:
     """The training preflight of ``config`` (``preflight``): its largest batch, run once here, against the limit."""
     try:
-        found = estimate_for_config(config, nproc)
+        sections = resolve_config(config).sections
+        found = estimate_for_config(sections, nproc)
     except UserError as err:
         return Check("fail", f"memory preflight: the config cannot be prepared: {err}", "fix the config")
     if found.fits:
         return Check("ok", f"memory preflight: {found.line()}")
-    return Check("fail", f"memory preflight: {found.line()}", found.advice(resolve_config(config).sections.loaders.training))
+    return Check("fail", f"memory preflight: {found.line()}", found.advice(sections.loaders.training))
 
 
-# --------------------------------------------------------------------------- entry point
 def run_doctor(nproc: int = 2, num_workers: int = 0, port: int | None = None, out: TextIO | None = None,
                config: dict | None = None) -> int:
     """Print one line per check (to ``out``, default: sys.stdout at call time); return 1 if any failed, else 0.

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..callbacks.base import Callback
-from ..config.schema import resolve_config, with_world_size
+from ..config.schema import ResolvedConfig, with_world_size
 from ..distributed.environment import get_local_rank, resolve_device
 from ..distributed.process_group import release_before_teardown
 from ..distributed.runtime import Runtime
@@ -66,22 +66,26 @@ class TrainerDDP(Trainer):
                             "master_port=...) first, start the script with torchrun, or use QG.launch(config, nproc)")
         if rank != dist.get_rank():
             raise UserError(f"TrainerDDP(rank={rank}) but this process has rank {dist.get_rank()} in the process group")
-        config = resolve_config(config)
-        world_size = dist.get_world_size()
-        configured = config.sections.parallel.world_size
+        super().__init__(config, dataset=dataset, callbacks=callbacks)
+        release_before_teardown(self)  # cleanup_ddp() frees our DDP wrapper before the process group
+
+    def _config_for_this_job(self, config: ResolvedConfig) -> ResolvedConfig:
+        """The config with the process group's world size, which the run's config.yaml then records."""
+        configured, world_size = config.sections.parallel.world_size, dist.get_world_size()
         if configured not in (1, world_size):
             rank_zero_warn(logger, f"parallel.world_size is {configured} but the job has {world_size} processes; "
                                    f"using {world_size}")
-        config = with_world_size(config, world_size)
+        return with_world_size(config, world_size)
+
+    def _runtime(self) -> Runtime:
         local_rank = get_local_rank()
-        device = resolve_device(config.sections.loop.device, local_rank)
+        device = resolve_device(self.sections.loop.device, local_rank)
         backend = dist.get_backend()
         if backend == "nccl" and device.type != "cuda":
             raise UserError("the process group uses NCCL but training.device is CPU; use backend gloo "
                             "(parallel.backend: gloo) or device: cuda")
-        runtime = Runtime(rank=rank, world_size=world_size, local_rank=local_rank, device=device, backend=backend)
-        super().__init__(config, runtime=runtime, dataset=dataset, callbacks=callbacks)
-        release_before_teardown(self)  # cleanup_ddp() frees our DDP wrapper before the process group
+        return Runtime(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=device,
+                       backend=backend)
 
     def release_ddp(self) -> None:
         """Drop the DistributedDataParallel wrapper (called by cleanup_ddp(), see there why). The

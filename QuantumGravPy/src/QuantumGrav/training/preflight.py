@@ -23,7 +23,6 @@ import psutil
 import torch
 from torch_geometric.data import Batch
 
-from ..config.schema import resolve_config
 from ..config.sections import ConfigSections
 from ..config.training_sections import MemorySection, TrainingLoaderSection
 from ..data import sources as data_sources
@@ -247,10 +246,9 @@ def refuse_if_too_large(found: MemoryEstimate, loader: TrainingLoaderSection) ->
                         "(training.preflight: false skips this check)")
 
 
-def estimate_for_config(config: dict[str, Any], nproc: int) -> MemoryEstimate:
-    """The preflight of ``config``'s job in this process, as one of ``nproc`` on this machine (the doctor): its
-    data (generated and cached if missing), its model, its largest training batch."""
-    sections = resolve_config(config).sections
+def estimate_for_config(sections: ConfigSections, nproc: int) -> MemoryEstimate:
+    """The preflight of a config's job (its ``sections``) in this process, as one of ``nproc`` on this machine (the
+    doctor): its data (generated and cached if missing), its model, its largest training batch."""
     runtime = Runtime(device=resolve_device(sections.loop.device))
     data = loaders.load_run_data(sections, runtime)
     sizes = loaders.split_sizes(data.dataset, data.split, runtime)

@@ -34,7 +34,7 @@ from ..callbacks.state import RunState
 from ..callbacks.wandb_logging import WandbCallback
 from ..runs.checkpoint_files import RunLock
 from .restore import ResumePoint, read_resume_state, restore
-from ..config.schema import dump_config, resolve_config
+from ..config.schema import ResolvedConfig, dump_config, resolve_config
 from ..distributed.environment import resolve_device
 from ..distributed.runtime import Runtime, names_stalled_ranks
 from .batch_norm import recompute_batch_norm_statistics
@@ -100,9 +100,9 @@ class Trainer:
 
     def __init__(self, config: dict | str | Path, *, runtime: Runtime | None = None, dataset: Any = None,
                  callbacks: Sequence[Callback] = ()):
-        self.config = resolve_config(config)  # validated where it entered, or here if it enters here
+        self.config = self._config_for_this_job(resolve_config(config))  # validated where it entered, or here
         self.sections = s = self.config.sections  # each component below is handed its own
-        self.runtime = runtime or Runtime(device=resolve_device(s.loop.device))
+        self.runtime = runtime or self._runtime()
         self.device = self.runtime.device
         if s.loop.flush_denormals and self.device.type == "cpu":
             flush_denormals()  # before any parallel op of the run: its threads start with the flag
@@ -155,6 +155,13 @@ class Trainer:
             if resume_state else ResumePoint()
         if self.runtime.is_main:
             write_resolved_config(self.run_dir, self.config, self.optimization.derived)
+
+    def _config_for_this_job(self, config: ResolvedConfig) -> ResolvedConfig:
+        return config  # TrainerDDP records the job's world size in it
+
+    def _runtime(self) -> Runtime:
+        """This process's place in the job: a single process here (TrainerDDP: its rank in the process group)."""
+        return Runtime(device=resolve_device(self.sections.loop.device))
 
     def _build_model(self, first) -> torch.nn.Module:
         section = self.sections.model
