@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..distributed.votes import Decision, Stop
-from ..config.section import thaw
 from ..errors import ConfigError
 from .state import RunState
 
@@ -153,12 +152,12 @@ class CallbackList:
 
 
 def configured_callbacks(entries: Sequence[Mapping[str, Any]]) -> list[Callback]:
-    """The callbacks of the config's ``callbacks:`` list (``sections.callbacks``), each built as
-    ``type(**kwargs)``."""
+    """The callbacks of the config's ``callbacks:`` list, each built as ``type(**kwargs)`` (kwargs as the YAML gave
+    them: plain lists and dicts)."""
     built = []
     for i, entry in enumerate(entries):
         try:
-            built.append(entry["type"](**thaw(entry["kwargs"])))  # the plain lists and dicts the YAML gave
+            built.append(entry["type"](**entry["kwargs"]))
         except (TypeError, ValueError) as err:
             raise ConfigError(f"callbacks.{i}.kwargs: {entry['type'].__qualname__}(**kwargs) failed: {err}") from None
     return built

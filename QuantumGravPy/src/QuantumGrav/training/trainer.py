@@ -133,7 +133,7 @@ class Trainer:
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime, s.loaders.validation.mode,
                                    lambda: self.optimization.autocast(self.device.type))
         self.early_stopping = EarlyStopping.from_section(s.early_stopping)
-        from_config = configured_callbacks(s.callbacks)  # built here: their constructors may refuse kwargs
+        from_config = configured_callbacks(self.config["callbacks"])  # built here: constructors may refuse kwargs
         # Only now, with data, model and optimizer built, is there a run to write: bad input found
         # above leaves nothing on disk.
         self.run_dir = open_run_dir(s.checkpoint, self.runtime, self.job_token, continued)
