@@ -108,3 +108,12 @@ def test_the_graph_reader_sees_inner_and_type_only_imports(tmp_path):
     graph = import_graph.read_graph(package)
     assert graph.cycles() == [["high", "low", "mid"]]
     assert {(imp.source, imp.target) for imp in graph.upward()} == {("low", "high"), ("high", "mid")}
+
+
+def test_the_version_is_pyprojects():
+    """Run directories record QuantumGrav.version's number: it must be the one the package is released as."""
+    import tomllib
+
+    from QuantumGrav.version import __version__
+
+    assert __version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

@@ -75,7 +75,7 @@ def tune(config, trials=None, nproc=None, overrides=None):
     return run_study(config, trials=trials, nproc=nproc, overrides=overrides)
 
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__  # noqa: E402  (QG.__version__)
 
 __all__ = [
     "Callback", "Decision", "Stop",

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import csv
 import datetime
-import importlib.metadata
 import json
 import secrets
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import UserError
+from ..version import __version__
 from ..files import atomic_replace, atomic_write_text
 
 CHECKPOINT_DIR = "checkpoints"
@@ -50,7 +50,7 @@ def run_provenance(world_size: int) -> dict[str, Any]:
     return {"world_size": world_size, "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "torch_geometric": torch_geometric.__version__,
-                         "QuantumGrav": importlib.metadata.version("QuantumGrav")}}
+                         "QuantumGrav": __version__}}
 
 
 class MetricsCSV:
