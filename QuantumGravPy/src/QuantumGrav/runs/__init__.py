@@ -1,3 +1,4 @@
-"""What a run leaves on disk and how it goes on: the run folder and its atomic writes (``artifacts``), the
-checkpoint files and the run lock (``checkpoint_files``), finding a run to continue (``resume``), the run's
-records and metrics (``records``) and its Weights & Biases mirror (``wandb_logger``)."""
+"""What a run leaves on disk and how it goes on: the run folder, its provenance and metrics CSV (``artifacts``),
+the checkpoint files and the run lock (``checkpoint_files``), finding a run to continue (``resume``), the run's
+config.yaml and the CLI's summary (``records``), and its Weights & Biases mirror (``wandb_logger``, read back by
+``wandb_files``)."""
