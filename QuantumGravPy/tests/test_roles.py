@@ -10,7 +10,7 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import _Invalid, dump_config, load_yaml_text, resolve_pyobject, schema
+from QuantumGrav.config.schema import Invalid, dump_config, load_yaml_text, resolve_pyobject, schema
 from QuantumGrav.config.roles import function_origin
 from role_helpers import EVIDENCE, causal_sets_from_a_function, leave_evidence
 
@@ -131,7 +131,7 @@ def test_every_pyobject_key_of_the_schema_has_a_role():
             try:
                 field.validate(value)
                 accepting.append(key)
-            except _Invalid:
+            except Invalid:
                 pass
     assert accepting == ARGUMENT_LISTS
 

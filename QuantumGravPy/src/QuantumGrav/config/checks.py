@@ -1,4 +1,4 @@
-"""The checks of single config values: each returns the value, normalised, or raises ``_Invalid`` with the
+"""The checks of single config values: each returns the value, normalised, or raises ``Invalid`` with the
 'expected ...' text that validation prefixes with the key path."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .roles import ROLES
 from .yaml_io import UnresolvedPyObject, is_pyobject, pyobject_path
 
 
-class _Invalid(Exception):
+class Invalid(Exception):
     """Raised by a field check with 'expected ...' text; the caller adds the key path
     and, unless ``names_value`` (the text already says what was got), the value."""
 
@@ -49,7 +49,7 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[
         bounds = _bounds_text(minimum, maximum)
         if (isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum)
                 or (maximum is not None and value > maximum)):
-            raise _Invalid(f"expected an integer{bounds}")
+            raise Invalid(f"expected an integer{bounds}")
         return value
 
     return check
@@ -61,11 +61,11 @@ def number(minimum: float | None = None, maximum: float | None = None, *, exclus
         hi = f" <= {maximum}" if maximum is not None else ""
         text = f"expected a number{lo}{' and' if lo and hi else ''}{hi}"
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise _Invalid(text)
+            raise Invalid(text)
         if minimum is not None and (value <= minimum if exclusive_min else value < minimum):
-            raise _Invalid(text)
+            raise Invalid(text)
         if maximum is not None and value > maximum:
-            raise _Invalid(text)
+            raise Invalid(text)
         return float(value)
 
     return check
@@ -83,13 +83,13 @@ def _bounds_text(minimum: Any, maximum: Any) -> str:
 
 def boolean(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise _Invalid("expected true or false")
+        raise Invalid("expected true or false")
     return value
 
 
 def string(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise _Invalid("expected a non-empty string")
+        raise Invalid("expected a non-empty string")
     return value
 
 
@@ -100,7 +100,7 @@ def choice(*options: Any) -> Callable[[Any], Any]:
             return "off"
         # Type and value: YAML's 1 and 0 are not true and false, nor 2.0 the dimension 2.
         if not any(value == option and type(value) is type(option) for option in options):
-            raise _Invalid(f"expected one of {', '.join(repr(o) for o in options)}")
+            raise Invalid(f"expected one of {', '.join(repr(o) for o in options)}")
         return value
 
     return check
@@ -108,11 +108,11 @@ def choice(*options: Any) -> Callable[[Any], Any]:
 
 def pyobject(value: Any) -> Any:
     if isinstance(value, UnresolvedPyObject):
-        raise _Invalid(f"expected an importable Python object (!pyobject package.module.name); "
+        raise Invalid(f"expected an importable Python object (!pyobject package.module.name); "
                        f"'{value.path}' does not import: {value.reason}", names_value=True)
     if not (isinstance(value, type) or inspect.isroutine(value)):
         # An instance (e.g. a loss object made in a module) cannot be written to the run's config.yaml.
-        raise _Invalid("expected a Python class or function given as !pyobject package.module.name "
+        raise Invalid("expected a Python class or function given as !pyobject package.module.name "
                        "(not an instance: name the class, and put its arguments in the config)")
     return value
 
@@ -123,7 +123,7 @@ def pyobject_of(role: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         value = pyobject(value)
         if not ROLES[role].admits(value):
-            raise _Invalid(f"expected {ROLES[role].expected}, got {_describe(value)}{ROLES[role].explain(value)}",
+            raise Invalid(f"expected {ROLES[role].expected}, got {_describe(value)}{ROLES[role].explain(value)}",
                            names_value=True)
         return value
 
@@ -134,10 +134,10 @@ def callback_entry(value: Any) -> dict[str, Any]:
     """One item of ``callbacks:``: ``{type: !pyobject module.Class, kwargs: {...}}``, a QuantumGrav.Callback."""
     shape = "expected {type: !pyobject module.CallbackClass, kwargs: {...}}"
     if not isinstance(value, dict) or "type" not in value or set(value) - {"type", "kwargs"}:
-        raise _Invalid(shape)
+        raise Invalid(shape)
     cls = pyobject(value["type"])
     if not ROLES["callback"].admits(cls):
-        raise _Invalid(f"{shape} whose type is {ROLES['callback'].expected}, got {_describe(cls)}", names_value=True)
+        raise Invalid(f"{shape} whose type is {ROLES['callback'].expected}, got {_describe(cls)}", names_value=True)
     return {"type": cls, "kwargs": mapping(value.get("kwargs") or {})}
 
 
@@ -145,14 +145,14 @@ def list_of(item: Callable[[Any], Any], *, min_len: int = 0, length: int | None 
     def check(value: Any) -> list:
         what = f"a list of {length}" if length else "a list"
         if not isinstance(value, (list, tuple)) or len(value) < min_len or (length and len(value) != length):
-            raise _Invalid(f"expected {what}{f' with at least {min_len} item(s)' if min_len else ''}")
+            raise Invalid(f"expected {what}{f' with at least {min_len} item(s)' if min_len else ''}")
         out = []
         for i, v in enumerate(value):
             try:
                 out.append(item(v))
-            except _Invalid as err:
+            except Invalid as err:
                 got = "" if err.names_value else f", got {_describe(v)}"
-                raise _Invalid(f"item {i}: {err}{got}", names_value=True) from None
+                raise Invalid(f"item {i}: {err}{got}", names_value=True) from None
         return out
 
     return check
@@ -160,7 +160,7 @@ def list_of(item: Callable[[Any], Any], *, min_len: int = 0, length: int | None 
 
 def mapping(value: Any) -> dict:
     if not isinstance(value, dict):
-        raise _Invalid("expected a mapping (key: value pairs)")
+        raise Invalid("expected a mapping (key: value pairs)")
     return dict(value)
 
 
@@ -177,7 +177,7 @@ def fraction_or_range(value: Any) -> float | list[float]:
         return fraction(value)
     low, high = list_of(fraction, length=2)(value)
     if low > high:
-        raise _Invalid(f"expected a range [low, high] with low <= high, got {list(value)}")
+        raise Invalid(f"expected a range [low, high] with low <= high, got {list(value)}")
     return [low, high]
 
 
@@ -185,6 +185,6 @@ def fraction_or_range(value: Any) -> float | list[float]:
 
 def plain_name(value: Any) -> str:
     if not isinstance(value, str) or not value or "/" in value or "\\" in value or value in (".", ".."):
-        raise _Invalid("expected a plain folder name (no '/', not '.' or '..')")
+        raise Invalid("expected a plain folder name (no '/', not '.' or '..')")
     return value
 

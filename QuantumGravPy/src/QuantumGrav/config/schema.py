@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import ConfigError
-from .checks import (Field, _describe, _Invalid, boolean, callback_entry, choice, fraction_or_range, integer,  # noqa: F401
+from .checks import (Field, _describe, Invalid, boolean, callback_entry, choice, fraction_or_range, integer,  # noqa: F401
                      list_of, mapping, number, plain_name, port, pyobject, pyobject_of, string)
 from .sections import OPTIONAL_SECTIONS, ConfigSections, config_sections, schema  # noqa: F401
 from .smoke_test import apply_smoke_test, cap_file_epochs

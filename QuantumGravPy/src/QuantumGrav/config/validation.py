@@ -8,9 +8,10 @@ import difflib
 from typing import Any, Mapping
 
 from ..errors import ConfigError
-from .checks import _describe, _Invalid, number
+from .checks import _describe, Invalid, number
 from .data_section import MANIFOLD_CLASSES
 from .learning_sections import metric_mode
+from .section import Section, lookup, section_from, yaml_tree
 from .sections import OPTIONAL_SECTIONS, schema
 
 DERIVED_SECTION = "derived"  # absent (or null) means: feature off
@@ -40,12 +41,26 @@ def _walk(spec: Mapping[str, Any], given: Any, prefix: str, errors: list[str]) -
         elif key in given:
             try:
                 resolved[key] = item.validate(given[key])
-            except _Invalid as err:
+            except Invalid as err:
                 got = "" if err.names_value else f", got {_describe(given[key])}"
                 errors.append(f"{path}: {err}{got}")
         else:
             resolved[key] = copy.deepcopy(item.default)
     return resolved
+
+
+def validate_section(cls: type[Section], given: Any, errors: list[str]) -> Section | None:
+    """A section outside the training config's layout (``cls.yaml`` names it, e.g. a study's ``tune``), checked
+    as the config's are: each problem appended to ``errors`` with its key path. Returns the typed, frozen section,
+    or None when it has problems."""
+    found = len(errors)
+    resolved = _walk(lookup(yaml_tree(cls), cls.yaml), given, cls.yaml + ".", errors)
+    if len(errors) > found:
+        return None
+    nested: dict[str, Any] = resolved
+    for part in reversed(cls.yaml.split(".")):
+        nested = {part: nested}
+    return section_from(cls, nested)
 
 
 def _cross_checks(cfg: dict, errors: list[str]) -> None:
@@ -87,7 +102,7 @@ def _training_checks(cfg: dict, errors: list[str]) -> None:
     if lr is not None:
         try:
             number(0.0, exclusive_min=True)(lr)
-        except _Invalid as err:
+        except Invalid as err:
             errors.append(f"training.optimizer_kwargs.lr: {err}, got {_describe(lr)}")
 
 

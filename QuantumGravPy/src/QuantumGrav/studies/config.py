@@ -16,10 +16,14 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from ..config.schema import (Field, UnresolvedPyObject, _Invalid, _walk, apply_overrides, choice, integer, load_config,
-                             mapping, merge_configs, plain_name, read_config_file, resolve_pyobject, string, validate_config)
+from ..config.checks import Invalid, choice, integer, mapping, plain_name, string
+from ..config.schema import load_config, validate_config
+from ..config.section import PyObjectName, Section, setting, thaw
+from ..config.validation import validate_section
+from ..config.yaml_io import (UnresolvedPyObject, apply_overrides, merge_configs, read_config_file,
+                              resolve_pyobject)
 from ..errors import ConfigError, UserError
 from .search_space import SearchSpace
 from ..config.smoke_test import cap_file_epochs, cap_file_trials
@@ -69,35 +73,38 @@ def _optuna_class(base_path: str, role: str):
     def check(value: Any) -> type:
         base = resolve_pyobject(base_path)
         if isinstance(value, UnresolvedPyObject):
-            raise _Invalid(f"expected {role} given as !pyobject; '{value.path}' does not import: {value.reason}",
+            raise Invalid(f"expected {role} given as !pyobject; '{value.path}' does not import: {value.reason}",
                            names_value=True)
         if not (isinstance(value, type) and issubclass(value, base)):
-            raise _Invalid(f"expected {role} (a subclass of {base_path}) given as !pyobject")
+            raise Invalid(f"expected {role} (a subclass of {base_path}) given as !pyobject")
         return value
 
     return check
 
 
-def tune_schema() -> dict[str, Field]:
-    """The keys of the ``tune`` section (docs/hyperparameter_search.md describes them)."""
-    return {
-        "study": Field(plain_name, "study", doc="the study's name; its folder is <path>/<study>"),
-        "path": Field(string, "studies", doc="parent folder of the study folders"),
-        "storage": Field(string, None, nullable=True,
-                         doc="null: a journal file in the study folder; else an Optuna storage URL "
-                             "(sqlite:///..., postgresql://...) or the path of a journal file"),
-        "trials": Field(integer(1), 20, doc="finished trials (COMPLETE or PRUNED) the study ends with"),
-        "metric": Field(choice(*EARLY_STOPPING_METRICS), None, nullable=True,
-                        doc="null: early_stopping.metric; the direction follows the metric"),
-        "sampler_type": Field(_optuna_class("optuna.samplers.BaseSampler", "an Optuna sampler class"),
-                              resolve_pyobject("optuna.samplers.TPESampler")),
-        "sampler_kwargs": Field(mapping, {}),
-        "pruner_type": Field(_optuna_class("optuna.pruners.BasePruner", "an Optuna pruner class"),
-                             resolve_pyobject("optuna.pruners.MedianPruner")),
-        "pruner_kwargs": Field(mapping, {}),
-        "seed": Field(integer(0), None, nullable=True, doc="seeds the sampler (per trial: seed + trial number)"),
-        "space": Field(mapping, {}, doc="key path -> {low, high, log, step} or {choices: [...]}"),
-    }
+@dataclass(frozen=True)
+class TuneSection(Section):
+    """``tune:``, a study config's own section (docs/hyperparameter_search.md describes it)."""
+
+    yaml: ClassVar[str] = "tune"
+
+    study: str = setting("study", plain_name, "the study's name; its folder is <path>/<study>")
+    path: str = setting("studies", string, "parent folder of the study folders")
+    storage: str | None = setting(None, string, "null: a journal file in the study folder; else an Optuna storage "
+                                  "URL (sqlite:///..., postgresql://...) or the path of a journal file", nullable=True)
+    trials: int = setting(20, integer(1), "finished trials (COMPLETE or PRUNED) the study ends with")
+    metric: str | None = setting(None, choice(*EARLY_STOPPING_METRICS),
+                                 "null: early_stopping.metric; the direction follows the metric", nullable=True)
+    sampler_type: type = setting(PyObjectName("optuna.samplers.TPESampler"),
+                                 _optuna_class("optuna.samplers.BaseSampler", "an Optuna sampler class"),
+                                 "the sampler that proposes each trial's values")
+    sampler_kwargs: Mapping[str, Any] = setting({}, mapping, "keyword arguments of the sampler (not seed: tune.seed)")
+    pruner_type: type = setting(PyObjectName("optuna.pruners.MedianPruner"),
+                                _optuna_class("optuna.pruners.BasePruner", "an Optuna pruner class"),
+                                "the pruner that stops unpromising trials early, from their validation metric")
+    pruner_kwargs: Mapping[str, Any] = setting({}, mapping, "keyword arguments of the pruner")
+    seed: int | None = setting(None, integer(0), "seeds the sampler (per trial: seed + trial number)", nullable=True)
+    space: Mapping[str, Any] = setting({}, mapping, "key path -> {low, high, log, step} or {choices: [...]}")
 
 
 def read_study_config(source: str | Path | Mapping[str, Any] | list | tuple,
@@ -113,14 +120,14 @@ def read_study_config(source: str | Path | Mapping[str, Any] | list | tuple,
         raise ConfigError("tune: missing; a study config is a training config plus a tune: section "
                           "(see configs/tune.yaml)")
     problems: list[str] = []
-    tune = _walk(tune_schema(), raw.pop("tune"), "tune.", problems)
+    tune = validate_section(TuneSection, raw.pop("tune"), problems)
     base = None
     try:
         base = load_config(raw)
     except ConfigError as err:
         problems += problem_lines(err)
     settings = None
-    if not problems:
+    if tune is not None and base is not None:
         settings = _settings(tune, base)
         problems += settings.space.problems + _candidate_problems(settings.space, base)
         problems += _metric_problems(settings, base) + _sampler_problems(settings)
@@ -150,18 +157,19 @@ def problem_lines(err: ConfigError) -> list[str]:
     return lines or [" ".join(str(err).split())]
 
 
-def _settings(tune: dict[str, Any], base: dict[str, Any]) -> StudySettings:
-    folder = Path(tune["path"]).expanduser().resolve() / tune["study"]
-    storage = tune["storage"]
+def _settings(tune: TuneSection, base: dict[str, Any]) -> StudySettings:
+    folder = Path(tune.path).expanduser().resolve() / tune.study
+    storage = tune.storage
     if storage is None:
         storage = str(folder / "study.journal")
     elif "://" not in storage:
         storage = str(Path(storage).expanduser().resolve())
-    metric = tune["metric"] or base["early_stopping"]["metric"]
-    return StudySettings(tune["study"], folder, storage, tune["trials"], metric,
+    metric = tune.metric or base["early_stopping"]["metric"]
+    # The plain lists and dicts the YAML gave: the space's values go into trials' configs, the kwargs to Optuna.
+    return StudySettings(tune.study, folder, storage, tune.trials, metric,
                          "maximize" if metric_mode(metric) == "max" else "minimize",
-                         tune["sampler_type"], tune["sampler_kwargs"], tune["pruner_type"], tune["pruner_kwargs"],
-                         tune["seed"], SearchSpace(tune["space"]))
+                         tune.sampler_type, thaw(tune.sampler_kwargs), tune.pruner_type, thaw(tune.pruner_kwargs),
+                         tune.seed, SearchSpace(thaw(tune.space)))
 
 
 def _candidate_problems(space: SearchSpace, base: dict[str, Any]) -> list[str]:
