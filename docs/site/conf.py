@@ -26,7 +26,7 @@ project = "QuantumGrav"
 author = "the QuantumGrav developers"
 # Read, not imported: importing the package (and torch) is autodoc's job, only when a page needs it.
 release = version = re.search(r'__version__ = "([^"]+)"',
-                              (REPO / "QuantumGravPy" / "src" / "QuantumGrav" / "__init__.py").read_text()).group(1)
+                              (REPO / "QuantumGravPy" / "src" / "QuantumGrav" / "version.py").read_text()).group(1)
 root_doc = "docs/site/index"
 
 extensions = [

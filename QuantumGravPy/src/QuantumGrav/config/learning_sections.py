@@ -26,15 +26,9 @@ def metric_mode(metric: str) -> str:
 
 _CRITERION_DOC = (
     "loss(outputs, target): a torch.nn.Module class (instantiated first), a function of torch.nn.functional, a "
-    "function of your own code or one marked with @QuantumGrav.loss_function; null: the task's (cross_entropy, "
-    "binary_cross_entropy_with_logits, mse_loss). Your own code is a module outside the Python installation: a "
-    "script's or notebook's __main__, a .py file next to the notebook, a project on PYTHONPATH or installed in "
-    "editable mode; not the standard library, not site-packages or dist-packages, not QuantumGrav itself. A "
-    "function of an installed package (say torchvision.ops.sigmoid_focal_loss) is refused unless marked: wrap it "
-    "in a function of your own module, or mark it where it is defined. The rule follows whoever wrote the "
-    "function, as a config cannot: an allow-list in the config would be written by whoever writes the config, "
-    "while the functions a hostile config would reach for (subprocess.run, os.system, shutil.rmtree, "
-    "builtins.eval) are all of the standard library or installed packages")
+    "function of your own code (a module outside the Python installation) or one marked with "
+    "@QuantumGrav.loss_function; null: the task's (cross_entropy, binary_cross_entropy_with_logits, mse_loss). "
+    "Another package's function is refused unless marked (see Trust above)")
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,14 @@ def reading_configs() -> str:
   runs; the checks do not prevent imports, and a class of the right role can still do anything its code
   does (and call what its arguments name). A value outside its role is one error naming the key, the role
   and what was given, e.g. `data.type: expected a dataset class (...) or a dataset factory marked with
-  @QuantumGrav.dataset_factory, got !pyobject subprocess.run`.
+  @QuantumGrav.dataset_factory, got !pyobject subprocess.run`. A loss (`criterion`) is called only if it is
+  your own code (a module outside the Python installation: a script's or notebook's \\_\\_main\\_\\_, a `.py` file
+  next to the notebook, a project on `PYTHONPATH` or installed in editable mode) or is marked with
+  `@QuantumGrav.loss_function`: the rule follows whoever wrote the function, as a config cannot (an allow-list
+  in the config would be written by whoever writes the config, while the functions a hostile config would
+  reach for, such as `subprocess.run`, `os.system` or `builtins.eval`, are all of the standard library or
+  installed packages). Wrap another package's loss (say `torchvision.ops.sigmoid_focal_loss`) in a function
+  of your own module, or mark it where it is defined.
 - **A run's `config.yaml`** is the resolved config (defaults filled, `resume` and `run_name` cleared)
   plus a `derived` section (effective batch size, scaled LR and warmup); `derived` is recomputed and
   ignored when the file is loaded again, so `--config <run dir>/config.yaml` repeats the run in a new

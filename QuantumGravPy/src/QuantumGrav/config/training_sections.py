@@ -170,13 +170,8 @@ class SchedulerSection(Section):
 
 _RESUME_DOC = (
     "run directory to continue from its last checkpoint; the config's data, model and task sections (and "
-    "criterion) must be the run's, training settings such as num_epochs and early_stopping.* may change (a "
-    "changed early-stopping metric or mode starts its count afresh). The LR schedule is restored from the "
-    "checkpoint; when num_epochs changes and the schedule's length follows it (CosineAnnealingLR without T_max), "
-    "the cosine is re-planned for the new length: from the resumed epoch on, the LR is the one a run planned for "
-    "the new num_epochs from the start has there, reaching eta_min at the new end (a finished run extended by a "
-    "few epochs continues at a small LR, not from zero; the log says so). An explicit scheduler_kwargs.T_max is "
-    "kept as it is")
+    "criterion) must be the run's, training settings such as num_epochs may change (a changed early-stopping metric "
+    "starts its count afresh; README, \"Training from the command line\", says how the LR schedule follows)")
 
 
 @dataclass(frozen=True)
