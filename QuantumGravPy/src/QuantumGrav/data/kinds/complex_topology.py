@@ -129,7 +129,7 @@ def near_cuts(points: np.ndarray, branch_points: np.ndarray, finite_cuts: np.nda
     return (_distance_to_segments(points, segments) < tolerance).any(axis=1)
 
 
-def _all_cuts(branch_points: np.ndarray, finite_cuts: np.ndarray) -> np.ndarray:
+def cut_segments(branch_points: np.ndarray, finite_cuts: np.ndarray) -> np.ndarray:
     """Every cut as a segment (k, 2, 2), the vertical ones reaching far beyond the box."""
     tops = np.column_stack([np.full(len(branch_points), VERTICAL_CUT_TOP), branch_points[:, 1]])
     return np.concatenate([finite_cuts.reshape(-1, 2, 2), np.stack([branch_points, tops], axis=1).reshape(-1, 2, 2)])
@@ -154,30 +154,34 @@ def _causal(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return dt >= np.abs(ends[None, :, 1] - starts[:, None, 1])
 
 
-def _direct_relation(points: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+def _direct_relation(points: np.ndarray, cuts: np.ndarray, minkowski: np.ndarray) -> np.ndarray:
     """Minkowski-related pairs whose straight segment crosses no cut, by sign tests on the pairs whose ends lie on
     either side of a cut's line: the cross product of (y - x) with (p - x) is C(x, y) + C(y, p) - C(x, p), with C
     the 2D cross product."""
-    first, second = np.nonzero(minkowski_relation(points))
+    first, second = np.nonzero(minkowski)
+    t, s = points[:, 0], points[:, 1]
+    pair_cross = t[first] * s[second] - s[first] * t[second]
     open_pairs = np.ones(len(first), dtype=bool)
     for p, q in cuts:
         side = np.sign(_cross((q - p)[None], points - p[None])).astype(np.int8)
-        straddling = np.flatnonzero(side[first] * side[second] < 0)
+        straddling = np.flatnonzero(side[first] != side[second])
         x, y = first[straddling], second[straddling]
-        to_p, to_q, pair_cross = _cross(points, p[None]), _cross(points, q[None]), _cross(points[x], points[y])
-        side_p = np.sign(pair_cross + to_p[y] - to_p[x])
-        side_q = np.sign(pair_cross + to_q[y] - to_q[x])
-        open_pairs[straddling[side_p * side_q < 0]] = False
+        to_p, to_q, crossed = _cross(points, p[None]), _cross(points, q[None]), pair_cross[straddling]
+        side_p = np.sign(crossed + to_p[y] - to_p[x])
+        side_q = np.sign(crossed + to_q[y] - to_q[x])
+        open_pairs[straddling[(side[x] * side[y] < 0) & (side_p * side_q < 0)]] = False
     relation = np.zeros((len(points), len(points)), dtype=bool)
     relation[first[open_pairs], second[open_pairs]] = True
     return relation
 
 
-def cut_relation(points: np.ndarray, branch_points: np.ndarray, finite_cuts: np.ndarray) -> np.ndarray:
+def cut_relation(points: np.ndarray, branch_points: np.ndarray, finite_cuts: np.ndarray,
+                 minkowski: np.ndarray | None = None) -> np.ndarray:
     """(n, n) bool: x_i precedes x_j iff a causal curve joins them without crossing a cut, for time-sorted
-    ``points`` (none on a cut): straight, or bent at cut endpoints that the curve reaches in causal order."""
-    cuts = _all_cuts(np.asarray(branch_points, float).reshape(-1, 2), np.asarray(finite_cuts, float))
-    relation = _direct_relation(points, cuts)
+    ``points`` (none on a cut): straight, or bent at cut endpoints that the curve reaches in causal order.
+    ``minkowski``: the points' flat relation, when the caller already has it."""
+    cuts = cut_segments(np.asarray(branch_points, float).reshape(-1, 2), np.asarray(finite_cuts, float))
+    relation = _direct_relation(points, cuts, minkowski_relation(points) if minkowski is None else minkowski)
     corners = np.concatenate([cuts[:len(finite_cuts)].reshape(-1, 2), np.asarray(branch_points, float).reshape(-1, 2)])
     if not len(corners):
         return relation
@@ -207,8 +211,9 @@ def generate_complex_topology(n: int, rng: np.random.Generator,
     points, params = polynomial_points(rng, n, truncated=True)
     branch_points, finite_cuts = draw_cuts(rng, n_vertical, n_finite, settings.tolerance)
     kept = points[~near_cuts(points, branch_points, finite_cuts, settings.tolerance)]
-    relation = cut_relation(kept, branch_points, finite_cuts)
-    minkowski_count = int(minkowski_relation(kept).sum())
+    minkowski = minkowski_relation(kept)
+    relation = cut_relation(kept, branch_points, finite_cuts, minkowski)
+    minkowski_count = int(minkowski.sum())
     params.update(n_vertical_cuts=n_vertical, n_finite_cuts=n_finite, n_sprinkled=n,
                   n_removed=n - len(kept),
                   cut_relation_fraction=1.0 - int(relation.sum()) / max(minkowski_count, 1))
