@@ -1,0 +1,59 @@
+"""The nine kinds together: QuantumGrav.jl's names and codes, every generator's contract, and stores written in
+QuantumGrav.jl's layout that our reader reads back."""
+
+import numpy as np
+import pytest
+
+from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, GENERATORS, MANIFOLD_LIKE_KINDS, generate_kind
+from QuantumGrav.data.kinds.stores import write_kind_stores
+
+zarr = pytest.importorskip("zarr")
+from QuantumGrav.data.zarr_store import QuantumGravJLDataset  # noqa: E402
+
+SMALL = (16, 24)
+
+
+def test_the_kinds_have_produce_datas_names_codes_and_labels():
+    assert CSET_TYPE_NUMBERS == {"polynomial": 1, "complex_topology": 2, "destroyed": 3, "merged": 4, "grid": 5,
+                                 "layered": 6, "random": 7, "merged_ambiguous": 8, "destroyed_ambiguous": 9}
+    assert MANIFOLD_LIKE_KINDS == {"polynomial", "complex_topology"}
+    with pytest.raises(ValueError, match="kind: expected one of polynomial, complex_topology"):
+        generate_kind("minkowski_4d", np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kind", list(GENERATORS))
+def test_every_kind_gives_a_time_labelled_order_of_its_drawn_size(kind):
+    rng = np.random.default_rng(5)
+    sample = generate_kind(kind, rng)
+    relation = sample.relation
+    assert sample.kind == kind and sample.manifold_like == (kind in MANIFOLD_LIKE_KINDS)
+    assert relation.dtype == bool and relation.shape == (sample.n, sample.n) and not np.tril(relation).any()
+    steps = relation.astype(np.int32)
+    assert not ((steps @ steps > 0) & ~relation).any(), "transitive"
+    # complex_topology drops the points too close to a cut; every other kind has the drawn 64..128 elements
+    assert (56 if kind == "complex_topology" else 64) <= sample.n <= 128
+    again = generate_kind(kind, np.random.default_rng(5))
+    assert np.array_equal(again.relation, relation), "the same seed gives the same set"
+
+
+def test_stores_of_every_kind_are_read_back_as_written(tmp_path):
+    stores = write_kind_stores(tmp_path, num_per_kind=2, seed=3, n_range=SMALL)
+    assert [store.name for store in stores] == [f"{kind}_3.zarr" for kind in GENERATORS]
+    for kind, store in zip(GENERATORS, stores):
+        rng = np.random.default_rng([3, CSET_TYPE_NUMBERS[kind]])
+        for i in (1, 2):
+            expected = generate_kind(kind, rng, n_range=SMALL).relation
+            group = zarr.open_group(str(store), mode="r")[f"cset_{i}"]
+            assert np.array_equal(np.asarray(group["adj"][...]).T.astype(bool), expected), "adj as Zarr.jl leaves it"
+            assert int(group["cset_type"][0]) == CSET_TYPE_NUMBERS[kind]
+    dataset = QuantumGravJLDataset(tmp_path, target="cset_type", cache=False)
+    assert len(dataset) == 18 and dataset.class_names == list(GENERATORS)
+    assert sorted(int(dataset[i].y) for i in range(len(dataset))) == sorted(list(range(9)) * 2)
+    binary = QuantumGravJLDataset(tmp_path, target="manifold_like", cache=False)
+    assert sum(int(binary[i].y) for i in range(len(binary))) == 4, "2 polynomial + 2 complex_topology sets"
+
+
+def test_an_unknown_kind_writes_nothing(tmp_path):
+    with pytest.raises(ValueError, match="'trousers' unknown"):
+        write_kind_stores(tmp_path, kinds=["polynomial", "trousers"], num_per_kind=1, n_range=SMALL)
+    assert not any(tmp_path.iterdir())
