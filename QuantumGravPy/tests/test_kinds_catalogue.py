@@ -57,3 +57,30 @@ def test_an_unknown_kind_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="'trousers' unknown"):
         write_kind_stores(tmp_path, kinds=["polynomial", "trousers"], num_per_kind=1, n_range=SMALL)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_refused_draw_is_drawn_again_as_quantumgrav_jl_does(monkeypatch):
+    from QuantumGrav.data.kinds import catalogue
+    from QuantumGrav.data.kinds.common import SetRefused
+
+    calls = []
+
+    def refuses_twice(n, rng):
+        calls.append(n)
+        if len(calls) < 3:
+            raise SetRefused("no set this time")
+        return catalogue.generate_polynomial(n, rng)
+
+    monkeypatch.setitem(catalogue.GENERATORS, "polynomial", refuses_twice)
+    sample = catalogue.generate_kind("polynomial", np.random.default_rng(0))
+    assert len(calls) == 3 and sample.n == calls[-1], "each attempt draws a new element count"
+    attempts = []
+
+    def always_refuses(n, rng):
+        attempts.append(n)
+        raise SetRefused("never")
+
+    monkeypatch.setitem(catalogue.GENERATORS, "polynomial", always_refuses)
+    with pytest.raises(SetRefused, match="never"):
+        catalogue.generate_kind("polynomial", np.random.default_rng(0), n=50)
+    assert attempts == [50] * catalogue.ATTEMPTS, "a given element count is kept; the last refusal is raised"

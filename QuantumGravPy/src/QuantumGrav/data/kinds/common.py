@@ -22,6 +22,11 @@ ORDER_RANGE = (5, 15)
 DECAY_RANGE = (2.0, 8.0)
 
 
+class SetRefused(RuntimeError):
+    """A generator's draw that cannot make a set (a random order's search that never reaches its goal); as
+    QuantumGrav.jl's factory does, the caller draws again (``catalogue.generate_kind``)."""
+
+
 @dataclass
 class KindSample:
     """One generated causal set of a QuantumGrav.jl kind.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import KindSample, random_pairs
+from .common import KindSample, SetRefused, random_pairs
 
 # Upstream's flip parameter: rows are ordering-fraction goals, columns element counts, bilinear in between and
 # clamped at the edges (csetgenerationbyconnectivity.jl, FlipParamDeterminer).
@@ -50,7 +50,7 @@ class RandomOrderSettings:
     acceptance: float = 5e5
 
 
-class OrderingFractionNotReached(RuntimeError):
+class OrderingFractionNotReached(SetRefused):
     """No try of the Metropolis search came within the tolerance of the goal (upstream throws too, and its
     factory then draws a new element count)."""
 
