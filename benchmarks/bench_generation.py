@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/bench_generation.py --num 20 --n 1024     # large sets: mind the memory
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 2048 --scaling-n 64 128 256
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n 1024 2048 --large-num 12
+    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --kinds-n 128 2048 \
+        --json benchmarks/results_generation_kinds.json
 
 Stages use the public functions of ``QuantumGrav.data.causal_sets`` on chunks of 128 sets, the
 classes of ``DEFAULT_CLASSES`` in equal shares; the last row is the whole generator
@@ -15,6 +17,9 @@ The second table builds a fresh cache (``CausalSetDataset(..., workers=K, storag
 shards, index) of ``--scaling-num`` sets at each N with K = 1, 2, ... up to the usable cores. K > 1 runs a
 pool whose workers fork from a fork server that imports the package once per process: that start is timed
 first, on its own (a user waits for it once), and is in no row.
+
+The kinds table times each of QuantumGrav.jl's nine kinds (``QuantumGrav.data.kinds``: the relation alone, one
+process, one thread) at each ``--kinds-n``: sets/s and CPU seconds per set.
 
 ``--json FILE`` stores every table with the command, the date and the load average:
 ``benchmarks/results_generation.json`` is the run that docs/large_data.md quotes.
@@ -48,6 +53,12 @@ def causal_matrices(cset_type: str, batch: int, n: int, rng: np.random.Generator
         sprinkled = cs.sprinkle_diamond_batch(batch, n, int(rng.choice(cs.DEFAULT_DIMENSIONS)), rng)[1]
         return cs.destroy_order(sprinkled, cs.DEFAULT_DESTROY_FRACTION, rng)
     return cs.random_layered_orders(batch, n, rng)
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def timed(function: Callable[[], object]) -> tuple[object, float]:
@@ -109,6 +120,32 @@ def large_rows(num: int, sizes: list[int], seed: int) -> list[tuple[int, int, fl
     return rows
 
 
+def kinds_rows(sizes: list[int], seconds_per_cell: float, seed: int) -> list[tuple[str, int, int, float, float]]:
+    """(kind, N, sets, sets/s, CPU seconds per set) of each kind (``generate_kind``: a refused draw is drawn
+    again, as QuantumGrav.jl does, and its time counts): sets are made until ``seconds_per_cell`` have passed
+    (at least two)."""
+    from QuantumGrav.data.kinds.catalogue import GENERATORS, generate_kind
+
+    rows = []
+    for kind in GENERATORS:
+        for n in sizes:
+            rng = np.random.default_rng(seed)
+            generate_kind(kind, rng, n=n)  # warm-up: numpy's first calls
+            count, start, cpu_start = 0, time.perf_counter(), time.process_time()
+            while count < 2 or time.perf_counter() - start < seconds_per_cell:
+                generate_kind(kind, rng, n=n)
+                count += 1
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+            rows.append((kind, n, count, count / wall, cpu / count))
+    return rows
+
+
+def kinds_table(rows: list[tuple[str, int, int, float, float]]) -> str:
+    lines = ["| kind | N | sets | sets/s | CPU s per set |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {kind} | {n:,} | {num} | {rate:,.2f} | {cpu:.4f} |" for kind, n, num, rate, cpu in rows]
+    return "\n".join(lines)
+
+
 def large_table(rows: list[tuple[int, int, float, float, float]]) -> str:
     lines = ["| N | sets | sets/s | CPU s per set | peak RSS MB |", "|---:|---:|---:|---:|---:|"]
     lines += [f"| {n:,} | {num} | {rate:,.2f} | {cpu:.3f} | {rss:,.0f} |" for n, num, rate, cpu, rss in rows]
@@ -129,7 +166,7 @@ def markdown_table(rows: list[tuple[str, int, float]]) -> str:
     return "\n".join(lines)
 
 
-COLUMNS = {"stages": ["stage", "sets", "seconds"], "large": ["n", "sets", "sets_per_s", "cpu_s_per_set", "peak_rss_mb"],
+COLUMNS = {"stages": ["stage", "sets", "seconds"], "kinds": ["kind", "n", "sets", "sets_per_s", "cpu_s_per_set"], "large": ["n", "sets", "sets_per_s", "cpu_s_per_set", "peak_rss_mb"],
            "workers": ["n", "workers", "sets_per_s"]}
 
 
@@ -143,6 +180,9 @@ def main() -> None:
     parser.add_argument("--large-n", type=int, nargs="*", default=[1024, 2048],
                         help="N of the large-set table (generate_causal_sets end to end; nothing: skip)")
     parser.add_argument("--large-num", type=int, default=12, help="sets per N of the large-set table (default 12)")
+    parser.add_argument("--kinds-n", type=int, nargs="*", default=[],
+                        help="N of the table of QuantumGrav.jl's nine kinds (nothing: skip)")
+    parser.add_argument("--kinds-seconds", type=float, default=3.0, help="seconds of generation per kind and N")
     parser.add_argument("--json", help="also store the tables in this file")
     args = parser.parse_args()
     stored = {"command": " ".join(["python", *sys.argv]), "load_average_before": os.getloadavg(),
@@ -165,6 +205,10 @@ def main() -> None:
             print(f"the pool's fork server started in {stored['fork_server_s']:.1f} s (once per process, in no row)\n")
         stored["workers"] = workers_rows(args.scaling_num, args.scaling_n, args.seed)
         print(workers_table(stored["workers"]))
+    if args.kinds_n:
+        print(f"\nQuantumGrav.jl's nine kinds, one process, {torch_threads()} thread(s)\n")
+        stored["kinds"] = kinds_rows(args.kinds_n, args.kinds_seconds, args.seed)
+        print(kinds_table(stored["kinds"]))
     if args.json:
         stored.update(load_average_after=os.getloadavg(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
         for table, columns in COLUMNS.items():  # rows as records, named
