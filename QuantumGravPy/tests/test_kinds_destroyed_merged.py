@@ -8,8 +8,9 @@ from QuantumGrav.data.kinds.common import minkowski_relation, sprinkle
 from QuantumGrav.data.kinds.destroyed import (DESTROYED_AMBIGUOUS, DestroyedSettings, destroy, draw_flip_fraction,
                                               flip_count, generate_destroyed, generate_destroyed_ambiguous,
                                               toggled_pairs)
+from QuantumGrav.data.kinds.layered import layer_sizes
 from QuantumGrav.data.kinds.merged import (MERGED_AMBIGUOUS, MergedSettings, block_size, generate_merged,
-                                           generate_merged_ambiguous, insert_block, layer_sizes, layered_block)
+                                           generate_merged_ambiguous, insert_block, layered_block)
 from QuantumGrav.data.orders import transitive_reduction
 
 GENERATORS = [generate_destroyed, generate_destroyed_ambiguous, generate_merged, generate_merged_ambiguous]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..orders import transitive_closure
+from .layered import close_layers, consecutive_layer_edges, layer_sizes
 from .common import (DECAY_RANGE, ORDER_RANGE, KindSample, conformal_coefficients, minkowski_relation,
                      sprinkle)
 
@@ -57,30 +58,12 @@ def block_size(n: int, block_fraction: float) -> int:
     return int(min(max(MIN_BLOCK_SIZE, np.rint(block_fraction * n)), n - 1))
 
 
-def layer_sizes(rng: np.random.Generator, n: int, layers: int, spread: float) -> np.ndarray:
-    """QuantumGrav.jl's gaussian_dist_cuts: each cut is drawn around an equal split of what is left and redrawn
-    until it leaves every layer an element (and the last two)."""
-    cuts = [0]
-    for k in range(1, layers):
-        centre = cuts[-1] + (n - cuts[-1]) / (layers - k + 1)
-        cut = cuts[-1]
-        while not cuts[-1] < cut < n + k - layers:
-            cut = int(np.rint(centre + spread * rng.standard_normal()))
-        cuts.append(cut)
-    return np.diff(np.append(cuts, n))
-
-
 def layered_block(rng: np.random.Generator, n: int, link_probability: float) -> tuple[np.ndarray, np.ndarray]:
     """A random 3-layer order of ``n`` elements, labelled layer by layer: consecutive layers' pairs are edges
     with ``link_probability``, then closed (the first layer precedes the third through a shared middle element).
     Returns the relation and the layer sizes."""
     sizes = layer_sizes(rng, n, BLOCK_LAYERS, BLOCK_SIZE_SPREAD * n / BLOCK_LAYERS)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    edges = np.zeros((n, n), dtype=bool)
-    for k in range(BLOCK_LAYERS - 1):
-        lower, middle, upper = starts[k], starts[k + 1], starts[k + 2]
-        edges[lower:middle, middle:upper] = rng.random((middle - lower, upper - middle)) < link_probability
-    return transitive_closure(edges), sizes
+    return close_layers(consecutive_layer_edges(rng, sizes, link_probability), sizes), sizes
 
 
 def insert_block(relation: np.ndarray, block: np.ndarray, position: int, into_block: np.ndarray,
