@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Sequence
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -84,3 +85,19 @@ def exit_when_gone(reader: Any) -> None:
         os._exit(EXIT_CODE_LAUNCHER_GONE)
 
     threading.Thread(target=watch, name="QuantumGrav-lifeline", daemon=True).start()
+
+
+def map_in_workers(function: Callable[..., Any], calls: Sequence[tuple], workers: int) -> list[Any]:
+    """``[function(*call) for call in calls]``, in a pool of up to ``workers`` processes when there is more than
+    one call: started from ``worker_context``, and ended by a lifeline when this process is gone (``kill -9``
+    too), so no helper outlives a killed job. ``function`` must be importable (a module's function)."""
+    if workers <= 1 or len(calls) <= 1:
+        return [function(*call) for call in calls]
+    context = worker_context()
+    lifeline = Lifeline(context)
+    try:
+        with ProcessPoolExecutor(min(workers, len(calls)), mp_context=context, initializer=exit_when_gone,
+                                 initargs=(lifeline.reader,)) as pool:
+            return list(pool.map(function, *zip(*calls)))
+    finally:
+        lifeline.close()

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,7 +29,7 @@ from . import causal_sets, shards as data_shards
 from .causal_sets import (CSET_TYPES, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES, CausalSetRecord,
                           check_generation_args, draw_plan, generate_block, plan_order)
 from ..config.data_section import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS  # noqa: F401
-from ..processes import Lifeline, cores_per_process, exit_when_gone, worker_context
+from ..processes import cores_per_process, map_in_workers
 
 # The task each target is learned as (QuantumGrav.evaluation.tasks); task.type: auto reads it from the dataset.
 TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
@@ -174,18 +173,8 @@ def generate_blocks(directory: Path, params: dict[str, Any], blocks: Sequence[in
     block_size = causal_sets.GENERATION_BLOCK_SIZE
     pending = data_shards.missing_blocks(directory, list(blocks))
     directory.mkdir(parents=True, exist_ok=True)
-    if workers <= 1 or len(pending) <= 1:
-        return sum(generate_block_files(str(directory), params, block, block_size) for block in pending)
-    context = worker_context()
-    lifeline = Lifeline(context)  # the pool's workers exit when this process is gone, however it ended
-    try:
-        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context, initializer=exit_when_gone,
-                                 initargs=(lifeline.reader,)) as pool:
-            counts = pool.map(generate_block_files, *zip(*[(str(directory), params, block, block_size)
-                                                           for block in pending]))
-            return sum(counts)
-    finally:
-        lifeline.close()
+    return sum(map_in_workers(generate_block_files, [(str(directory), params, block, block_size)
+                                                     for block in pending], workers))
 
 
 class CausalSetDataset(InMemoryDataset):
