@@ -204,6 +204,9 @@ MALFORMED = {
                    "cset_2: 'adj' is not transitively closed"),
     "cycle": (lambda s: _replace(s, "cset_2/adj", np.array([[0, 1], [1, 0]], np.uint8)),
               r"cset_2: 'adj' has a cycle"),
+    # R itself written, not its transpose as Zarr.jl leaves Julia's adj: the time-labelled order reads reversed
+    "other orientation": (lambda s: _replace(s, "cset_2/adj", np.triu(np.ones((4, 4), np.uint8), k=1)),
+                          "cset_2: 'adj' is in the other orientation"),
 }
 
 

@@ -142,6 +142,11 @@ def graph_tensors(R: np.ndarray, edges: str, store: Path, group: str
     ``elements_between`` multiplies only the tiles on and above the diagonal): R is closed iff every
     two-step path is a relation, and a strictly upper-triangular R has no cycle. A matrix that no sort by
     past size makes upper triangular is no closed order; ``_order_problem`` then says why."""
+    if np.tril(R).any() and not np.triu(R).any():
+        raise _format_error(store, group, "'adj' is in the other orientation: every relation points from a later "
+                                          "element to an earlier one (QuantumGrav.jl's sets are time-labelled, and "
+                                          "Zarr.jl stores Julia's adj transposed); write the transpose of your "
+                                          "causal matrix, as write_julia_store does")
     order = None if not np.tril(R).any() else natural_order(R)
     natural = R if order is None else R[np.ix_(order, order)]
     if np.tril(natural).any():
@@ -303,6 +308,15 @@ class QuantumGravJLDataset(Dataset):
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
                     num_nodes=graph["x"].shape[0])
 
+    def describe(self, idx: int) -> dict[str, Any]:
+        """Where item ``idx`` comes from and what it is: its store's name, group and QuantumGrav.jl kind, and the
+        attributes our generator records with each set (the drawn parameters that make it hard to recognise,
+        ``data.kinds``); produce_data's own stores have none."""
+        store_index, group = self._locate(idx)
+        code = int(self._graph(store_index, group)["labels"][1])
+        attributes = dict(self._open(store_index)[group].attrs)
+        return {"store": self.stores[store_index].name, "group": group, "kind": JULIA_CSET_TYPES[code], **attributes}
+
     # ------------------------------------------------------------------ feature cache
     def _feature_cache_dir(self, store: Path, cache_dir: str | os.PathLike | None) -> Path:
         """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
@@ -411,23 +425,33 @@ def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndar
     arrays, Blosc lz4 clevel 9 bit-shuffle and chunks as save_data.jl's defaults (``default_chunks``:
     1000 x 1000 for UInt8 matrices), Zarr format 2 as Zarr.jl 0.9 (QuantumGrav.jl's compat) writes it.
     ``zarr_format=3`` writes what a newer Zarr.jl writes in format 3 (dimensions also reversed, C order)."""
-    zarr = import_zarr()
+    root = import_zarr().open_group(str(path), mode="w", zarr_format=zarr_format)
+    for i, (R, code, manifold) in enumerate(zip(causal_matrices, cset_type_codes, manifold_like, strict=True), 1):
+        write_julia_group(root, i, R, code, manifold)
+    return Path(path)
+
+
+def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_type_code: int, manifold_like: bool,
+                      *, attributes: dict[str, Any] | None = None, node_labels: np.ndarray | None = None) -> None:
+    """Group ``cset_<index>`` of an open store, as ``write_julia_store`` writes it; ``attributes`` (the group's
+    JSON attributes) and ``node_labels`` (an array of one 0/1 per element) are what our generator adds, and
+    readers of produce_data's keys pass over them."""
+    zarr_format = root.metadata.zarr_format
     if zarr_format == 2:
         from numcodecs import Blosc
         blosc = Blosc(cname="lz4", clevel=9, shuffle=Blosc.BITSHUFFLE)
     else:
-        blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=9, shuffle="bitshuffle")
-    root = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
-    for i, (R, code, manifold) in enumerate(zip(causal_matrices, cset_type_codes, manifold_like, strict=True), 1):
-        group = root.create_group(f"cset_{i}")
-        values = {"adj": np.asarray(R, dtype=np.uint8).T, "manifold_like": np.array([manifold], dtype=bool),
-                  "cset_type": np.array([code], dtype="<i8")}
-        for name, value in values.items():
-            chunks = tuple(min(size, 1000) for size in value.shape)
-            array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,
-                                       compressors=blosc, fill_value=None if zarr_format == 2 else 0)
-            array[...] = value
-    return Path(path)
+        blosc = import_zarr().codecs.BloscCodec(cname="lz4", clevel=9, shuffle="bitshuffle")
+    group = root.create_group(f"cset_{index}", attributes=attributes or {})
+    values = {"adj": np.asarray(causal_matrix, dtype=np.uint8).T,
+              "manifold_like": np.array([manifold_like], dtype=bool), "cset_type": np.array([cset_type_code], dtype="<i8")}
+    if node_labels is not None:
+        values["node_labels"] = np.asarray(node_labels, dtype=np.uint8)
+    for name, value in values.items():
+        chunks = tuple(min(size, 1000) for size in value.shape)
+        array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,
+                                   compressors=blosc, fill_value=None if zarr_format == 2 else 0)
+        array[...] = value
 
 
 def task_share() -> tuple[int, int]:
@@ -446,21 +470,25 @@ def task_share() -> tuple[int, int]:
     return 0, 1
 
 
-def build_cache_share(kwargs: dict[str, Any], workers: int) -> str:
-    """Build this task's share (``task_share``) of the feature cache of ``QuantumGravJLDataset(**kwargs)`` with
-    ``workers`` processes; a line saying what was done and how fast."""
+def build_cache_share(kwargs: dict[str, Any], workers: int, dataset_class: type | None = None) -> str:
+    """Build this task's share (``task_share``) of the feature cache of ``dataset_class(**kwargs)`` (default
+    ``QuantumGravJLDataset``; ``KindsDataset`` generates its stores first) with ``workers`` processes; a line
+    saying what was done and how fast."""
     import time
 
     if not kwargs.get("cache", True):
         raise UserError("data.kwargs.cache is false: there is no feature cache to build; remove it or set it true")
-    try:
-        dataset = QuantumGravJLDataset(**kwargs)
-    except TypeError as err:
-        raise UserError(f"data.kwargs: QuantumGravJLDataset(**data.kwargs) failed: {err}") from None
-    rank, world_size = task_share()
+    dataset_class = dataset_class or QuantumGravJLDataset
     start = time.perf_counter()
+    try:
+        dataset = dataset_class(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"data.kwargs: {dataset_class.__name__}(**data.kwargs) failed: {err}") from None
+    rank, world_size = task_share()
     done = dataset.build_cache(workers=workers, rank=rank, world_size=world_size)
     seconds = time.perf_counter() - start
     share = f" (task {rank} of {world_size}: items {rank}, {rank} + {world_size}, ...)" if world_size > 1 else ""
-    return (f"{kwargs['path']}: {done} of {len(dataset)} causal sets cached{share} in {seconds:.1f} s with "
-            f"{workers} processes: {done / max(seconds, 1e-9):,.1f} sets/s (items cached before are read, not computed)")
+    where = kwargs["path"] if len(dataset.stores) == 1 else dataset.stores[0].parent
+    return (f"{where}: {len(dataset.stores)} stores, {done} of {len(dataset)} causal sets cached{share} in "
+            f"{seconds:.1f} s with {workers} processes: {done / max(seconds, 1e-9):,.1f} sets/s (stores written "
+            f"and items cached before are read, not computed)")
