@@ -256,6 +256,7 @@ def test_train_ddp_yaml_is_train_yaml_plus_parallel(monkeypatch):
 # Where each of the other shipped configs may differ from the default job (its comments say why).
 OTHER_CONFIGS = {
     "train_quantumgrav_jl.yaml": ("data.", "training.num_workers"),  # QuantumGrav.jl's stores, read in workers
+    "manifold_like.yaml": ("data.", "training.num_workers"),  # the nine kinds, as stores read in workers
     "train_regression.yaml": ("data.target", "model.", "training.optimizer_kwargs.", "early_stopping.metric"),
 }
 

@@ -148,8 +148,8 @@ def _generate(args: argparse.Namespace) -> int:
     from .data.sources import naming_the_cache_folder
 
     data_cfg = load_config(args.config, args.overrides)["data"]
-    if data_cfg["type"] is not None and pyobject_path(data_cfg["type"]) == STORE_DATASET:
-        return _cache_stores(data_cfg, args.workers or default_workers())
+    if data_cfg["type"] is not None and pyobject_path(data_cfg["type"]) in STORE_DATASETS:
+        return _cache_stores(data_cfg, args.workers or data_cfg["kwargs"].get("workers") or default_workers())
     if data_cfg["type"] is not None:
         raise UserError(f"data.type: generate makes the built-in generator's cache, but {args.config} names a "
                         f"dataset class of its own; use a config without data.type (e.g. configs/train.yaml)")
@@ -167,15 +167,21 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-STORE_DATASET = "QuantumGrav.data.zarr_store.QuantumGravJLDataset"
+# The datasets read from QuantumGrav.jl's stores; KindsDataset writes them first (generated here).
+STORE_DATASETS = ("QuantumGrav.data.zarr_store.QuantumGravJLDataset", "QuantumGrav.data.kinds.dataset.KindsDataset")
 
 
 def _cache_stores(data_cfg: dict, workers: int) -> int:
-    """``generate`` for QuantumGrav.jl stores: compute and cache the graphs of this task's share of the items
-    (``zarr_store.build_cache_share``: task RANK of WORLD_SIZE, or SLURM_PROCID of SLURM_NTASKS)."""
+    """``generate`` for QuantumGrav.jl stores: write the stores of KindsDataset if missing, then compute and cache
+    the graphs of this task's share of the items (``zarr_store.build_cache_share``: task RANK of WORLD_SIZE, or
+    SLURM_PROCID of SLURM_NTASKS)."""
+    from .config.schema import pyobject_path
     from .data.zarr_store import build_cache_share
 
-    print(build_cache_share(data_cfg["kwargs"], workers))
+    kwargs = dict(data_cfg["kwargs"])
+    if pyobject_path(data_cfg["type"]).endswith("KindsDataset"):
+        kwargs["workers"] = workers
+    print(build_cache_share(kwargs, workers, data_cfg["type"]))
     return 0
 
 

@@ -1,0 +1,106 @@
+"""QuantumGrav.jl's nine kinds as a training data set: generated here in equal numbers, written as QuantumGrav.jl's
+stores (``stores``) and read back by the same reader as the stores QuantumGrav.jl writes, so that a model trained
+on one trains and evaluates on the other unchanged.
+
+In a config (``configs/manifold_like.yaml``)::
+
+    data:
+      type: !pyobject QuantumGrav.data.kinds.KindsDataset
+      kwargs: {path: data/kinds, num_per_kind: 1000, target: manifold_like}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ...files import atomic_write_text
+from ...processes import cores_per_process
+from ...version import __version__
+from ..zarr_store import QuantumGravJLDataset
+from .catalogue import GENERATORS
+from .common import DEFAULT_N_RANGE
+from .stores import BLOCK_SIZE, check_kinds, write_kind_stores
+
+GENERATION_FILE = "generation.json"  # written last: a folder without it is not a finished generation
+# Bump when a generator's draws change (the same settings would give other sets): older folders are then not reused.
+GENERATOR_VERSION = 1
+# The fewest elements a set may have: a layered set draws up to 20 layers (QuantumGrav.jl's default) and needs more
+# elements than layers.
+SMALLEST_N = 21
+
+
+def generation_settings(kinds: Sequence[str], num_per_kind: int, n_min: int, n_max: int,
+                        seed: int) -> dict[str, Any]:
+    """The checked settings that determine the sets, as JSON's types (their hash names the folder)."""
+    check_kinds(kinds)
+    for name, value, least in (("num_per_kind", num_per_kind, 1), ("seed", seed, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n_min, n_max)) or not SMALLEST_N <= n_min <= n_max:
+        raise ValueError(f"n_min, n_max: expected integers with {SMALLEST_N} <= n_min <= n_max (a layered set has up "
+                         f"to 20 layers and more elements than layers; QuantumGrav.jl's default: "
+                         f"{DEFAULT_N_RANGE[0]} and {DEFAULT_N_RANGE[1]}), got n_min={n_min!r}, n_max={n_max!r}")
+    return {"kinds": list(kinds), "num_per_kind": num_per_kind, "n_min": n_min, "n_max": n_max, "seed": seed,
+            "block_size": BLOCK_SIZE, "generator_version": GENERATOR_VERSION}
+
+
+def generated_folder(path: str | os.PathLike, settings: dict[str, Any]) -> Path:
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(path).expanduser() / f"kinds_{key}"
+
+
+def ensure_generated(path: str | os.PathLike, settings: dict[str, Any], workers: int) -> Path:
+    """The folder of stores for ``settings`` under ``path``, generated first if it is not there. It is written
+    under a temporary name and renamed when whole, so a killed generation leaves no folder that looks finished,
+    and two processes that generate it at once (the same sets) leave one."""
+    folder = generated_folder(path, settings)
+    if (folder / GENERATION_FILE).is_file():
+        return folder
+    partial = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        write_kind_stores(partial, settings["kinds"], settings["num_per_kind"], settings["seed"],
+                          (settings["n_min"], settings["n_max"]), workers)
+        record = {**settings, "written_by": f"QuantumGrav {__version__}"}
+        atomic_write_text(partial / GENERATION_FILE, json.dumps(record, indent=1) + "\n")
+        try:
+            partial.rename(folder)
+        except OSError:
+            if not (folder / GENERATION_FILE).is_file():  # not another process's finished copy: a real failure
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+class KindsDataset(QuantumGravJLDataset):
+    """QuantumGrav.jl's kinds (``kinds``, all nine by default), ``num_per_kind`` sets of each with an element count
+    drawn uniformly from [n_min, n_max] as QuantumGrav.jl draws it, generated here and cached as its stores.
+
+    * ``path``: the folder under which the stores are kept, in a subfolder named by a hash of the settings
+      (``generated_folder``); the same settings reuse it, other settings generate another.
+    * ``target``: ``manifold_like`` (upstream's binary task: polynomial and complex_topology are manifold-like)
+      or ``cset_type`` (the kind, the classes ordered by QuantumGrav.jl's codes).
+    * ``edges``, ``cache``, ``cache_dir``, ``transform``: as ``QuantumGravJLDataset``.
+    * ``workers``: processes that generate missing stores (None: this process's share of the cores).
+
+    ``describe(i)`` gives item i's kind and the drawn parameters that make it hard (flip fraction, inserted block,
+    cuts, lattice, ...). The same settings give the same sets on every machine, whatever ``workers``.
+    """
+
+    def __init__(self, path: str | os.PathLike = "data/kinds", *, kinds: Sequence[str] = tuple(GENERATORS),
+                 num_per_kind: int = 1000, n_min: int = DEFAULT_N_RANGE[0], n_max: int = DEFAULT_N_RANGE[1],
+                 seed: int = 0, target: str = "manifold_like", edges: str = "links", cache: bool = True,
+                 cache_dir: str | os.PathLike | None = None, workers: int | None = None,
+                 transform: Callable | None = None):
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers: expected a positive integer or null (this process's cores), got {workers!r}")
+        self.settings = generation_settings(list(kinds), num_per_kind, n_min, n_max, seed)
+        self.folder = ensure_generated(path, self.settings, workers or cores_per_process())
+        super().__init__(self.folder, target=target, edges=edges, cache=cache, cache_dir=cache_dir,
+                         transform=transform)

@@ -1,0 +1,150 @@
+"""QuantumGrav.jl's nine kinds as training data: generated once as its stores (whatever the number of processes that
+draw them), each set with its drawn parameters, read back by the stores' reader; ``configs/manifold_like.yaml``
+trains on them on one and two processes, and on the same stores read as QuantumGrav.jl's."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+
+import QuantumGrav as QG  # noqa: E402
+from QuantumGrav.data.kinds import KindsDataset, stores as kinds_stores  # noqa: E402
+from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, GENERATORS, generate_kind  # noqa: E402
+from QuantumGrav.data.zarr_store import QuantumGravJLDataset  # noqa: E402
+
+from conftest import REPO  # noqa: E402
+
+SMALL = {"n_min": 24, "n_max": 32}
+
+
+def stored_relations(store) -> list[np.ndarray]:
+    root = zarr.open_group(str(store), mode="r")
+    count = sum(1 for name in root.group_keys())
+    return [np.asarray(root[f"cset_{i}/adj"][...]).T.astype(bool) for i in range(1, count + 1)]
+
+
+def test_the_sets_do_not_depend_on_how_many_processes_draw_them(tmp_path):
+    kinds = ["grid", "layered"]
+    one = kinds_stores.write_kind_stores(tmp_path / "one", kinds, num_per_kind=70, seed=4, n_range=(24, 32))
+    two = kinds_stores.write_kind_stores(tmp_path / "two", kinds, num_per_kind=70, seed=4, n_range=(24, 32),
+                                         workers=2)
+    for kind, a, b in zip(kinds, one, two):
+        first, second = stored_relations(a), stored_relations(b)
+        assert len(first) == 70 and all(np.array_equal(x, y) for x, y in zip(first, second, strict=True))
+        rng = np.random.default_rng([4, CSET_TYPE_NUMBERS[kind], 1])  # set 65 is the first of block 1
+        assert np.array_equal(first[64], generate_kind(kind, rng, n_range=(24, 32)).relation)
+
+
+def test_generated_once_then_reused_and_other_settings_generate_another_folder(tmp_path):
+    dataset = KindsDataset(tmp_path, num_per_kind=3, workers=1, **SMALL)
+    assert len(dataset) == 27 and dataset.class_names == ["non_manifold_like", "manifold_like"]
+    record = json.loads((dataset.folder / "generation.json").read_text())
+    assert record["kinds"] == list(GENERATORS) and record["num_per_kind"] == 3 and record["seed"] == 0
+    written = {path: path.stat().st_mtime_ns for path in dataset.folder.rglob("adj/.zarray")}
+    again = KindsDataset(tmp_path, num_per_kind=3, workers=1, **SMALL)
+    assert again.folder == dataset.folder
+    assert {path: path.stat().st_mtime_ns for path in again.folder.rglob("adj/.zarray")} == written, "not rewritten"
+    other = KindsDataset(tmp_path, num_per_kind=3, seed=1, workers=1, **SMALL)
+    assert other.folder != dataset.folder and len(list(tmp_path.iterdir())) == 2
+    multiclass = KindsDataset(tmp_path, num_per_kind=3, workers=1, target="cset_type", **SMALL)
+    assert multiclass.folder == dataset.folder and multiclass.class_names == list(GENERATORS)
+    assert sorted(int(item.y) for item in multiclass) == sorted(list(range(9)) * 3)
+    assert sum(int(item.y) for item in dataset) == 6, "3 polynomial and 3 complex_topology sets"
+
+
+def test_every_set_keeps_its_kind_its_drawn_parameters_and_merged_sets_their_block(tmp_path):
+    dataset = KindsDataset(tmp_path, kinds=["destroyed", "merged"], num_per_kind=2, seed=7, workers=1, **SMALL)
+    described = [dataset.describe(i) for i in range(len(dataset))]
+    assert [d["kind"] for d in described] == ["destroyed", "destroyed", "merged", "merged"], "stores by name"
+    assert all(0 < d["flip_fraction"] for d in described[:2])
+    rng = np.random.default_rng([7, CSET_TYPE_NUMBERS["merged"], 0])
+    expected = generate_kind("merged", rng, n_range=(24, 32))
+    assert described[2]["block_size"] == expected.params["block_size"] == int(expected.node_labels.sum())
+    labels = zarr.open_group(str(dataset.folder / "merged_7.zarr"), mode="r")["cset_1/node_labels"][...]
+    assert np.array_equal(labels.astype(bool), expected.node_labels)
+    start = described[2]["block_start"]
+    assert labels[start:start + described[2]["block_size"]].all() and labels.sum() == described[2]["block_size"]
+
+
+def test_a_failed_generation_leaves_no_folder_that_looks_finished(tmp_path, monkeypatch):
+    def fails(*args):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(kinds_stores, "write_block", fails)
+    with pytest.raises(RuntimeError, match="disk full"):
+        KindsDataset(tmp_path, num_per_kind=2, workers=1, **SMALL)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"kinds": ["grid", "trousers"]}, r"kinds: expected distinct names .* \('trousers' unknown\)"),
+    ({"kinds": ["grid", "grid"]}, "kinds: expected distinct names"),
+    ({"num_per_kind": 0}, "num_per_kind: expected an integer >= 1, got 0"),
+    ({"n_min": 10}, "n_min, n_max: expected integers with 21 <= n_min <= n_max"),
+    ({"n_min": 40, "n_max": 30}, "n_min, n_max: expected integers with 21 <= n_min <= n_max"),
+    ({"workers": 0}, "workers: expected a positive integer or null"),
+])
+def test_bad_settings_are_one_message_and_write_nothing(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        KindsDataset(tmp_path, **{"num_per_kind": 2, **SMALL, **kwargs})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_writes_the_stores_and_their_cache_and_a_bad_setting_exits_2(tmp_path, cli_in_process):
+    config = REPO / "configs" / "manifold_like.yaml"
+    common = ("--set", f"data.kwargs.path={tmp_path / 'kinds'}", "--set", "data.kwargs.num_per_kind=2",
+              "--set", "data.kwargs.n_min=24", "--set", "data.kwargs.n_max=32", "--workers", "2")
+    result = cli_in_process("generate", "--config", str(config), *common, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    folder, = (tmp_path / "kinds").iterdir()
+    assert f"{folder}: 9 stores, 18 of 18 causal sets cached" in result.stdout
+    assert sorted(p.name for p in folder.glob("*.zarr")) == sorted(f"{kind}_0.zarr" for kind in GENERATORS)
+    assert len(list(folder.glob("*.qg_features/*.pt"))) == 18
+    assert len(QuantumGravJLDataset(folder, target="cset_type")) == 18, "produce_data's layout, read as such"
+    bad = cli_in_process("generate", "--config", str(config), *common, "--set", "data.kwargs.kinds=[grid,pants]",
+                         cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "('pants' unknown)" in bad.stderr
+    assert "Traceback" not in bad.stderr and len(list((tmp_path / "kinds").iterdir())) == 1
+
+
+def _job_settings(tmp_path, target: str) -> list[str]:
+    return [f"data.kwargs.path={tmp_path / 'kinds'}", "data.kwargs.num_per_kind=6", "data.kwargs.n_min=24",
+            "data.kwargs.n_max=32", "data.kwargs.workers=1", f"data.kwargs.target={target}",
+            f"training.path={tmp_path / 'runs'}", "training.num_epochs=2", "training.batch_size=8",
+            "training.num_workers=0", "training.device=cpu", "training.figures=false",
+            "training.progress_bar=false", "testing.baselines=false"]
+
+
+@pytest.mark.parametrize("target, classes", [("manifold_like", ["non_manifold_like", "manifold_like"]),
+                                             ("cset_type", list(GENERATORS))])
+def test_manifold_like_yaml_trains_on_generated_sets_and_on_the_same_stores_read_as_quantumgrav_jls(
+        tmp_path, target, classes):
+    config = QG.load_config(REPO / "configs" / "manifold_like.yaml", _job_settings(tmp_path, target))
+    trainer = QG.Trainer(config)
+    loaders = trainer.prepare_dataloaders()
+    trainer.run_training(*loaders[:2])
+    test = trainer.run_test(loaders[2])
+    trainer.close()
+    assert trainer.task.class_names == classes and test["num_test"] == len(loaders[2].dataset) == 8 and 0 <= test["test_accuracy"] <= 1
+    folder, = (tmp_path / "kinds").iterdir()
+    stores = QG.load_config(REPO / "configs" / "train_quantumgrav_jl.yaml", [
+        f"data.kwargs.path={folder}", f"data.kwargs.target={target}", *_job_settings(tmp_path, target)[6:]])
+    trainer = QG.Trainer(stores)
+    split = trainer.prepare_dataloaders()
+    assert trainer.task.class_names == classes
+    assert [len(loader.dataset) for loader in split] == [len(loader.dataset) for loader in loaders]
+    trainer.close()
+
+
+@pytest.mark.full_suite
+def test_manifold_like_yaml_trains_on_two_processes(tmp_path, cli_in_process):
+    overrides = [item for setting in _job_settings(tmp_path, "manifold_like") for item in ("--set", setting)]
+    result = cli_in_process("train", "--config", str(REPO / "configs" / "manifold_like.yaml"), "--nproc", "2",
+                            *overrides, "--set", "training.run_name=two", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "runs" / "two" / "metrics.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 2
+    assert len(list((tmp_path / "kinds").iterdir())) == 1, "rank 0 generated the stores, rank 1 read them"
