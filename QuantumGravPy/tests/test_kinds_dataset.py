@@ -148,3 +148,12 @@ def test_manifold_like_yaml_trains_on_two_processes(tmp_path, cli_in_process):
     with open(tmp_path / "runs" / "two" / "metrics.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == 2
     assert len(list((tmp_path / "kinds").iterdir())) == 1, "rank 0 generated the stores, rank 1 read them"
+
+
+def test_the_smoke_test_switch_shrinks_the_kinds_to_four_small_sets_each(monkeypatch):
+    monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
+    kwargs = QG.load_config(REPO / "configs" / "manifold_like.yaml")["data"]["kwargs"]
+    assert (kwargs["num_per_kind"], kwargs["n_min"], kwargs["n_max"]) == (4, 24, 32)
+    monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST")
+    kwargs = QG.load_config(REPO / "configs" / "manifold_like.yaml")["data"]["kwargs"]
+    assert (kwargs["num_per_kind"], kwargs["n_min"], kwargs["n_max"]) == (1000, 64, 128)

@@ -27,6 +27,9 @@ import torch
 SMOKE_TEST_ENV = "QUANTUMGRAV_SMOKE_TEST"
 # 40 small sets: 28 train, 6 validation, 6 test with the default split, so one training batch per epoch.
 SMOKE_DATA = {"num_samples": 40, "n_min": 8, "n_max": 12}
+# QuantumGrav.jl's nine kinds (data.kwargs of QuantumGrav.data.kinds.KindsDataset): 4 small sets of each kind. A
+# layered set needs more elements than its up to 20 layers, so they are not as small as the generator's.
+SMOKE_KINDS = {"num_per_kind": 4, "n_min": 24, "n_max": 32}
 SMOKE_EPOCHS = 2
 SMOKE_TRIALS = 2
 
@@ -63,22 +66,32 @@ def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:
     data = raw.get("data") or {}
     if not isinstance(data, dict):
         return raw  # validation reports it
-    data = dict(data)
-    for key, small in SMOKE_DATA.items():
-        given = data.get(key, small)
-        data[key] = min(given, small) if _is_int(given) else given
-    if _is_int(data["n_min"]) and _is_int(data["n_max"]):
-        data["n_max"] = max(data["n_min"], data["n_max"])
+    data = _shrunk(data, SMOKE_DATA)
+    if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"]:
+        data["kwargs"] = _shrunk(data["kwargs"], SMOKE_KINDS)
     warn_smoke_data(data)
     return {**raw, "data": data}
+
+
+def _shrunk(values: dict[str, Any], smallest: dict[str, int]) -> dict[str, Any]:
+    """``values`` with each integer of ``smallest``'s keys at most its value there, and n_max still >= n_min."""
+    values = dict(values)
+    for key, small in smallest.items():
+        given = values.get(key, small)
+        values[key] = min(given, small) if _is_int(given) else given
+    if _is_int(values["n_min"]) and _is_int(values["n_max"]):
+        values["n_max"] = max(values["n_min"], values["n_max"])
+    return values
 
 
 def warn_smoke_data(data: dict[str, Any]) -> None:
     """Say once per process, on rank 0, that the switch is on, with the data sizes it leads to. (The standard
     library's logger of "QuantumGrav.smoke_test": config/ sits below the package's logging helpers.)"""
-    message = (f"{SMOKE_TEST_ENV} is set: a smoke test on a tiny data set (data.num_samples={data['num_samples']}, "
-               f"n_min={data['n_min']}, n_max={data['n_max']}; at most {SMOKE_EPOCHS} epochs unless num_epochs is "
-               "set explicitly); unset it for real results")
+    kinds = data.get("kwargs") if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"] else None
+    sizes = (f"data.kwargs.num_per_kind={kinds['num_per_kind']}, n_min={kinds['n_min']}, n_max={kinds['n_max']}"
+             if kinds else f"data.num_samples={data['num_samples']}, n_min={data['n_min']}, n_max={data['n_max']}")
+    message = (f"{SMOKE_TEST_ENV} is set: a smoke test on a tiny data set ({sizes}; at most {SMOKE_EPOCHS} epochs "
+               "unless num_epochs is set explicitly); unset it for real results")
     if message not in _warned and _rank() == 0:
         _warned.add(message)
         logging.getLogger("QuantumGrav.smoke_test").warning(message)
