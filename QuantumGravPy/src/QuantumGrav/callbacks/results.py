@@ -11,7 +11,8 @@ import numpy as np
 from ..evaluation.baselines import flatten_baselines, predict_baselines, score_baselines
 from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fractions
 from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
-                                  plot_predictions, plot_training_curves)
+                                  plot_predictions, plot_recall_by_kind, plot_training_curves)
+from ..evaluation.kinds import kind_breakdown
 from ..evaluation.tasks import ClassificationTask
 from .base import Callback, Decision
 from .state import RunState
@@ -28,9 +29,11 @@ class Baselines(Callback):
         if getattr(state.dataset[0], "invariants", None) is None:  # the generator's per-set invariants
             return
         classification = isinstance(state.task, ClassificationTask)
+        features = state.config["testing"]["strong_baseline"]
         kind, truth, predictions = predict_baselines(state.dataset, state.split["train"], state.split["test"],
-                                                     task="classification" if classification else "regression")
-        baselines = score_baselines(kind, truth, predictions, state.task.num_classes if classification else None)
+                                                     "classification" if classification else "regression", features)
+        baselines = score_baselines(kind, truth, predictions, state.task.num_classes if classification else None,
+                                    features)
         result.update(**flatten_baselines(baselines), baselines=baselines)
         state.baseline_predictions = predictions
 
@@ -61,6 +64,25 @@ class DestroyedSetCurves(Callback):
 
 
 
+class KindBreakdown(Callback):
+    """After the test of a classifier on data that describe their sets (``describe(i)``: QuantumGrav.jl's kinds):
+    recall per kind and against each defect's size for the model and, when they ran, the baselines
+    (``evaluation/kinds.py``), as ``result["by_kind"]`` and ``result["by_defect_size"]``."""
+
+    main_process_only = True
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        if not isinstance(state.task, ClassificationTask) or not hasattr(state.dataset, "describe"):
+            return
+        test = list(state.split["test"])
+        predicted = {index: int(p) for index, (p, _, _) in zip(state.test_order, state.test_predictions)}
+        truth = {index: int(t) for index, (_, t, _) in zip(state.test_order, state.test_predictions)}
+        correct = {"gnn": np.array([predicted[i] == truth[i] for i in test])}
+        correct.update({f"{name}_baseline": np.asarray(predictions) == np.array([truth[i] for i in test])
+                        for name, predictions in state.baseline_predictions.items()})
+        result.update(kind_breakdown([state.dataset.describe(i) for i in test], correct))
+
+
 class Figures(Callback):
     main_process_only = True
 
@@ -75,6 +97,9 @@ class Figures(Callback):
                        result["class_names"])
         else:
             self._draw(state, "predictions", plot_predictions, [(p, t) for p, t, _ in state.test_predictions])
+        if result.get("by_kind"):
+            self._draw(state, "recall_by_kind", plot_recall_by_kind, result["by_kind"], result["by_defect_size"],
+                       MODEL_LABELS)
         if "destroyed_by_flip_fraction" in result:
             self._draw(state, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction,
                        result["destroyed_by_flip_fraction"], MODEL_LABELS)

@@ -28,6 +28,7 @@ class RunState:
         summary: what summary.json holds (rank 0 writes it).
         best_state: the best epoch's weights (best.pt's), which ``run_test`` evaluates.
         test_predictions: after the test, ``(prediction, truth, flip fraction)`` per test set.
+        test_order: the dataset index of each of ``test_predictions``.
         baseline_predictions: after the test, each baseline's predictions on the test split.
         figures: figure name -> PNG file, as they are drawn.
     """
@@ -47,5 +48,6 @@ class RunState:
     summary: dict[str, Any] = field(default_factory=dict)
     best_state: dict[str, torch.Tensor] | None = None
     test_predictions: list[tuple[float, float, float]] = field(default_factory=list)
+    test_order: list[int] = field(default_factory=list)
     baseline_predictions: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Path] = field(default_factory=dict)

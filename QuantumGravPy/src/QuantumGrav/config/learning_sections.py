@@ -11,11 +11,11 @@ from .section import PyObjectName, Section, setting
 
 TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression")
 TASK_METRICS: dict[str, tuple[str, ...]] = {
-    "multiclass": ("loss", "accuracy"),
-    "binary": ("loss", "accuracy", "precision", "recall", "f1"),
+    "multiclass": ("loss", "accuracy", "weighted_f1"),
+    "binary": ("loss", "accuracy", "precision", "recall", "f1", "weighted_f1"),
     "regression": ("loss", "mae", "rmse", "r2"),
 }
-_MAXIMISED = ("accuracy", "precision", "recall", "f1", "r2")
+_MAXIMISED = ("accuracy", "precision", "recall", "f1", "weighted_f1", "r2")
 EARLY_STOPPING_METRICS: tuple[str, ...] = tuple(dict.fromkeys(f"val_{m}" for ms in TASK_METRICS.values() for m in ms))
 
 
@@ -53,11 +53,12 @@ class EarlyStoppingSection(Section):
 
     enabled: bool = setting(True, boolean, "false: train all num_epochs")
     metric: str = setting("val_loss", choice(*EARLY_STOPPING_METRICS),
-                          "one the task reports: multiclass val_loss, val_accuracy; binary also val_precision, "
-                          "val_recall, val_f1; regression val_loss, val_mae, val_rmse, val_r2")
+                          "one the task reports: multiclass val_loss, val_accuracy, val_weighted_f1 (F1 of each class "
+                          "weighted by its sets, as upstream QuantumGrav stops on); binary also val_precision, "
+                          "val_recall, val_f1 (of the positive class); regression val_loss, val_mae, val_rmse, val_r2")
     # Resolved to metric_mode(metric) when null: a resolved config's mode is never null.
     mode: str | None = setting(None, choice("min", "max"), nullable=True,
-                               doc="default: max for accuracy, precision, recall, f1, r2; min for loss, mae, rmse")
+                               doc="default: max for accuracy, precision, recall, f1, weighted_f1, r2; min for loss, mae, rmse")
     patience: int = setting(10, integer(1), "epochs without improvement before the run stops")
     min_delta: float = setting(0.0, number(0.0), "the least change of the metric that counts as an improvement")
     window: int = setting(3, integer(1), "judge the metric's mean over the last window epochs, so that one lucky "

@@ -96,3 +96,32 @@ def plot_destroyed_by_flip_fraction(curves: dict[str, Any], labels: dict[str, st
            ylabel="share recognised as destroyed", title="Destroyed test sets")
     ax.legend(loc="center left")  # the curves rise from the lower left to the upper right
     return _save_figure(figure, path)
+
+
+def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any], labels: dict[str, str],
+                        path: Path) -> Path:
+    """Left: each model's recall per kind (``evaluation/kinds.py``). Right: recall against the defect's size (its
+    bins' centres) for the kinds whose defect is a fraction (flip fraction, inserted block), one colour per kind,
+    a solid line for the GNN and a dashed one for the strong baseline."""
+    figure, (bars, curves) = _new_figure(13, 4.2, columns=2)
+    kinds = list(next(iter(by_kind.values())))
+    width = 0.8 / len(by_kind)
+    for k, (name, rows) in enumerate(by_kind.items()):
+        bars.bar([i + k * width for i in range(len(kinds))], [rows[kind]["recall"] for kind in kinds], width,
+                 label=labels.get(name, name))
+    bars.set_xticks([i + 0.4 - width / 2 for i in range(len(kinds))])
+    bars.set_xticklabels(kinds, rotation=35, ha="right")
+    bars.set(ylim=(0, 1.05), ylabel="recall (share classified correctly)", title="Test sets per kind")
+    bars.legend(loc="lower left", fontsize=8)
+    styles = ["-", "--", ":"]
+    for c, (kind, models) in enumerate((k, m) for k, m in by_defect_size.items() if "fraction" in m["size"]):
+        for s, name in enumerate(name for name in by_kind if name in ("gnn", "strong_baseline")):
+            rows = models[name]["bins"]
+            centres = [(row["low"] * row["high"]) ** 0.5 if row["low"] > 0 else row["high"] / 2 for row in rows]
+            curves.plot(centres, [row["recall"] for row in rows], styles[s % 3], marker="o", color=f"C{c}",
+                        label=f"{kind}, {labels.get(name, name)}")
+    curves.set_xscale("log")
+    curves.set(ylim=(-0.02, 1.05), xlabel="defect size (flip fraction, inserted block's share)",
+               ylabel="recall", title="Against the defect's size")
+    curves.legend(fontsize=7, loc="lower right")
+    return _save_figure(figure, path)

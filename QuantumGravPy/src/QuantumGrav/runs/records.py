@@ -8,7 +8,8 @@ from typing import Any
 
 from ..evaluation.baselines import describe_baselines
 from ..config.schema import dump_config
-from ..evaluation.destroyed_sets import describe_curves
+from ..evaluation.destroyed_sets import MODEL_LABELS, describe_curves
+from ..evaluation.kinds import describe_recall_by_kind
 from ..logging_utils import get_logger
 from ..files import atomic_write_text
 
@@ -42,6 +43,8 @@ def summarise_run(result: dict[str, Any]) -> str:
         lines += describe_baselines(test.get("baselines", {}))
         if "destroyed_by_flip_fraction" in test:
             lines.append(describe_curves(test["destroyed_by_flip_fraction"]))
+        if test.get("by_kind"):
+            lines.append(describe_recall_by_kind(test["by_kind"], MODEL_LABELS))
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     run_dir = Path(str(summary.get("run_dir")))

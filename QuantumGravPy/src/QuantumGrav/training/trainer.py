@@ -29,7 +29,7 @@ from ..callbacks.base import Callback, CallbackList, Decision, configured_callba
 from ..callbacks.checkpointing import Checkpointing
 from ..callbacks.early_stopping import EarlyStopping
 from ..callbacks.records import RunRecords
-from ..callbacks.results import Baselines, DestroyedSetCurves, Figures
+from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBreakdown
 from ..callbacks.state import RunState
 from ..callbacks.wandb_logging import WandbCallback
 from ..runs.checkpoint_files import RunLock
@@ -191,7 +191,7 @@ class Trainer:
         wandb_cfg = s.wandb.as_mapping() if s.wandb is not None else None
         self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
         return [self.early_stopping, *users,
-                *([Baselines()] if s.loaders.testing.baselines else []), DestroyedSetCurves(),
+                *([Baselines()] if s.loaders.testing.baselines else []), DestroyedSetCurves(), KindBreakdown(),
                 *([Figures()] if s.logging.figures else []), RunRecords(self.run_dir, self.early_stopping),
                 self.checkpointing, *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
 
@@ -260,7 +260,8 @@ class Trainer:
         # Every rank says where it stopped (in its own log file): they must all agree.
         logger.info(f"training finished at epoch {self.epoch}: {decision.reason}")
         train_history = [{"epoch": r["epoch"], "loss": r["train_loss"]} for r in self.history]
-        val_history = [{"epoch": r["epoch"], **{m: r[f"val_{m}"] for m in self.task.metric_names}}
+        # A run resumed from an older release's checkpoint has no record of metrics added since (NaN there).
+        val_history = [{"epoch": r["epoch"], **{m: r.get(f"val_{m}", math.nan) for m in self.task.metric_names}}
                        for r in self.history]
         return train_history, val_history
 
@@ -378,10 +379,13 @@ class Trainer:
         if self.state.best_state is not None:
             self.core_model.load_state_dict(self.state.best_state)
         self.state.test_predictions = []
+        # The loader's batches in the order its predictions come (packed by size under a batch budget).
+        self.state.test_order = [self.state.split["test"][i] for batch in test_loader.batch_sampler for i in batch]
         test = self.task.metrics(self.evaluator.local_totals(test_loader, self.state.test_predictions))
         result = {**{f"test_{m}": test[m] for m in self.task.metric_names}, "num_test": test["count"]}
         if isinstance(self.task, tasks.ClassificationTask):
-            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names)
+            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names,
+                          per_class_f1=test["per_class_f1"])
         else:
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
         self.callbacks.call("on_test_end", self.state, result)
