@@ -120,3 +120,20 @@ def test_the_baselines_run_on_sets_without_invariants_through_the_derived_ones(t
     users = [Data(x=graph.x, edge_index=graph.edge_index, y=graph.y) for graph in dataset]
     train, _, test = split_indices(len(dataset), [0.6, 0.2, 0.2], seed=0)
     assert evaluate_baselines(OrderInvariants(users), train, test) == evaluate_baselines(dataset, train, test)
+
+
+def test_element_statistics_describe_the_spread_of_each_feature_and_the_layer_widths():
+    from QuantumGrav.data import causal_sets as cs
+    from QuantumGrav.evaluation.baselines import ELEMENT_STATISTICS, LAYER_STATISTICS, element_statistics
+
+    # Three layers of widths 1, 3 and 2: the first element precedes all, the middle three precede the last two.
+    R = np.zeros((6, 6), dtype=bool)
+    R[0, 1:] = True
+    R[1:4, 4:] = True
+    x = cs.node_features(R)
+    stats = element_statistics(x)
+    assert stats.shape == (len(cs.NODE_FEATURES) * len(ELEMENT_STATISTICS) + len(LAYER_STATISTICS),)
+    past = stats[:len(cs.NODE_FEATURES) * len(ELEMENT_STATISTICS)].reshape(len(cs.NODE_FEATURES), -1)[
+        cs.NODE_FEATURES.index("past_cone_fraction")]
+    assert past[:4] == pytest.approx([(0 + 1 + 1 + 1 + 4 + 4) / 36, np.std([0, 1, 1, 1, 4, 4]) / 6, 0, 4 / 6])
+    assert stats[-4:] == pytest.approx([3 / 6, 3 / 6, np.std([1, 3, 2]) / 2, 1 / 6])

@@ -128,7 +128,10 @@ def test_manifold_like_yaml_trains_on_generated_sets_and_on_the_same_stores_read
     trainer.run_training(*loaders[:2])
     test = trainer.run_test(loaders[2])
     trainer.close()
-    assert trainer.task.class_names == classes and test["num_test"] == len(loaders[2].dataset) == 8 and 0 <= test["test_accuracy"] <= 1
+    assert trainer.task.class_names == classes and test["num_test"] == len(loaders[2].dataset) == 8
+    assert 0 <= test["test_weighted_f1"] <= 1 and len(test["per_class_f1"]) == len(classes)
+    by_kind = test["by_kind"]["gnn"]  # the test sets' kinds, read from their stores' groups
+    assert set(by_kind) <= set(GENERATORS) and sum(row["sets"] for row in by_kind.values()) == 8
     folder, = (tmp_path / "kinds").iterdir()
     stores = QG.load_config(REPO / "configs" / "train_quantumgrav_jl.yaml", [
         f"data.kwargs.path={folder}", f"data.kwargs.target={target}", *_job_settings(tmp_path, target)[6:]])
@@ -157,3 +160,14 @@ def test_the_smoke_test_switch_shrinks_the_kinds_to_four_small_sets_each(monkeyp
     monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST")
     kwargs = QG.load_config(REPO / "configs" / "manifold_like.yaml")["data"]["kwargs"]
     assert (kwargs["num_per_kind"], kwargs["n_min"], kwargs["n_max"]) == (1000, 64, 128)
+
+
+def test_upstreams_model_trains_on_the_same_sets_and_stops_on_the_weighted_f1(tmp_path):
+    config = QG.load_config(REPO / "configs" / "upstream_gcn.yaml", _job_settings(tmp_path, "manifold_like"))
+    trainer = QG.Trainer(config)
+    loaders = trainer.prepare_dataloaders()
+    trainer.run_training(*loaders[:2])
+    test = trainer.run_test(loaders[2])
+    trainer.close()
+    assert type(trainer.core_model).__name__ == "UpstreamGCN" and trainer.early_stopping.metric == "val_weighted_f1"
+    assert all(0 <= row["val_weighted_f1"] <= 1 for row in trainer.history) and "test_weighted_f1" in test

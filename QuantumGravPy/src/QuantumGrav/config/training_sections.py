@@ -97,6 +97,9 @@ class ValidationSection(LoaderSection):
         "which swing with each batch's mix and made the validation loss jump")
 
 
+STRONG_BASELINE_FEATURES: tuple[str, ...] = ("invariants", "invariants_and_elements")
+
+
 @dataclass(frozen=True)
 class TestingSection(LoaderSection):
     """``testing:``: the loader of the test after training and its baselines."""
@@ -107,6 +110,10 @@ class TestingSection(LoaderSection):
     baselines: bool = setting(True, boolean, "fit the order-invariant baselines (scikit-learn) on the training split "
                                              "and report them next to the test result (items without invariants get "
                                              "them derived from edge_index); false: the model's result alone")
+    strong_baseline: str = setting("invariants", choice(*STRONG_BASELINE_FEATURES),
+                                   "the strong baseline's input: invariants (the order invariants); "
+                                   "invariants_and_elements: also the distribution over the elements of each "
+                                   "per-element feature and the layer widths (for QuantumGrav.jl's kinds)")
 
 
 @dataclass(frozen=True)

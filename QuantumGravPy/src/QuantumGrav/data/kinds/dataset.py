@@ -20,12 +20,17 @@ from typing import Any, Callable, Sequence
 
 from ...files import atomic_write_text
 from ...processes import cores_per_process
+from ..dataset import POOL_WORTH_SECONDS
 from ...version import __version__
 from ..zarr_store import QuantumGravJLDataset
 from .catalogue import GENERATORS
 from .common import DEFAULT_N_RANGE
 from .stores import BLOCK_SIZE, check_kinds, write_kind_stores
 
+# One process generates and writes about 70 sets/s at N from 64 to 128, most of it Zarr's writes (1,800 sets in
+# 12.7 s with 2 processes); auto workers start a pool only for more work than POOL_WORTH_SECONDS (as the built-in
+# generator does): a pool's start costs seconds, and a script without a __main__ guard cannot start one.
+SECONDS_PER_SET_AT_128 = 1 / 70
 GENERATION_FILE = "generation.json"  # written last: a folder without it is not a finished generation
 # Bump when a generator's draws change (the same settings would give other sets): older folders are then not reused.
 GENERATOR_VERSION = 1
@@ -78,6 +83,13 @@ def ensure_generated(path: str | os.PathLike, settings: dict[str, Any], workers:
     return folder
 
 
+def auto_workers(settings: dict[str, Any]) -> int:
+    """1 for sets one process makes in under ``POOL_WORTH_SECONDS`` (by estimate), else this process's cores."""
+    mean_n = (settings["n_min"] + settings["n_max"]) / 2
+    estimate = len(settings["kinds"]) * settings["num_per_kind"] * SECONDS_PER_SET_AT_128 * (mean_n / 128) ** 2
+    return cores_per_process() if estimate > POOL_WORTH_SECONDS else 1
+
+
 class KindsDataset(QuantumGravJLDataset):
     """QuantumGrav.jl's kinds (``kinds``, all nine by default), ``num_per_kind`` sets of each with an element count
     drawn uniformly from [n_min, n_max] as QuantumGrav.jl draws it, generated here and cached as its stores.
@@ -87,7 +99,8 @@ class KindsDataset(QuantumGravJLDataset):
     * ``target``: ``manifold_like`` (upstream's binary task: polynomial and complex_topology are manifold-like)
       or ``cset_type`` (the kind, the classes ordered by QuantumGrav.jl's codes).
     * ``edges``, ``cache``, ``cache_dir``, ``transform``: as ``QuantumGravJLDataset``.
-    * ``workers``: processes that generate missing stores (None: this process's share of the cores).
+    * ``workers``: processes that generate missing stores (None: this process's share of the cores, or 1 for sets
+      made in seconds, ``auto_workers``).
 
     ``describe(i)`` gives item i's kind and the drawn parameters that make it hard (flip fraction, inserted block,
     cuts, lattice, ...). The same settings give the same sets on every machine, whatever ``workers``.
@@ -101,6 +114,6 @@ class KindsDataset(QuantumGravJLDataset):
         if workers is not None and (not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers: expected a positive integer or null (this process's cores), got {workers!r}")
         self.settings = generation_settings(list(kinds), num_per_kind, n_min, n_max, seed)
-        self.folder = ensure_generated(path, self.settings, workers or cores_per_process())
+        self.folder = ensure_generated(path, self.settings, workers or auto_workers(self.settings))
         super().__init__(self.folder, target=target, edges=edges, cache=cache, cache_dir=cache_dir,
                          transform=transform)
