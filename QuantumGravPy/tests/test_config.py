@@ -256,7 +256,12 @@ def test_train_ddp_yaml_is_train_yaml_plus_parallel(monkeypatch):
 # Where each of the other shipped configs may differ from the default job (its comments say why).
 OTHER_CONFIGS = {
     "train_quantumgrav_jl.yaml": ("data.", "training.num_workers"),  # QuantumGrav.jl's stores, read in workers
-    "manifold_like.yaml": ("data.", "training.num_workers"),  # the nine kinds, as stores read in workers
+    # the nine kinds, as stores read in workers, and the strong baseline made for them
+    "manifold_like.yaml": ("data.", "training.num_workers", "testing.strong_baseline"),
+    # upstream QuantumGrav's model, optimizer and stopping metric on manifold_like.yaml's data (checked below)
+    "upstream_gcn.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "model.", "training.batch_size",
+                          "training.optimizer_kwargs.", "training.scheduler_type", "early_stopping.metric",
+                          "early_stopping.mode"),
     "train_regression.yaml": ("data.target", "model.", "training.optimizer_kwargs.", "early_stopping.metric"),
 }
 
@@ -266,6 +271,12 @@ def test_the_other_configs_differ_from_the_default_job_only_where_they_say(name,
     job, other = _resolved("train.yaml", monkeypatch), _resolved(name, monkeypatch)
     differ = [k for k in sorted(set(job) | set(other)) if job.get(k) != other.get(k)]
     assert [k for k in differ if not k.startswith(OTHER_CONFIGS[name])] == []
+
+
+def test_upstreams_model_trains_on_the_data_of_manifold_like_yaml(monkeypatch):
+    ours, upstream = _resolved("manifold_like.yaml", monkeypatch), _resolved("upstream_gcn.yaml", monkeypatch)
+    assert {k: v for k, v in ours.items() if k.startswith("data.")} == {
+        k: v for k, v in upstream.items() if k.startswith("data.")}
 
 
 def test_a_study_config_is_the_default_jobs_task_and_data(monkeypatch):

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
@@ -139,3 +140,27 @@ def test_a_device_out_of_memory_in_the_first_forward_pass_is_not_called_a_config
 
     with pytest.raises(torch.OutOfMemoryError):
         check_model_forward(Hungry(), users_item(), MulticlassTask(2), {"type": Hungry}, CPU)
+
+
+def test_upstreams_gcn_reads_the_link_degrees_as_counts_and_gives_one_output_per_set():
+    from torch_geometric.data import Batch, Data
+
+    from QuantumGrav.data import causal_sets as cs
+    from QuantumGrav.models.upstream_gcn import UpstreamGCN
+
+    graphs = []
+    for n, seed in ((12, 0), (20, 1)):
+        R = cs.sprinkle_diamond(n, 2, np.random.default_rng(seed))[1]
+        links = cs.transitive_reduction(R)
+        graphs.append(Data(x=torch.from_numpy(cs.node_features(R)), num_nodes=n,
+                           edge_index=torch.from_numpy(np.stack(np.nonzero(links))).long()))
+    batch = Batch.from_data_list(graphs)
+    model = UpstreamGCN(len(cs.NODE_FEATURES), 1).eval()
+    seen = []
+    model.blocks[0].conv.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    assert model(batch).shape == (2, 1)
+    in_degrees = torch.cat([torch.from_numpy(cs.transitive_reduction(cs.sprinkle_diamond(n, 2, np.random.default_rng(
+        seed))[1]).sum(0)).float() for n, seed in ((12, 0), (20, 1))])
+    assert torch.allclose(seen[0][:, 0], in_degrees), "in-link degrees as counts, as upstream feeds them"
+    with pytest.raises(ValueError, match="feature_columns: expected columns of the 10 node features, got \\[2, 10\\]"):
+        UpstreamGCN(10, 1, feature_columns=[2, 10])

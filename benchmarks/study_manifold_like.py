@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Upstream QuantumGrav's question answered with numbers: is a causal set manifold-like, over QuantumGrav.jl's nine
+kinds (configs/manifold_like.yaml), per model, over data seeds never used to tune anything.
+
+    python benchmarks/study_manifold_like.py --seeds 1 2 3 --json benchmarks/results_manifold_like.json
+    python benchmarks/study_manifold_like.py --results benchmarks/results_manifold_like.json   # the tables only
+
+Rows, each trained and tested on the same sets and split of every data seed (``data.kwargs.seed``; the training
+seed is the data seed too):
+
+* ``gnn``: the default model (``configs/manifold_like.yaml`` as it is);
+* ``gnn_without_invariants``: the same without the order invariants in its head (``model.graph_features=false``):
+  is it the graph or the invariants?
+* ``upstream_gcn``: upstream QuantumGrav's model (``configs/upstream_gcn.yaml``);
+* ``simple_baseline`` and ``strong_baseline``: ``QuantumGrav.evaluation.baselines`` fitted on the training split
+  (the strong one on the invariants and the distribution of every per-element feature, as manifold_like.yaml's
+  runs fit it).
+
+Each row records accuracy, weighted F1 (upstream's metric), per-class F1, recall per kind and the recall against
+each defect's size with the smallest defect recognised at 90 % recall (``QuantumGrav.evaluation.kinds``). Runs
+are separate processes (``python -m QuantumGrav train``), one after the other, ``--threads`` torch threads each;
+results are written after every row, and a row already in ``--json`` is not run again (a stopped study continues).
+A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
+
+MODELS = {  # run in this order: the cheap one first
+    "upstream_gcn": ("configs/upstream_gcn.yaml", []),
+    "gnn": ("configs/manifold_like.yaml", []),
+    "gnn_without_invariants": ("configs/manifold_like.yaml", ["model.graph_features=false"]),
+}
+BASELINES = ("simple_baseline", "strong_baseline")
+ROWS = (*BASELINES, *MODELS)
+KEPT = ("test_accuracy", "test_weighted_f1", "test_f1", "per_class_f1", "by_kind", "by_defect_size", "num_test",
+        "best_epoch", "stopped_at_epoch", "wall_time_s")
+
+
+def data_settings(args: argparse.Namespace, seed: int) -> list[str]:
+    return [f"data.kwargs.path={args.data}", f"data.kwargs.seed={seed}", f"data.kwargs.num_per_kind={args.per_kind}",
+            f"data.kwargs.n_min={args.n[0]}", f"data.kwargs.n_max={args.n[1]}"]
+
+
+def train_row(args: argparse.Namespace, row: str, seed: int) -> dict:
+    """One model on one data seed, trained by the CLI in its own process; what its summary.json reports."""
+    config, overrides = MODELS[row]
+    with tempfile.TemporaryDirectory(prefix="qg_manifold_like_") as runs:
+        settings = [*data_settings(args, seed), *overrides, f"training.path={runs}", "training.run_name=run",
+                    f"training.seed={seed}", "training.num_workers=0", "training.progress_bar=false",
+                    "training.figures=false", "testing.baselines=false", f"training.num_epochs={args.epochs}"]
+        command = [sys.executable, "-m", "QuantumGrav", "train", "--config", config]
+        for setting in settings:
+            command += ["--set", setting]
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "QUANTUMGRAV_SMOKE_TEST": "0"}
+        started = time.perf_counter()
+        finished = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+        if finished.returncode != 0:
+            raise RuntimeError(f"{row} seed {seed} failed:\n{finished.stderr[-3000:]}")
+        summary = json.loads((Path(runs) / "run" / "summary.json").read_text())
+    return {**{key: summary.get(key) for key in KEPT}, "seconds": time.perf_counter() - started}
+
+
+def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
+    """Both baselines on the split that the runs of ``seed`` use, with the recall per kind and defect size."""
+    import numpy as np
+
+    import QuantumGrav as QG
+    from QuantumGrav.data.dataset import split_indices
+    from QuantumGrav.evaluation.baselines import predict_baselines, score_baselines
+    from QuantumGrav.evaluation.kinds import kind_breakdown
+
+    config = QG.load_config(REPO / "configs" / "manifold_like.yaml", data_settings(args, seed))
+    dataset = config["data"]["type"](**config["data"]["kwargs"])
+    train, _, test = split_indices(len(dataset), config["data"]["split"], config["data"]["split_seed"])
+    features = config["testing"]["strong_baseline"]
+    _, truth, predictions = predict_baselines(dataset, train, test, "classification", features)
+    scores = score_baselines("classification", truth, predictions, dataset.num_classes, features)
+    breakdown = kind_breakdown([dataset.describe(i) for i in test],
+                               {f"{name}_baseline": np.asarray(p) == truth for name, p in predictions.items()})
+    rows = {}
+    for name in predictions:
+        row = f"{name}_baseline"
+        rows[row] = {"test_accuracy": scores[name]["accuracy"], "test_weighted_f1": scores[name]["weighted_f1"],
+                     "per_class_f1": scores[name]["per_class_f1"], "method": scores[name]["method"],
+                     "num_test": len(test), "by_kind": {row: breakdown["by_kind"][row]},
+                     "by_defect_size": {kind: {"size": sizes["size"], row: sizes[row]}
+                                        for kind, sizes in breakdown["by_defect_size"].items()}}
+    return rows
+
+
+def spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def print_tables(results: dict) -> None:
+    runs = results["runs"]
+    print(f"{results['setup']}\n")
+    print("| row | seeds | accuracy | weighted F1 |\n|---|---|---|---|")
+    for row in ROWS:
+        done = [run for run in runs if run["row"] == row]
+        if done:
+            print(f"| {row} | {len(done)} | {spread([r['test_accuracy'] for r in done])} | "
+                  f"{spread([r['test_weighted_f1'] for r in done])} |")
+    kinds = sorted({kind for run in runs for kind in next(iter((run.get("by_kind") or {"": {}}).values()))})
+    print("\nrecall per kind (mean over seeds)\n")
+    print("| row | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds))
+    for row in ROWS:
+        done = [next(iter(run["by_kind"].values())) for run in runs if run["row"] == row and run.get("by_kind")]
+        if done:
+            print(f"| {row} | " + " | ".join(f"{statistics.mean(d[k]['recall'] for d in done if k in d):.3f}"
+                                               for k in kinds) + " |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--per-kind", type=int, default=1000, help="sets of each kind (default: %(default)s)")
+    parser.add_argument("--n", type=int, nargs=2, default=[64, 128], help="N range (default: QuantumGrav.jl's)")
+    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--data", default=str(REPO / "data" / "kinds"), help="where the stores are written")
+    parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
+    parser.add_argument("--results", help="print the tables of a results file and exit")
+    args = parser.parse_args()
+    if args.results:
+        print_tables(json.loads(Path(args.results).read_text()))
+        return 0
+    path = Path(args.json) if args.json else None
+    results = json.loads(path.read_text()) if path and path.exists() else {"runs": []}
+    results["setup"] = (f"{args.per_kind} sets per kind, N {args.n[0]}..{args.n[1]}, split [0.7, 0.15, 0.15], "
+                        f"up to {args.epochs} epochs, {args.threads} torch thread(s) per run, CPU")
+    done = {(run["row"], run["seed"]) for run in results["runs"]}
+    for seed in args.seeds:
+        if any(row in BASELINES and (row, seed) not in done for row in args.rows):
+            for row, result in baseline_rows(args, seed).items():
+                if row in args.rows and (row, seed) not in done:
+                    results["runs"].append({"row": row, "seed": seed, **result})
+            save(path, results)
+    for row in (row for row in args.rows if row in MODELS):
+        for seed in args.seeds:
+            if (row, seed) in done:
+                continue
+            results["runs"].append({"row": row, "seed": seed, **train_row(args, row, seed)})
+            save(path, results)
+            print(f"{row} seed {seed}: weighted F1 {results['runs'][-1]['test_weighted_f1']:.3f}", flush=True)
+    print_tables(results)
+    return 0
+
+
+def save(path: Path | None, results: dict) -> None:
+    if path is not None:
+        from QuantumGrav.files import atomic_write_text
+
+        atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
