@@ -64,7 +64,8 @@ def train_row(args: argparse.Namespace, row: str, seed: int) -> dict:
         command = [sys.executable, "-m", "QuantumGrav", "train", "--config", config]
         for setting in settings:
             command += ["--set", setting]
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "QUANTUMGRAV_SMOKE_TEST": "0"}
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "QUANTUMGRAV_SMOKE_TEST": "0",
+               "PYTHONPATH": os.pathsep.join([str(REPO / "QuantumGravPy" / "src"), os.environ.get("PYTHONPATH", "")])}
         started = time.perf_counter()
         finished = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
         if finished.returncode != 0:
