@@ -53,6 +53,7 @@ JULIA_CSET_TYPES: dict[int, str] = {
     7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
 }
 VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
+DEFAULT_TARGET, DEFAULT_EDGES = "manifold_like", "links"  # as upstream trains
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
 # 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32.
@@ -164,7 +165,8 @@ class QuantumGravJLDataset(Dataset):
     """Causal sets from QuantumGrav.jl's Zarr stores as PyG graphs, read lazily item by item.
 
     * ``path``: one store or a folder of stores (e.g. the ``output`` folder of produce_data runs,
-      one store per causal-set type); items are the stores' ``cset_{i}`` groups, stores by name.
+      one store per causal-set type), or a list of them; items are the stores' ``cset_{i}`` groups, the
+      stores of each path by name, the paths in the order given.
     * ``target="manifold_like"``: y = 1 for manifold-like sets, 0 otherwise (as upstream trains).
       ``target="cset_type"``: y indexes ``class_names``, the ``JULIA_CSET_TYPES`` names given in
       ``cset_types`` or, by default, those found in the first group of each store (one type per
@@ -178,10 +180,11 @@ class QuantumGravJLDataset(Dataset):
     Nothing is read at construction but the folder listings and the first group of each store
     (checked, so that a wrong path or format fails before training). Stores are opened lazily in
     each process (DataLoader workers included). Each item is ``Data(x, edge_index, y, invariants)``, the
-    invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry.
+    invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry, and
+    ``julia_cset_type``, the set's cset_type code (``JULIA_CSET_TYPES``: what kind of set it is, whatever the target).
     """
 
-    def __init__(self, path: str | os.PathLike, *, target: str = "manifold_like", edges: str = "links",
+    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, target: str = DEFAULT_TARGET, edges: str = DEFAULT_EDGES,
                  cache: bool = True, cache_dir: str | os.PathLike | None = None,
                  cset_types: Sequence[str] | None = None, transform: Callable | None = None):
         import_zarr()
@@ -190,7 +193,8 @@ class QuantumGravJLDataset(Dataset):
         if edges not in VALID_EDGES:
             raise UserError(f"edges: expected one of {VALID_EDGES}, got {edges!r}")
         self.target, self.edges, self.cache = target, edges, bool(cache)
-        self.stores = find_stores(path)
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        self.stores = list(dict.fromkeys(store for each in paths for store in find_stores(each)))
         self.groups = [list_groups(store) for store in self.stores]
         self._offsets = np.cumsum([0] + [len(groups) for groups in self.groups])
         self._handles: dict[int, Any] = {}
@@ -296,12 +300,17 @@ class QuantumGravJLDataset(Dataset):
         store_index = int(np.searchsorted(self._offsets, idx, side="right")) - 1
         return store_index, self.groups[store_index][idx - self._offsets[store_index]]
 
+    def store_and_group(self, idx: int) -> tuple[str, str]:
+        """Where item ``idx`` is stored: its store's folder name and its group (``cset_{i}``)."""
+        store_index, group = self._locate(idx)
+        return self.stores[store_index].name, group
+
     def get(self, idx: int) -> Data:
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
         y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
-                    num_nodes=graph["x"].shape[0])
+                    julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0])
 
     # ------------------------------------------------------------------ feature cache
     def _feature_cache_dir(self, store: Path, cache_dir: str | os.PathLike | None) -> Path:
