@@ -6,7 +6,10 @@ QuantumGrav.jl stores written with ``write_julia_store``, on one process and on 
 
 import csv
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +135,21 @@ def test_two_processes_give_exactly_the_metrics_and_predictions_of_one(runs, tmp
     two = run.evaluate(config, out=tmp_path / "two" / "p.csv", nproc=2)
     assert metrics_of(two) == metrics_of(one) and two["count"] == TINY["data"]["num_samples"]
     assert read_csv(two["predictions_csv"]) == read_csv(one["predictions_csv"])
+
+
+@pytest.mark.full_suite  # a torchrun agent and two fresh interpreters, as test_launchers.py's
+def test_under_torchrun_the_ranks_share_the_work_and_rank_0_writes_what_one_process_writes(runs, tmp_path):
+    run, config = runs["binary"], runs["binary"] / "config.yaml"
+    one = QG.load_run(run).evaluate(config, out=tmp_path / "one" / "p.csv")
+    library = str(Path(QG.__file__).parents[1])
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={QG.find_free_port()}", "-m", "QuantumGrav", "evaluate", "--run-dir",
+                           str(run), "--data", str(config), "--out", str(tmp_path / "two" / "p.csv")],
+                          env={**os.environ, "PYTHONPATH": library}, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("applied to config") == 1, "rank 0 alone prints the table"
+    assert read_csv(tmp_path / "two" / "p.csv") == read_csv(one["predictions_csv"])
+    assert metrics_of(json.loads((tmp_path / "two" / "metrics.json").read_text())) == metrics_of(one)
 
 
 def test_a_checkpoint_written_before_model_io_is_rebuilt_from_the_runs_data(runs, stores, tmp_path):

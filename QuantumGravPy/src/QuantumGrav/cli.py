@@ -47,7 +47,9 @@ def _add_evaluate(commands) -> argparse.ArgumentParser:
     """The evaluate command: a trained run applied to new data (jobs.applied_run)."""
     evaluate = commands.add_parser("evaluate", help="apply a trained run's best checkpoint to new data: print its "
                                    "metrics per class and per kind of causal set; write every set's prediction")
-    evaluate.add_argument("--run", required=True, metavar="RUN_DIR", help="a run directory that train wrote")
+    # --run-dir under torchrun: its parser takes --run for a prefix of its own --run-path.
+    evaluate.add_argument("--run", "--run-dir", dest="run", required=True, metavar="RUN_DIR",
+                          help="a run directory that train wrote (--run-dir under torchrun)")
     evaluate.add_argument("--data", required=True, nargs="+", metavar="PATH",
                           help="a YAML config (its data: section, built as training builds it), or QuantumGrav.jl "
                                "stores and folders of stores")
