@@ -21,21 +21,9 @@ from conftest import TINY
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data.zarr_store import write_julia_store
 
-POLYNOMIAL, LAYERED = 1, 6  # codes of cset_type_encoder in QuantumGrav.jl's produce_data.jl
+POLYNOMIAL, GRID, LAYERED = 1, 5, 6  # codes of cset_type_encoder in QuantumGrav.jl's produce_data.jl
 TARGETS = {"multiclass": "cset_type", "binary": "manifold_like", "regression": "myrheim_meyer_dimension"}
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, data_root) -> dict[str, Path]:
-    """Task -> the directory of a tiny run trained for it on the generator's sets."""
-    folder = tmp_path_factory.mktemp("runs")
-    trained = {}
-    for task, target in TARGETS.items():
-        config = QG.load_config(QG.apply_overrides(TINY, {
-            "training.path": str(folder), "training.run_name": task, "data.root": str(data_root),
-            "data.target": target, "training.num_epochs": 2}))
-        trained[task] = Path(QG.launch(config, nproc=1)["run_dir"])
-    return trained
+TARGETS_TASK = {"stores": "multiclass"}  # the task of each run not named for its task
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +34,23 @@ def stores(tmp_path_factory) -> Path:
                       [POLYNOMIAL] * 6, [True] * 6)
     write_julia_store(folder / "layered_2.zarr", list(cs.random_layered_orders(4, 16, rng)), [LAYERED] * 4, [False] * 4)
     return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data_root, stores) -> dict[str, Path]:
+    """Task -> the directory of a tiny run trained for it on the generator's sets; "stores": one that learned the
+    cset_type of the stores' sets."""
+    folder = tmp_path_factory.mktemp("runs")
+    on_stores = {"data.type": QG.config.schema.resolve_pyobject("QuantumGrav.data.zarr_store.QuantumGravJLDataset"),
+                 "data.kwargs": {"path": str(stores), "target": "cset_type"}}
+    trained = {}
+    for name, overrides in [*((task, {"data.target": target}) for task, target in TARGETS.items()),
+                            ("stores", on_stores)]:
+        config = QG.load_config(QG.apply_overrides(TINY, {
+            "training.path": str(folder), "training.run_name": name, "data.root": str(data_root),
+            "training.num_epochs": 2, **overrides}))
+        trained[name] = Path(QG.launch(config, nproc=1)["run_dir"])
+    return trained
 
 
 def read_csv(path) -> list[dict[str, str]]:
@@ -60,17 +65,17 @@ def metrics_of(result: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- the same model, the same metrics
-@pytest.mark.parametrize("task", ["multiclass", "binary", "regression"])
-def test_on_its_own_test_split_a_run_reports_what_its_test_reported(runs, task):
+@pytest.mark.parametrize("name", ["multiclass", "binary", "regression", "stores"])
+def test_on_its_own_test_split_a_run_reports_what_its_test_reported(runs, name):
     """The run's own config with --split test is the data of the run's test phase: the same sets, so the same
     metrics (counts exactly; the loss, a mean over other batches, to rounding)."""
-    run = runs[task]
+    run = runs[name]
     tested = json.loads((run / "summary.json").read_text())
     result = QG.load_run(run).evaluate(run / "config.yaml", split="test")
-    assert result["task"] == task and result["count"] == tested["num_test"]
+    assert result["task"] == TARGETS_TASK.get(name, name) and result["count"] == tested["num_test"]
     for metric in QG.load_run(run).task.metric_names:
         assert result[metric] == pytest.approx(tested[f"test_{metric}"], rel=1e-6), metric
-    if task != "regression":
+    if name != "regression":
         assert result["confusion"] == tested["confusion_matrix"]
         assert list(result["f1_per_class"]) == tested["class_names"]
     assert Path(result["predictions_csv"]) == run / "evaluations" / "config_test" / "predictions.csv"
@@ -175,6 +180,13 @@ def _without(run: Path, pattern: str) -> Path:
     return run
 
 
+def _stores_with_a_grid(tmp: Path) -> Path:
+    orders = list(cs.random_layered_orders(2, 10, np.random.default_rng(1)))
+    write_julia_store(tmp / "mixed" / "layered.zarr", orders, [LAYERED] * 2, [False] * 2)
+    write_julia_store(tmp / "mixed" / "grid.zarr", orders, [GRID] * 2, [False] * 2)
+    return tmp / "mixed"
+
+
 BAD_INPUTS = {  # name -> (task of the run, run or data as the case makes it, the phrase of the one line)
     "no such run": ("binary", lambda run, stores, tmp: (tmp / "nowhere", stores), "no such folder"),
     "not a run": ("binary", lambda run, stores, tmp: (stores, stores), "is not a run directory"),
@@ -192,6 +204,9 @@ BAD_INPUTS = {  # name -> (task of the run, run or data as the case makes it, th
     "other node features": ("binary", lambda run, stores, tmp: (run, _config(tmp / "narrow.yaml", (
         "data: {type: !pyobject own_data_helpers.SetsWithThreeFeatures}"))),
         "have 3 node features (x's columns), but the run's model reads 10"),
+    "a kind the run did not learn": ("stores", lambda run, stores, tmp: (run, _stores_with_a_grid(tmp)),
+                                     "it holds grid sets, a kind the run did not learn (its classes: polynomial, "
+                                     "layered)"),
     "a config and a store": ("binary", lambda run, stores, tmp: (run, [_config(tmp / "c.yaml", "data: {}"), stores]),
                              "one YAML config, or QuantumGrav.jl stores"),
 }

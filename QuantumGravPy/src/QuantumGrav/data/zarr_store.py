@@ -203,14 +203,16 @@ class QuantumGravJLDataset(Dataset):
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.
         first_codes = [int(self._graph(k, self.groups[k][0])["labels"][1]) for k in range(len(self.stores))]
-        self._cset_types = self._choose_cset_types(cset_types, first_codes)
+        # The types of the stores, by code: each store's first group's (produce_data writes one type per store).
+        self.found_cset_types = [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
+        self._cset_types = self._choose_cset_types(cset_types, self.found_cset_types)
         super().__init__(root=None, transform=transform)
 
     # ------------------------------------------------------------------ labels
     @staticmethod
-    def _choose_cset_types(cset_types: Sequence[str] | None, first_codes: list[int]) -> list[str]:
+    def _choose_cset_types(cset_types: Sequence[str] | None, found: list[str]) -> list[str]:
         if cset_types is None:
-            return [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
+            return found
         unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
         if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
             raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "

@@ -57,10 +57,13 @@ def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task
         data_cfg = _as_the_run_reads(config.sections.data.as_mapping(), run, task)
         source = f"{paths[0]} ({source_name(data_cfg)})"
         dataset = load_dataset(data_cfg, run.parallel.data_timeout_s, runtime)
+        if isinstance(dataset, QuantumGravJLDataset):
+            _check_store_kinds(dataset, task, source)
         fractions, seed = data_cfg["split"], data_cfg["split_seed"]
     else:
         source = f"QuantumGrav.jl data {', '.join(str(p) for p in paths)}"
         dataset = QuantumGravJLDataset(paths, **_store_kwargs({}, run, task))
+        _check_store_kinds(dataset, task, source)
         fractions, seed = run.data.split, run.data.split_seed
     model = run.model
     reads_invariants = ["model.graph_features"] if model.type is None and model.graph_features else []
@@ -121,6 +124,14 @@ def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task)
                             "stores, or on data.target manifold_like")
         kwargs = {**kwargs, "cset_types": task.class_names}
     return {**kwargs, "target": target, "edges": edges}
+
+
+def _check_store_kinds(dataset: QuantumGravJLDataset, task: tasks.Task, source: str) -> None:
+    """Stores read by cset_type hold only kinds the run learned: another kind has no output of the model."""
+    unknown = [name for name in dataset.found_cset_types if name not in task.class_names]
+    if dataset.target == "cset_type" and unknown:
+        raise UserError(f"{source}: it holds {', '.join(unknown)} sets, a kind the run did not learn (its classes: "
+                        f"{', '.join(task.class_names)}); leave those stores out, or apply a run trained on them")
 
 
 def _check_fits(dataset: Any, task: tasks.Task, in_channels: int, source: str) -> Any:
