@@ -134,6 +134,14 @@ class SetsWithLabelTwo(SetsWithoutY):
                       enumerate(small_sets(num_sets))]
 
 
+class SetsWithThreeFeatures(SetsWithoutY):
+    """Binary-labelled causal sets whose x keeps 3 of the library's node features: data a model of the library's
+    features cannot read."""
+
+    def __init__(self, num_sets: int = 6):
+        self.items = [Data(x=d.x[:, :3], edge_index=d.edge_index, y=d.y) for d in small_sets(num_sets)]
+
+
 class SetsSizedByTheEnvironment(SetsWithoutY):
     """As many sets as the worker's QG_TEST_NUM_SETS says: shows which environment a worker got."""
 

@@ -23,6 +23,7 @@ try:
     from .distributed.environment import find_free_port, get_rank, get_world_size, is_main_process
     from .distributed.process_group import cleanup_ddp, initialize_ddp
     from .errors import ConfigError, UserError
+    from .jobs.applied_run import load_run
     from .jobs.entry import run_job
     from .jobs.launcher import TrainingFailed, launch
     from .logging_utils import get_logger, setup_logging
@@ -82,7 +83,7 @@ __all__ = [
     "apply_overrides", "dump_config", "get_loader", "load_config", "validate_config",
     "CausalSetDataset", "split_indices",
     "cleanup_ddp", "find_free_port", "get_rank", "get_world_size", "initialize_ddp", "is_main_process",
-    "ConfigError", "UserError", "TrainingFailed", "launch", "run_job",
+    "ConfigError", "UserError", "TrainingFailed", "launch", "load_run", "run_job",
     "get_logger", "setup_logging", "GNNClassifier", "SparseTransformerConv", "build_model", "count_parameters",
     "TrainerDDP", "Trainer", "dataset_factory", "loss_function", "tune",
     "print_run_header", "shrink_for_smoke_test",

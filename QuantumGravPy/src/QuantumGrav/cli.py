@@ -1,4 +1,4 @@
-"""Command line: ``python -m QuantumGrav train|tune|generate|doctor``.
+"""Command line: ``python -m QuantumGrav train|evaluate|tune|generate|doctor``.
 
 Bad input (config, data, command line, environment) prints one ``error:`` line and
 exits with code 2, without a traceback. A job stopped by SIGTERM after checkpointing (preemption)
@@ -43,6 +43,28 @@ def _port(text: str) -> int:
     return value
 
 
+def _add_evaluate(commands) -> argparse.ArgumentParser:
+    """The evaluate command: a trained run applied to new data (jobs.applied_run)."""
+    evaluate = commands.add_parser("evaluate", help="apply a trained run's best checkpoint to new data: print its "
+                                   "metrics per class and per kind of causal set; write every set's prediction")
+    # --run-dir under torchrun: its parser takes --run for a prefix of its own --run-path.
+    evaluate.add_argument("--run", "--run-dir", dest="run", required=True, metavar="RUN_DIR",
+                          help="a run directory that train wrote (--run-dir under torchrun)")
+    evaluate.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                          help="a YAML config (its data: section, built as training builds it), or QuantumGrav.jl "
+                               "stores and folders of stores")
+    evaluate.add_argument("--split", choices=("all", "test"), default="all",
+                          help="every set of the data, or the test part of the split training would make of it "
+                               "(default: %(default)s)")
+    evaluate.add_argument("--out", metavar="CSV", default=None,
+                          help="the predictions CSV, metrics.json beside it (default: "
+                               "RUN_DIR/evaluations/<data name>/predictions.csv)")
+    evaluate.add_argument("--nproc", type=_int_at_least(1), default=1,
+                          help="processes, each predicting a shard of the data (default: %(default)s); ignored "
+                               "under torchrun")
+    return evaluate
+
+
 def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
     """``train_prog``: the name ``train``'s usage and errors give, for a script that is that command."""
     parser = _Parser(prog="python -m QuantumGrav", description=__doc__.splitlines()[0])
@@ -62,6 +84,7 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
                             "job's processes (configs/slurm_ddp.sbatch)")
     # torch.distributed.launch (legacy) passes --local-rank / --local_rank to every worker.
     train.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, help=argparse.SUPPRESS)
+    evaluate = _add_evaluate(commands)
     tune = commands.add_parser("tune", help="run, continue or join a hyperparameter study (Optuna); print its summary")
     tune.add_argument("--config", default="configs/tune.yaml", help="training config with a tune: section "
                                                                     "(default: %(default)s)")
@@ -90,7 +113,7 @@ def build_parser(train_prog: str | None = None) -> argparse.ArgumentParser:
                                                         "largest batch once, forward and backward, against the limit")
     doctor.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of --config (repeatable)")
-    for command in (train, tune, generate, doctor):
+    for command in (train, evaluate, tune, generate, doctor):
         command.set_defaults(command_parser=command)
     return parser
 
@@ -115,6 +138,16 @@ def _train(args: argparse.Namespace) -> int:
     result = run_from_entry_point(config, args.nproc)
     if result is not None and result.get("test") is not None:
         rank_zero_only(print)(summarise_run(result))  # under torchrun every rank returns here
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from .evaluation.predictions import describe_evaluation
+    from .jobs.applied_run import evaluate_from_entry_point
+
+    result = evaluate_from_entry_point(args.run, args.data, split=args.split, out=args.out, nproc=args.nproc)
+    if result is not None:  # rank 0 (under torchrun every rank returns here)
+        print(describe_evaluation(result))
     return 0
 
 
@@ -173,10 +206,10 @@ STORE_DATASETS = ("QuantumGrav.data.zarr_store.QuantumGravJLDataset", "QuantumGr
 
 def _cache_stores(data_cfg: dict, workers: int) -> int:
     """``generate`` for QuantumGrav.jl stores: write the stores of KindsDataset if missing, then compute and cache
-    the graphs of this task's share of the items (``zarr_store.build_cache_share``: task RANK of WORLD_SIZE, or
+    the graphs of this task's share of the items (``store_cache.build_cache_share``: task RANK of WORLD_SIZE, or
     SLURM_PROCID of SLURM_NTASKS)."""
     from .config.schema import pyobject_path
-    from .data.zarr_store import build_cache_share
+    from .data.store_cache import build_cache_share
 
     kwargs = dict(data_cfg["kwargs"])
     if pyobject_path(data_cfg["type"]).endswith("KindsDataset"):
@@ -198,6 +231,8 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
             return run_doctor(nproc=args.nproc, num_workers=args.num_workers, port=args.port, config=config)
         if args.command == "generate":
             return _generate(args)
+        if args.command == "evaluate":
+            return _evaluate(args)
         if args.command == "tune":
             return _tune(args)
         return _train(args)

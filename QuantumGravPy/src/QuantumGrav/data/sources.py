@@ -88,7 +88,8 @@ def _build_user_dataset(data_cfg: dict[str, Any]):
 
 
 # --------------------------------------------------------------------------- the first-sample check
-def _item_problem(item: Any) -> str | None:
+def item_problem(item: Any) -> str | None:
+    """What keeps ``item`` from being a causal set's graph (x, edge_index and y, each of its form), or None."""
     missing = [key for key in ("x", "edge_index", "y") if getattr(item, key, None) is None]
     if missing:
         return f"its items need x, edge_index and y, item has no {', '.join(missing)} ({type(item).__name__})"
@@ -118,7 +119,7 @@ def check_samples(dataset: Any, source: str) -> dict[int, Any]:
     positions = sorted({0, len(dataset) // 2, len(dataset) - 1})
     items = [dataset[i] for i in positions]
     for position, item in zip(positions, items):
-        problem = _item_problem(item)
+        problem = item_problem(item)
         if problem:
             raise ConfigError(f"{source}: item {position}: {problem}")
     widths = {position: item.x.size(1) for position, item in zip(positions, items)}

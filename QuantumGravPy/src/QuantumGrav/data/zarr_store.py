@@ -53,6 +53,7 @@ JULIA_CSET_TYPES: dict[int, str] = {
     7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
 }
 VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
+DEFAULT_TARGET, DEFAULT_EDGES = "manifold_like", "links"  # as upstream trains
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
 # 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32.
@@ -169,7 +170,8 @@ class QuantumGravJLDataset(Dataset):
     """Causal sets from QuantumGrav.jl's Zarr stores as PyG graphs, read lazily item by item.
 
     * ``path``: one store or a folder of stores (e.g. the ``output`` folder of produce_data runs,
-      one store per causal-set type); items are the stores' ``cset_{i}`` groups, stores by name.
+      one store per causal-set type), or a list of them; items are the stores' ``cset_{i}`` groups, the
+      stores of each path by name, the paths in the order given.
     * ``target="manifold_like"``: y = 1 for manifold-like sets, 0 otherwise (as upstream trains).
       ``target="cset_type"``: y indexes ``class_names``, the ``JULIA_CSET_TYPES`` names given in
       ``cset_types`` or, by default, those found in the first group of each store (one type per
@@ -183,10 +185,11 @@ class QuantumGravJLDataset(Dataset):
     Nothing is read at construction but the folder listings and the first group of each store
     (checked, so that a wrong path or format fails before training). Stores are opened lazily in
     each process (DataLoader workers included). Each item is ``Data(x, edge_index, y, invariants)``, the
-    invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry.
+    invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry, and
+    ``julia_cset_type``, the set's cset_type code (``JULIA_CSET_TYPES``: what kind of set it is, whatever the target).
     """
 
-    def __init__(self, path: str | os.PathLike, *, target: str = "manifold_like", edges: str = "links",
+    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, target: str = DEFAULT_TARGET, edges: str = DEFAULT_EDGES,
                  cache: bool = True, cache_dir: str | os.PathLike | None = None,
                  cset_types: Sequence[str] | None = None, transform: Callable | None = None):
         import_zarr()
@@ -195,7 +198,8 @@ class QuantumGravJLDataset(Dataset):
         if edges not in VALID_EDGES:
             raise UserError(f"edges: expected one of {VALID_EDGES}, got {edges!r}")
         self.target, self.edges, self.cache = target, edges, bool(cache)
-        self.stores = find_stores(path)
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        self.stores = list(dict.fromkeys(store for each in paths for store in find_stores(each)))
         self.groups = [list_groups(store) for store in self.stores]
         self._offsets = np.cumsum([0] + [len(groups) for groups in self.groups])
         self._handles: dict[int, Any] = {}
@@ -204,14 +208,16 @@ class QuantumGravJLDataset(Dataset):
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.
         first_codes = [int(self._graph(k, self.groups[k][0])["labels"][1]) for k in range(len(self.stores))]
-        self._cset_types = self._choose_cset_types(cset_types, first_codes)
+        # The types of the stores, by code: each store's first group's (produce_data writes one type per store).
+        self.found_cset_types = [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
+        self._cset_types = self._choose_cset_types(cset_types, self.found_cset_types)
         super().__init__(root=None, transform=transform)
 
     # ------------------------------------------------------------------ labels
     @staticmethod
-    def _choose_cset_types(cset_types: Sequence[str] | None, first_codes: list[int]) -> list[str]:
+    def _choose_cset_types(cset_types: Sequence[str] | None, found: list[str]) -> list[str]:
         if cset_types is None:
-            return [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
+            return found
         unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
         if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
             raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
@@ -301,12 +307,17 @@ class QuantumGravJLDataset(Dataset):
         store_index = int(np.searchsorted(self._offsets, idx, side="right")) - 1
         return store_index, self.groups[store_index][idx - self._offsets[store_index]]
 
+    def store_and_group(self, idx: int) -> tuple[str, str]:
+        """Where item ``idx`` is stored: its store's folder name and its group (``cset_{i}``)."""
+        store_index, group = self._locate(idx)
+        return self.stores[store_index].name, group
+
     def get(self, idx: int) -> Data:
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
         y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
-                    num_nodes=graph["x"].shape[0])
+                    julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0])
 
     def describe(self, idx: int) -> dict[str, Any]:
         """Where item ``idx`` comes from and what it is: its store's name, group and QuantumGrav.jl kind, and the
@@ -452,43 +463,3 @@ def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_typ
         array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,
                                    compressors=blosc, fill_value=None if zarr_format == 2 else 0)
         array[...] = value
-
-
-def task_share() -> tuple[int, int]:
-    """(rank, world size) of this task among those that build one cache together: torchrun's RANK and
-    WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS (``srun``), else (0, 1)."""
-    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        if rank_name in os.environ and size_name in os.environ:
-            try:
-                rank, size = int(os.environ[rank_name]), int(os.environ[size_name])
-            except ValueError:
-                rank, size = -1, 0
-            if not 0 <= rank < size:
-                raise UserError(f"{rank_name}={os.environ[rank_name]!r} and {size_name}={os.environ[size_name]!r}: "
-                                f"expected integers with 0 <= {rank_name} < {size_name}")
-            return rank, size
-    return 0, 1
-
-
-def build_cache_share(kwargs: dict[str, Any], workers: int, dataset_class: type | None = None) -> str:
-    """Build this task's share (``task_share``) of the feature cache of ``dataset_class(**kwargs)`` (default
-    ``QuantumGravJLDataset``; ``KindsDataset`` generates its stores first) with ``workers`` processes; a line
-    saying what was done and how fast."""
-    import time
-
-    if not kwargs.get("cache", True):
-        raise UserError("data.kwargs.cache is false: there is no feature cache to build; remove it or set it true")
-    dataset_class = dataset_class or QuantumGravJLDataset
-    start = time.perf_counter()
-    try:
-        dataset = dataset_class(**kwargs)
-    except (TypeError, ValueError) as err:
-        raise UserError(f"data.kwargs: {dataset_class.__name__}(**data.kwargs) failed: {err}") from None
-    rank, world_size = task_share()
-    done = dataset.build_cache(workers=workers, rank=rank, world_size=world_size)
-    seconds = time.perf_counter() - start
-    share = f" (task {rank} of {world_size}: items {rank}, {rank} + {world_size}, ...)" if world_size > 1 else ""
-    where = kwargs["path"] if len(dataset.stores) == 1 else dataset.stores[0].parent
-    return (f"{where}: {len(dataset.stores)} stores, {done} of {len(dataset)} causal sets cached{share} in "
-            f"{seconds:.1f} s with {workers} processes: {done / max(seconds, 1e-9):,.1f} sets/s (stores written "
-            f"and items cached before are read, not computed)")

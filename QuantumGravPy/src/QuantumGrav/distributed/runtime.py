@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UserError
+from .environment import get_local_rank, resolve_device
 from .stalls import naming_stalled_ranks
 from .votes import Decision
 
@@ -48,6 +49,19 @@ class Runtime:
     device: torch.device = torch.device("cpu")
     backend: str | None = None
 
+    @classmethod
+    def in_process_group(cls, device_setting: str) -> "Runtime":
+        """This process's place in the initialised process group, on its node's GPU ``LOCAL_RANK`` (or the CPU)
+        as ``device_setting`` (``training.device``) says."""
+        local_rank = get_local_rank()
+        device = resolve_device(device_setting, local_rank)
+        backend = dist.get_backend()
+        if backend == "nccl" and device.type != "cuda":
+            raise UserError("the process group uses NCCL but training.device is CPU; use backend gloo "
+                            "(parallel.backend: gloo) or device: cuda")
+        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=device,
+                   backend=backend)
+
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
@@ -68,6 +82,14 @@ class Runtime:
         buffer = values.detach().to(self._collective_device, torch.float64).clone()
         dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
         return buffer.to(values.device)
+
+    def gather_to_main(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` in rank order on rank 0 (what one process writes for the job), None on the others."""
+        if not self.distributed:
+            return [obj]
+        gathered: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, gathered, dst=0)
+        return gathered
 
     def decide(self, votes: list[tuple[str, Any]]) -> Decision:
         """The one decision of every rank from each rank's callback votes ((callback name, Stop) pairs):

@@ -9,7 +9,7 @@ Either way the numbers equal one process evaluating the split.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -39,21 +39,28 @@ class Evaluator:
     def local_totals(self, loader, predictions: list | None = None) -> torch.Tensor:
         """The task's metric totals over this rank's batches; each graph's (prediction, true value, flip
         fraction) is appended to ``predictions`` when it is given."""
-        device = next(self.model.parameters()).device
-        totals = self.task.zero_totals(device)
-        was_training = self.model.training
-        self.model.eval()
-        for batch in loader:
-            batch = batch.to(device, non_blocking=True)
-            with self.autocast():
-                outputs = self.model(batch)
-            target = self.task.target(batch.y)
-            outputs = outputs.float()
+        totals = self.task.zero_totals(next(self.model.parameters()).device)
+        for outputs, target, batch in self.outputs(loader):
             totals += self.task.batch_totals(outputs, target, self.criterion(outputs, target))
             if predictions is not None:
                 predictions += self._per_graph(outputs, target, batch)
-        self.model.train(was_training)
         return totals
+
+    def outputs(self, loader) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:
+        """(outputs as float32, the task's target, the batch) for each batch of ``loader``: the one forward pass of
+        evaluation (eval mode, no gradients, the run's autocast), whatever is computed from it (the metric totals
+        here, an applied run's predictions)."""
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in loader:
+                batch = batch.to(device, non_blocking=True)
+                with torch.no_grad(), self.autocast():
+                    outputs = self.model(batch)
+                yield outputs.float(), self.task.target(batch.y), batch
+        finally:
+            self.model.train(was_training)
 
     def _per_graph(self, outputs: torch.Tensor, target: torch.Tensor, batch) -> list[tuple[float, float, float]]:
         """(prediction, true value, flip fraction) of each graph: the predicted class for classification, the

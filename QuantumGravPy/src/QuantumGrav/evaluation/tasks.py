@@ -263,6 +263,22 @@ def resolve_task(settings: TaskSection, dataset, samples: dict[int, Any], source
     return task
 
 
+def model_io(in_channels: int, task: Task) -> dict[str, Any]:
+    """What a model was built for, as a checkpoint records it: node features in, the task and its classes out."""
+    return {"in_channels": int(in_channels), "task": task.type, "class_names": list(task.class_names)}
+
+
+def task_of_model_io(record: dict[str, Any], threshold: float) -> Task:
+    """The task a checkpoint's ``model_io`` records, rebuilt: the same output width, classes in the same order and
+    the same metrics (``threshold``: the run's ``task.threshold``)."""
+    names = record["class_names"]
+    if record["task"] == "regression":
+        return RegressionTask()
+    if record["task"] == "binary":
+        return BinaryTask(threshold, names)
+    return MulticlassTask(len(names), names)
+
+
 def check_metric(metric: str, task: Task) -> None:
     """early_stopping.metric must be one the task reports."""
     allowed = [f"val_{m}" for m in task.metric_names]

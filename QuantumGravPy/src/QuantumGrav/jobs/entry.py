@@ -1,8 +1,8 @@
 """What one process of a job runs, however it was started (``QG.launch``, torchrun, a study's rank).
 
 ``run_job`` builds, trains, tests and tears down a trainer in this process. ``run_process`` wraps it in
-the rest of a process's life: its logging, joining the job's process group, its failure logged, and
-leaving the group.
+the rest of a process's life (``run_in_group``, which any job's ranks share): its logging, joining the job's
+process group, its failure logged, and leaving the group.
 """
 
 from __future__ import annotations
@@ -69,26 +69,36 @@ def run_job(config: dict | str | Path, on_start: Callable[[Any], None] | None = 
 def run_process(config: dict[str, Any], rank: int, *, report: Report | None = None,
                 on_start: Callable[[Any], None] | None = None, callbacks: Sequence[Callback] = (),
                 console_level: str | int | None = None, store: dist.Store | None = None) -> dict[str, Any]:
-    """One rank of a job from start to end: its logging, joining the process group (torchrun's environment,
-    or the one its launcher set), ``run_job``, and leaving the group; returns ``run_job``'s result and raises
-    what it raised.
+    """One rank of a training job from start to end (``run_in_group`` of ``run_job``); returns ``run_job``'s
+    result and raises what it raised.
 
     Args:
         config: a resolved config.
         rank: this process's rank.
-        report: called as ``report(result, None)`` or ``report(None, error)`` when the job ends on this rank,
-            before it leaves the group: leaving may hang (a library's teardown), and a launcher stops a rank
-            stuck there only once every rank has reported.
+        report: as ``run_in_group`` takes it.
         on_start, callbacks: as ``run_job`` takes them.
         console_level: the console level of rank 0's log (None: ``setup_logging``'s default).
         store: the key-value store the ranks meet through (None: ``initialize_ddp``'s).
     """
+    return run_in_group(config, rank, lambda: run_job(config, on_start=on_start, callbacks=callbacks),
+                        report=report, console_level=console_level, store=store)
+
+
+def run_in_group(config: dict[str, Any], rank: int, work: Callable[[], Any], *, report: Report | None = None,
+                 console_level: str | int | None = None, store: dist.Store | None = None) -> Any:
+    """The life of one rank of any job (training, an applied run's evaluation): its logging, joining the process
+    group (torchrun's environment, or the one its launcher set; backend and timeout from ``config``), ``work()``,
+    and leaving the group; returns what ``work`` returned and raises what it raised.
+
+    ``report`` is called as ``report(result, None)`` or ``report(None, error)`` when the work ends on this rank,
+    before it leaves the group: leaving may hang (a library's teardown), and a launcher stops a rank stuck there
+    only once every rank has reported."""
     setup_logging(rank, level=console_level)
     try:
         parallel = config.sections.parallel
         initialize_ddp(backend=choose_backend(parallel.backend, config.sections.loop.device),
                        timeout_s=parallel.timeout_s, store=store)
-        result = run_job(config, on_start=on_start, callbacks=callbacks)
+        result = work()
     except BaseException as err:
         _log_failure(err)  # a launcher, or torchrun, then stops the other ranks
         if report:

@@ -18,12 +18,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ..callbacks.base import Callback
-from ..config.schema import find_unimportable, resolve_config, with_world_size
+from ..config.schema import ResolvedConfig, find_unimportable, resolve_config, with_world_size
 from ..distributed.environment import (choose_backend, configured_device_type, cores_per_process, find_free_port,
                                        launched_by_torchrun, resolve_device, worker_context)
 from ..distributed.lifeline import Lifeline, stop_when_the_agent_dies, stop_when_the_launcher_dies
@@ -145,9 +145,24 @@ def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
     return f"{nproc} process(es) on {device} ({backend}), {sections.loop.num_epochs} epochs"
 
 
+class Training:
+    """What every rank of a training job runs (``run_process``); picklable, so that spawned workers receive it.
+
+    Rank 0 tells the launching process where the run lives (``run_dirs``), so that the launcher can remove it if
+    the job fails on bad input after rank 0 was already stopped."""
+
+    def __init__(self, callbacks: Sequence[Callback] = ()):
+        self.callbacks = list(callbacks)
+
+    def __call__(self, config, rank: int, *, report, run_dirs, console_level) -> None:
+        # A SimpleQueue writes at once: a Queue's feeder thread might not have sent it yet when the parent stops rank 0.
+        report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
+        run_process(config, rank, report=report, on_start=report_run_dir, callbacks=self.callbacks,
+                    console_level=console_level)
+
+
 def _worker(rank: int, world_size: int, config: dict, port: int, results, run_dirs,
-            console_level: str | int | None, environment: dict[str, str], callbacks: Sequence[Callback],
-            lifeline) -> None:
+            console_level: str | int | None, environment: dict[str, str], job, lifeline) -> None:
     """Entry point of a worker process (module level, so that the worker can import it by name)."""
     # First of all: from here on, this worker stops whenever the launching process ends (lifeline.py).
     stop_when_the_launcher_dies(lifeline)
@@ -161,13 +176,9 @@ def _worker(rank: int, world_size: int, config: dict, port: int, results, run_di
                       MASTER_ADDR=str(config.sections.parallel.master_addr), MASTER_PORT=str(port))
     # N processes each using every core thrash the CPU (torchrun sets OMP_NUM_THREADS=1 for this reason).
     torch.set_num_threads(cores_per_process(world_size))
-    # Rank 0 tells the parent where the run lives, so that the parent can remove it if the job fails on bad
-    # input after rank 0 was already stopped. A SimpleQueue writes at once: a Queue's feeder thread might
-    # not have sent it yet when the parent stops rank 0.
-    report_run_dir = (lambda trainer: run_dirs.put(str(trainer.run_dir))) if rank == 0 else None
     try:
-        run_process(config, rank, report=lambda result, err: results.put(_report(rank, result, err)),
-                    on_start=report_run_dir, callbacks=callbacks, console_level=console_level)
+        job(config, rank, report=lambda result, err: results.put(_report(rank, result, err)), run_dirs=run_dirs,
+            console_level=console_level)
     except Preempted:  # every rank stopped at the same step, after rank 0's checkpoint
         pass
     except BaseException:  # reported to the parent, with its rank
@@ -214,20 +225,35 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
         >>> result["test"]["accuracy"]  # doctest: +SKIP
     """
     config = resolve_config(config)  # validated once here; the workers receive it validated
-    parallel = config.sections.parallel
-    nproc = parallel.world_size if nproc is None else nproc
+    nproc = config.sections.parallel.world_size if nproc is None else nproc
     if nproc < 1:
         raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
     if nproc == 1:
         return run_job(config, callbacks=callbacks)
     check_main_guard("QG.launch")
     check_spawnable(config, callbacks)
+    return launch_processes(config, nproc, Training(callbacks), port=port)
+
+
+def launch_processes(config: ResolvedConfig, nproc: int, job: Callable[..., Any], *, port: int | None = None) -> Any:
+    """Run ``job`` on ``nproc`` worker processes of this machine and return what rank 0 reported.
+
+    Every worker joins the job's process group through ``config`` (its ``parallel`` section, ``training.device``)
+    and calls ``job(config, rank, report=..., run_dirs=..., console_level=...)``, a picklable object whose rank
+    calls ``report(result, error)`` when its work ends (``entry.run_in_group`` does): ``Training``, or an
+    applied run's evaluation. The caller checks what it can before (``check_main_guard``, ``check_spawnable``).
+
+    Raises:
+        UserError: more processes than GPUs, or bad input found by a worker (then an unfinished run directory
+            that rank 0 reported in ``run_dirs`` is removed).
+        TrainingFailed: a worker raised or died; names its rank and carries its traceback.
+    """
     _check_devices(config.sections.loop.device, nproc)
     config = with_world_size(config, nproc)
-    port = port or parallel.master_port or find_free_port()
+    port = port or config.sections.parallel.master_port or find_free_port()
     context = worker_context()
     results, run_dirs, lifeline = context.Queue(), context.SimpleQueue(), Lifeline(context)
-    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), list(callbacks),
+    arguments = (nproc, config, port, results, run_dirs, chosen_console_level(), dict(os.environ), job,
                  lifeline.reader)
     processes = [context.Process(target=_worker, args=(rank, *arguments), name=f"rank{rank}") for rank in range(nproc)]
     try:

@@ -32,7 +32,7 @@ from .artifacts import CHECKPOINT_DIR
 
 logger = get_logger("checkpoint")
 
-LAST, PREVIOUS = "last.pt", "previous.pt"
+LAST, PREVIOUS, BEST = "last.pt", "previous.pt", "best.pt"
 LOCK_FILE = ".lock"
 
 
@@ -145,6 +145,25 @@ def load_resume_checkpoint(run_dir: str | Path,
                   "to resume from it, or ") if others else ""
     raise UserError(f"training.resume: no checkpoint of '{run_dir}' can be loaded: {'; '.join(problems)}. "
                     f"Nothing was changed. To continue, {other_hint}start a new run (without --resume)")
+
+
+def load_best_checkpoint(run_dir: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The best epoch's checkpoint of ``run_dir`` (what its test evaluated), for applying the run to new data.
+    Missing or unreadable: one UserError naming what the run holds instead and what to do."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    state, problem = _why_unusable(folder / BEST, map_location)
+    if state is not None:
+        return state
+    if problem != "missing":
+        raise UserError(f"run '{run_dir}': {folder / BEST} is {problem}; train the run again, or copy another of "
+                        f"its checkpoints there")
+    others = sorted(p.name for p in folder.glob("*.pt")) if folder.is_dir() else []
+    if not others:
+        raise UserError(f"run '{run_dir}': no checkpoint was written (it stopped before its first epoch ended); "
+                        "train it again, or pass another run")
+    raise UserError(f"run '{run_dir}': no {CHECKPOINT_DIR}/{BEST} (it holds {', '.join(others)}); best.pt is written "
+                    f"at the end of an epoch: continue the run (python -m QuantumGrav train --resume {run_dir}), or "
+                    f"copy one of those to {folder / BEST} to apply it")
 
 
 # --------------------------------------------------------------------------- the run-directory lock

@@ -27,7 +27,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..callbacks.base import Callback
 from ..config.schema import ResolvedConfig, with_world_size
-from ..distributed.environment import get_local_rank, resolve_device
 from ..distributed.process_group import release_before_teardown
 from ..distributed.runtime import Runtime
 from ..errors import ConfigError, UserError
@@ -78,14 +77,7 @@ class TrainerDDP(Trainer):
         return with_world_size(config, world_size)
 
     def _runtime(self) -> Runtime:
-        local_rank = get_local_rank()
-        device = resolve_device(self.sections.loop.device, local_rank)
-        backend = dist.get_backend()
-        if backend == "nccl" and device.type != "cuda":
-            raise UserError("the process group uses NCCL but training.device is CPU; use backend gloo "
-                            "(parallel.backend: gloo) or device: cuda")
-        return Runtime(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=device,
-                       backend=backend)
+        return Runtime.in_process_group(self.sections.loop.device)
 
     def release_ddp(self) -> None:
         """Drop the DistributedDataParallel wrapper (called by cleanup_ddp(), see there why). The

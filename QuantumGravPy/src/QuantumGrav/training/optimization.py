@@ -32,6 +32,13 @@ def build_named(key: str, constructor: Callable[..., Any], *args: Any, **kwargs:
                           f"arguments: {err}") from None
 
 
+def autocast(amp: str, device_type: str):
+    """The forward pass's precision under ``training.amp`` (``off``, ``bf16``, ``fp16``) on ``device_type``."""
+    if amp == "off":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
+
+
 def batches_per_epoch(loader: TrainingLoaderSection, train_size: int, world_size: int) -> int:
     """Training batches per process and epoch, as the DataLoader of prepare_dataloaders will have."""
     per_rank = math.ceil(train_size / world_size)  # DistributedSampler pads every rank to the same length
@@ -65,10 +72,7 @@ class Optimization:
         return self.optimizer.param_groups[0]["lr"]
 
     def autocast(self, device_type: str):
-        amp = self.loop.amp
-        if amp == "off":
-            return contextlib.nullcontext()
-        return torch.autocast(device_type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
+        return autocast(self.loop.amp, device_type)
 
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()

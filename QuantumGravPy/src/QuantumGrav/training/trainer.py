@@ -164,7 +164,10 @@ class Trainer:
         return Runtime(device=resolve_device(self.sections.loop.device))
 
     def _build_model(self, first) -> torch.nn.Module:
+        """The model for items like ``first`` and the task; what it was built for goes into every checkpoint
+        (``model_io``), so that an applied run (``jobs.applied_run``) rebuilds it without the training data."""
         section = self.sections.model
+        self.model_io = tasks.model_io(first.x.size(1), self.task)
         key = "model.kwargs" if section.type is not None else "model"
         model = build_named(key, build_model, section, first.x.size(1), self.task.output_width)
         model = model.to(self.device)  # move to the device *before* any DDP wrapping
@@ -207,6 +210,7 @@ class Trainer:
             "config_yaml": dump_config(self.config),
             "world_size": self.runtime.world_size,
             "derived": self.optimization.derived,
+            "model_io": self.model_io,
         }
 
     # The run's state as attributes, for scripts and notebooks that read them from the trainer.

@@ -1,0 +1,141 @@
+"""A trained model's predictions on some data (an applied run, ``jobs.applied_run``) and the metrics read from them.
+
+Each rank predicts its shard of the sets; the shards are gathered to rank 0 and put back in the data's order
+(``Predictions.merged``), and every number is computed there, once, from all of them: so one process and N give the
+same metrics, the counts exactly. The task's own metrics come from ``tasks`` (the code the run's test used); the F1
+per class and weighted by support with them (from the confusion matrix), and the recall per kind of causal set from
+the same predictions.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from . import tasks
+from ..data.causal_sets import CSET_TYPES
+from ..data.zarr_store import JULIA_CSET_TYPES
+from ..files import atomic_replace, atomic_write_text
+
+Batches = Iterable[tuple[torch.Tensor, torch.Tensor, Any]]  # (outputs, target, batch): Evaluator.outputs
+
+
+def kinds_of(batch, target: torch.Tensor, task: tasks.Task) -> list[str]:
+    """What kind of causal set each graph of ``batch`` is: QuantumGrav.jl's cset_type name for a store's sets, the
+    generator's cset type for its own, else its true class (classification) or ``all`` (regression), so that
+    every prediction has a kind to be counted under."""
+    if "julia_cset_type" in batch:
+        return [JULIA_CSET_TYPES[code] for code in batch.julia_cset_type.view(-1).tolist()]
+    if "cset_type" in batch:
+        return [CSET_TYPES[code] for code in batch.cset_type.view(-1).tolist()]
+    if isinstance(task, tasks.ClassificationTask):
+        return [task.class_names[int(value)] for value in target.view(-1).tolist()]
+    return ["all"] * batch.num_graphs
+
+
+@dataclass
+class Predictions:
+    """The model's outputs on some sets of the data: ``sets`` their indices in the data, ``kinds`` what kind each
+    is, ``outputs`` [sets, output width] and ``targets`` in the task's form (``Task.target``)."""
+
+    sets: list[int]
+    kinds: list[str]
+    outputs: torch.Tensor
+    targets: torch.Tensor
+
+    @classmethod
+    def from_batches(cls, batches: Batches, sets: Sequence[int], task: tasks.Task) -> "Predictions":
+        """``batches`` of the sets ``sets``, in that order (a loader over them, not shuffled)."""
+        outputs, targets, kinds = [], [], []
+        for output, target, batch in batches:
+            outputs.append(output.cpu())
+            targets.append(target.cpu())
+            kinds += kinds_of(batch, target, task)
+        if not outputs:  # a rank with no sets (more processes than sets)
+            empty = torch.zeros(0, task.output_width)
+            return cls([], [], empty, task.target(torch.zeros(0)))
+        return cls(list(sets), kinds, torch.cat(outputs), torch.cat(targets))
+
+    @classmethod
+    def merged(cls, parts: Sequence["Predictions"]) -> "Predictions":
+        """Every rank's part, in the data's order."""
+        sets = [index for part in parts for index in part.sets]
+        order = sorted(range(len(sets)), key=sets.__getitem__)
+        kinds = [kind for part in parts for kind in part.kinds]
+        outputs, targets = torch.cat([p.outputs for p in parts]), torch.cat([p.targets for p in parts])
+        return cls([sets[i] for i in order], [kinds[i] for i in order], outputs[order], targets[order])
+
+    def metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
+        """The task's metrics (as the run's test reports them, its loss the mean over all sets), and per kind:
+        sets and recall (classification) or mean absolute error (regression); the F1 of each class (by name) and
+        their mean weighted by support come with the task's metrics, from the confusion matrix."""
+        totals = task.batch_totals(self.outputs, self.targets, criterion(self.outputs, self.targets))
+        result = task.metrics(totals)
+        if not isinstance(task, tasks.ClassificationTask):
+            errors = (self.outputs.double().view(-1) - self.targets.double().view(-1)).abs().tolist()
+            return {**result, "per_kind": self._per_kind(errors, "mae")}
+        true, predicted = self.targets.view(-1).long().tolist(), task.predict(self.outputs).tolist()
+        correct = [float(t == p) for t, p in zip(true, predicted)]
+        return {**result, "per_class_f1": dict(zip(task.class_names, result["per_class_f1"])),
+                "per_kind": self._per_kind(correct, "recall")}
+
+    def _per_kind(self, values: list[float], name: str) -> dict[str, dict[str, Any]]:
+        """Each kind's number of sets and the mean of ``values`` over them, as ``name``."""
+        sums: dict[str, list[float]] = {}
+        for kind, value in zip(self.kinds, values):
+            sums.setdefault(kind, []).append(value)
+        return {kind: {"sets": len(found), name: sum(found) / len(found)} for kind, found in sorted(sums.items())}
+
+    def rows(self, task: tasks.Task, describe_set: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
+        """One row per set: what identifies it (``describe_set(index)``: its index in the data, and for a store's
+        sets the store and group), its kind, the truth, and the score: the probability of the positive class
+        (binary), the predicted class and its probability (multiclass), the predicted value (regression)."""
+        ids = [describe_set(index) for index in self.sets]
+        if not isinstance(task, tasks.ClassificationTask):
+            return [{**row, "kind": kind, "truth": truth, "score": value} for row, kind, truth, value in
+                    zip(ids, self.kinds, self.targets.view(-1).tolist(), self.outputs.view(-1).tolist())]
+        if isinstance(task, tasks.BinaryTask):
+            scores = torch.sigmoid(self.outputs.view(-1))
+        else:
+            scores = torch.softmax(self.outputs, dim=-1).max(dim=-1).values
+        names = task.class_names
+        return [{**row, "kind": kind, "truth": names[truth], "predicted": names[predicted], "score": score}
+                for row, kind, truth, predicted, score in zip(ids, self.kinds, self.targets.view(-1).long().tolist(),
+                                                              task.predict(self.outputs).tolist(), scores.tolist())]
+
+
+def write_predictions(csv_path: Path, rows: list[dict[str, Any]], json_path: Path, metrics: dict[str, Any]) -> None:
+    """The rows as a CSV and the metrics as JSON, each written whole or not at all (``files.atomic_replace``)."""
+    def write_csv(tmp: str) -> None:
+        with open(tmp, "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]) if rows else ["set"])
+            writer.writeheader()
+            writer.writerows(rows)
+
+    atomic_replace(csv_path, write_csv)
+    atomic_write_text(json_path, json.dumps(metrics, indent=2) + "\n")
+
+
+def describe_evaluation(result: dict[str, Any]) -> str:
+    """The short table the command line prints: the task's metrics, F1 per class, then each kind's sets and recall
+    (or mean absolute error), and where the files are."""
+    shown = [m for m in tasks.TASK_METRICS[result["task"]] if m != "loss"]
+    scores = "  ".join(f"{m} {result[m]:.3f}" for m in shown)
+    if "weighted_f1" in result:
+        scores += f"  weighted_f1 {result['weighted_f1']:.3f}"
+    lines = ["", f"=== {result['run']} applied to {result['data_name']} ({result['count']} causal sets) ===",
+             f"{scores}  (loss {result['loss']:.4f})"]
+    width = max(len(name) for name in [*result.get("per_class_f1", {}), *result["per_kind"], "class"]) + 2
+    if "per_class_f1" in result:
+        lines += [f"{'class':<{width}}{'F1':>8}"]
+        lines += [f"{name:<{width}}{f1:>8.3f}" for name, f1 in result["per_class_f1"].items()]
+    measure = "recall" if "per_class_f1" in result else "mae"
+    lines += [f"{'kind':<{width}}{'sets':>8}{measure:>8}"]
+    lines += [f"{kind:<{width}}{row['sets']:>8}{row[measure]:>8.3f}" for kind, row in result["per_kind"].items()]
+    lines += [f"predictions     {result['predictions_csv']}", f"metrics         {result['metrics_json']}"]
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""The data a trained run is applied to (``applied_run``): the ``data:`` section of a YAML config, built as training
+builds it, or QuantumGrav.jl stores. Either is read as the run's model needs it (the run's edges, target and
+classes) and checked against the run before any set is predicted: what does not fit is one UserError that says
+what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..config.schema import load_config
+from ..config.sections import ConfigSections
+from ..data.dataset import split_indices
+from ..data.derived_invariants import with_order_invariants
+from ..data.sources import item_problem, source_name
+from ..data.zarr_store import (DEFAULT_EDGES, DEFAULT_TARGET, JULIA_CSET_TYPES, VALID_TARGETS as STORE_TARGETS,
+                               QuantumGravJLDataset)
+from ..distributed.runtime import Runtime
+from ..errors import UserError
+from ..evaluation import tasks
+from ..training.loaders import load_dataset
+
+SPLITS = ("all", "test")
+DataPaths = str | os.PathLike | Sequence[str | os.PathLike]
+
+
+@dataclass
+class AppliedData:
+    """The sets to predict: ``dataset``, the ``indices`` of those evaluated (all, or its test split), ``name`` (the
+    default output folder's), ``describe_set(index)`` (a set's id columns) and the ``first`` set (for the model's
+    check)."""
+
+    name: str
+    dataset: Any
+    indices: list[int]
+    describe_set: Callable[[int], dict[str, Any]]
+    first: Any
+
+
+def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task, in_channels: int,
+              runtime: Runtime) -> AppliedData:
+    """``data`` (a YAML config, or stores and folders of stores) as the run ``run`` (its config's sections), trained
+    for ``task`` on items of ``in_channels`` node features, reads it; ``split``: ``all`` or ``test`` (the test part
+    of the split training would make of it: the config's ``data.split`` and ``data.split_seed``, for stores the
+    run's)."""
+    if split not in SPLITS:
+        raise UserError(f"split: expected one of {SPLITS}, got {split!r}")
+    paths = _existing_paths(data)
+    configs = [path for path in paths if path.is_file()]
+    if configs and len(paths) > 1:
+        raise UserError(f"data: one YAML config, or QuantumGrav.jl stores; got the config {configs[0]} and "
+                        f"{len(paths) - 1} more path(s)")
+    if configs:
+        config = load_config(paths[0])
+        data_cfg = _as_the_run_reads(config.sections.data.as_mapping(), run, task)
+        source = f"{paths[0]} ({source_name(data_cfg)})"
+        dataset = load_dataset(data_cfg, run.parallel.data_timeout_s, runtime)
+        if isinstance(dataset, QuantumGravJLDataset):
+            _check_store_kinds(dataset, task, source)
+        fractions, seed = data_cfg["split"], data_cfg["split_seed"]
+    else:
+        source = f"QuantumGrav.jl data {', '.join(str(p) for p in paths)}"
+        dataset = QuantumGravJLDataset(paths, **_store_kwargs({}, run, task))
+        _check_store_kinds(dataset, task, source)
+        fractions, seed = run.data.split, run.data.split_seed
+    model = run.model
+    reads_invariants = ["model.graph_features"] if model.type is None and model.graph_features else []
+    dataset = with_order_invariants(dataset, reads_invariants, source)
+    first = _check_fits(dataset, task, in_channels, source)
+    indices = list(range(len(dataset))) if split == "all" else split_indices(len(dataset), fractions, seed)[2]
+    return AppliedData(_name(paths, split), dataset, indices, _set_ids(dataset), first)
+
+
+def _existing_paths(data: DataPaths) -> list[Path]:
+    paths = [Path(data)] if isinstance(data, (str, os.PathLike)) else [Path(p) for p in data]
+    if not paths:
+        raise UserError("data: give a YAML config with a data: section, or QuantumGrav.jl stores or folders of them")
+    for path in paths:
+        if not path.exists():
+            raise UserError(f"data: {path}: no such file or folder; give a YAML config with a data: section, a "
+                            f"QuantumGrav.jl store or a folder of stores")
+    return paths
+
+
+def _learned(run: ConfigSections) -> tuple[str | None, str | None]:
+    """The target and edges the run was trained on: the generator's or the stores' (None: the run's own dataset
+    class, whose labels this code does not know)."""
+    data = run.data
+    if data.type is None:
+        return data.target, data.edges
+    if data.type is QuantumGravJLDataset:
+        return data.kwargs.get("target", DEFAULT_TARGET), data.kwargs.get("edges", DEFAULT_EDGES)
+    return None, None
+
+
+def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks.Task) -> dict[str, Any]:
+    """A config's ``data:`` section made into the graphs and labels the run learned: the generator's or the stores'
+    target and edges are the run's (the config chooses the sets, the run what is asked of them)."""
+    target, edges = _learned(run)
+    if data_cfg["type"] is QuantumGravJLDataset:
+        return {**data_cfg, "kwargs": _store_kwargs(data_cfg["kwargs"], run, task)}
+    if data_cfg["type"] is None and target is not None:
+        return {**data_cfg, "target": target, "edges": edges}
+    return data_cfg
+
+
+def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task) -> dict[str, Any]:
+    """``QuantumGravJLDataset``'s keyword arguments for reading stores as the run learned: its target and edges,
+    and for ``cset_type`` its classes in its order (so that y indexes the model's outputs)."""
+    target, edges = _learned(run)
+    if target not in STORE_TARGETS:
+        learned = (f"data.target {target}" if target else
+                   f"the labels of its own dataset class ({run.data.type.__qualname__})")
+        raise UserError(f"data: the run learned {learned}, a {task.type} task; QuantumGrav.jl stores label their "
+                        f"sets with {' and '.join(STORE_TARGETS)} only. Apply a run trained on one of those (the "
+                        f"generator's data.target, or stores), or give a config of data like the run's")
+    if target == "cset_type":
+        foreign = [name for name in task.class_names if name not in JULIA_CSET_TYPES.values()]
+        if foreign:
+            raise UserError(f"data: the run's classes ({', '.join(task.class_names)}) are the generator's cset types, "
+                            f"not QuantumGrav.jl's ({', '.join(JULIA_CSET_TYPES.values())}); apply a run trained on "
+                            "stores, or on data.target manifold_like")
+        kwargs = {**kwargs, "cset_types": task.class_names}
+    return {**kwargs, "target": target, "edges": edges}
+
+
+def _check_store_kinds(dataset: QuantumGravJLDataset, task: tasks.Task, source: str) -> None:
+    """Stores read by cset_type hold only kinds the run learned: another kind has no output of the model."""
+    unknown = [name for name in dataset.found_cset_types if name not in task.class_names]
+    if dataset.target == "cset_type" and unknown:
+        raise UserError(f"{source}: it holds {', '.join(unknown)} sets, a kind the run did not learn (its classes: "
+                        f"{', '.join(task.class_names)}); leave those stores out, or apply a run trained on them")
+
+
+def _check_fits(dataset: Any, task: tasks.Task, in_channels: int, source: str) -> Any:
+    """The first, middle and last sets have the run's node features and labels of its task, and the dataset's task
+    and classes (where it declares them) are the run's; returns the first set."""
+    if len(dataset) == 0:
+        raise UserError(f"{source}: no causal sets to evaluate")
+    declared_task = getattr(dataset, "task", None)
+    if declared_task is not None and declared_task != task.type:
+        raise UserError(f"{source}: its sets are labelled for a {declared_task} task, but the run learned a "
+                        f"{task.type} task; apply the run to data labelled as its training data was")
+    declared_classes = getattr(dataset, "class_names", None)
+    if isinstance(task, tasks.ClassificationTask) and declared_classes and list(declared_classes) != task.class_names:
+        raise UserError(f"{source}: its classes are {list(declared_classes)}, but the run learned "
+                        f"{task.class_names}; choose data of the run's classes, in its order")
+    for position in sorted({0, len(dataset) // 2, len(dataset) - 1}):
+        item = dataset[position]
+        problem = item_problem(item)
+        if problem is None and item.x.size(1) != in_channels:
+            problem = (f"its sets have {item.x.size(1)} node features (x's columns), but the run's model reads "
+                       f"{in_channels}; make the data's node features as the training data's")
+        problem = problem or task.target_problem(item.y)
+        if problem:
+            raise UserError(f"{source}: set {position} does not fit the run ({task.describe()}): {problem}")
+    return dataset[0]
+
+
+def _set_ids(dataset: Any) -> Callable[[int], dict[str, Any]]:
+    """A set's id columns: its index in the data, and for stores' sets the store and group it is read from."""
+    store_and_group = getattr(dataset, "store_and_group", None)
+    if store_and_group is None:
+        return lambda index: {"set": index}
+    return lambda index: dict(zip(("set", "store", "group"), (index, *store_and_group(index))))
+
+
+def _name(paths: list[Path], split: str) -> str:
+    """The data's name in the default output folder: the config's or the store's (or folder's) name."""
+    first = paths[0].name.removesuffix(".zarr").removesuffix(".yaml").removesuffix(".yml")
+    more = f"+{len(paths) - 1}_more" if len(paths) > 1 else ""
+    return f"{first}{more}" + ("_test" if split == "test" else "")

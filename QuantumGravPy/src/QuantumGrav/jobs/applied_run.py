@@ -1,0 +1,211 @@
+"""A trained run applied to new data: ``QG.load_run(run_dir)`` and ``python -m QuantumGrav evaluate``.
+
+The run's best checkpoint (``checkpoints/best.pt``, the weights its test evaluated) holds the config that trained
+them and what the model was built for (``model_io``: node features in, the task and its classes out), so the model
+is rebuilt as training built it (``build_model``) without the training data. The new data (``applied_data``) is read
+as the run read its own (its edges, target and classes) and checked against it first.
+
+On one process or N: each rank predicts its shard of the sets (rank r: the r-th, (r + N)-th, ...), the predictions
+are gathered to rank 0, and rank 0 computes every metric from all of them in the data's order and writes the files
+(``evaluation.predictions``), so N processes give exactly the metrics of one. ``evaluate(..., nproc=N)`` starts N
+workers as ``QG.launch`` does (``launcher.launch_processes``); under torchrun every rank runs
+``evaluate_from_entry_point``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from ..config.schema import ResolvedConfig, load_config, load_yaml_text
+from ..config.sections import ConfigSections
+from ..distributed.environment import launched_by_torchrun, resolve_device
+from ..distributed.lifeline import stop_when_the_agent_dies
+from ..distributed.runtime import Runtime
+from ..errors import ConfigError, UserError
+from ..evaluation import tasks
+from ..evaluation.evaluator import Evaluator
+from ..evaluation.predictions import Predictions, write_predictions
+from ..runs.artifacts import CHECKPOINT_DIR
+from ..runs.checkpoint_files import load_best_checkpoint
+from ..training.loaders import load_run_data, make_loader
+from ..training.model_builder import build_model, check_model_forward
+from ..training.optimization import autocast, build_named
+from .applied_data import AppliedData, DataPaths, open_data
+from .entry import run_in_group
+from .launcher import check_main_guard, check_spawnable, launch_processes
+
+
+def load_run(run_dir: str | os.PathLike) -> "AppliedRun":
+    """A trained run's model, rebuilt from its best checkpoint, to evaluate on new data or predict with.
+
+    Args:
+        run_dir: a run directory that training wrote (``training.path``/``training.run_name``), holding
+            ``checkpoints/best.pt``.
+
+    Returns:
+        An ``AppliedRun``: ``evaluate(data)`` (the run's metrics on ``data``, per class and per kind of causal set,
+        and a predictions CSV) and ``predict(data)`` (one row per set).
+
+    Raises:
+        UserError: no such run directory, or no loadable ``best.pt`` in it (the message names what is there).
+        ConfigError: the config stored in the checkpoint is refused.
+
+    Example:
+        >>> import QuantumGrav as QG
+        >>> run = QG.load_run("runs/first")  # doctest: +SKIP
+        >>> metrics = run.evaluate("path/to/stores")  # a QuantumGrav.jl store, a folder of them, or a config  # doctest: +SKIP
+        >>> metrics["accuracy"], metrics["per_kind"]["polynomial"]["recall"]  # doctest: +SKIP
+        >>> rows = run.predict("configs/train.yaml", split="test")  # doctest: +SKIP
+    """
+    return AppliedRun(*read_run(run_dir))
+
+
+def read_run(run_dir: str | os.PathLike) -> tuple[Path, dict[str, Any], ResolvedConfig]:
+    """The run directory, its best checkpoint and the config that trained it (validated, as a resume reads it)."""
+    run_dir = Path(run_dir).expanduser()
+    if not run_dir.is_dir():
+        raise UserError(f"run '{run_dir}': no such folder; pass a run directory that train wrote "
+                        "(training.path/<run name>, e.g. runs/first)")
+    if not (run_dir / CHECKPOINT_DIR).is_dir() and not (run_dir / "config.yaml").is_file():
+        raise UserError(f"run '{run_dir}' is not a run directory (no config.yaml, no {CHECKPOINT_DIR}/); pass one "
+                        "that train wrote, e.g. runs/first")
+    checkpoint = load_best_checkpoint(run_dir)
+    try:
+        config = load_config(load_yaml_text(checkpoint["config_yaml"]))
+    except ConfigError as err:
+        raise ConfigError(f"run '{run_dir}': the config stored in its best.pt is refused; {err}") from None
+    return run_dir, checkpoint, config
+
+
+class AppliedRun:
+    """A trained run's model, rebuilt from its best checkpoint (``load_run``), on this process's device (in a
+    process group: its rank's).
+
+    Attributes:
+        run_dir: the run directory.
+        config: the config that trained the checkpoint's weights.
+        task: the run's task (its type, classes and metrics).
+        model: the model, in eval mode, with the best epoch's weights.
+    """
+
+    def __init__(self, run_dir: Path, checkpoint: dict[str, Any], config: ResolvedConfig):
+        self.run_dir, self.config = run_dir, config
+        self.sections = s = config.sections
+        self.runtime = (Runtime.in_process_group(s.loop.device) if dist.is_available() and dist.is_initialized()
+                        else Runtime(device=resolve_device(s.loop.device)))
+        model_io = checkpoint.get("model_io") or _model_io_of_the_runs_data(s, self.runtime)
+        self.in_channels = model_io["in_channels"]
+        self.task = tasks.task_of_model_io(model_io, s.task.threshold)
+        key = "model.kwargs" if s.model.type is not None else "model"
+        self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width)
+        self.model.load_state_dict(checkpoint["model"])
+        self.model.to(self.runtime.device).eval()
+        self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
+
+    def evaluate(self, data: DataPaths, *, split: str = "all", out: str | os.PathLike | None = None,
+                 nproc: int = 1) -> dict[str, Any] | None:
+        """The run's metrics on ``data``, written with every set's prediction.
+
+        Args:
+            data: a YAML config (its ``data:`` section is built as training builds it) or QuantumGrav.jl stores
+                and folders of stores (a path or a list).
+            split: ``all`` sets, or the ``test`` part of the split training would make of the data.
+            out: the predictions CSV; ``metrics.json`` goes beside it. None:
+                ``<run_dir>/evaluations/<data name>/predictions.csv``.
+            nproc: processes, each predicting a shard (ignored inside a process group: its ranks share the work).
+
+        Returns:
+            On rank 0: the task's metrics (``accuracy``, ...; ``loss``, ``count``), for classification
+            ``confusion``, ``weighted_f1`` and ``per_class_f1``, ``per_kind`` (sets and recall, or mean absolute
+            error, of each kind of causal set), and the files' paths. None on the other ranks.
+
+        Raises:
+            UserError: data that does not exist or does not fit the run (another task, other classes, other node
+                features), ``out`` a folder, or ``nproc`` below 1.
+        """
+        if nproc < 1:
+            raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
+        if out is not None and Path(out).is_dir():
+            raise UserError(f"out: {out} is a folder; give the predictions CSV's path, e.g. {Path(out) / 'predictions.csv'}")
+        if nproc > 1 and not self.runtime.distributed:
+            check_main_guard("AppliedRun.evaluate")
+            check_spawnable(self.config)
+            self._open(data, split)  # bad input is one line here, before any worker starts
+            return launch_processes(self.config, nproc, Evaluation(str(self.run_dir), data, split, out))
+        applied, predictions = self._predictions(data, split)
+        if predictions is None:
+            return None
+        csv_path = Path(out) if out is not None else self.run_dir / "evaluations" / applied.name / "predictions.csv"
+        json_path = csv_path.parent / "metrics.json"
+        given = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+        result = {"run": str(self.run_dir), "data": [str(path) for path in given], "data_name": applied.name,
+                  "split": split, "task": self.task.type, **predictions.metrics(self.task, self.criterion),
+                  "predictions_csv": str(csv_path), "metrics_json": str(json_path)}
+        write_predictions(csv_path, predictions.rows(self.task, applied.describe_set), json_path, result)
+        return result
+
+    def predict(self, data: DataPaths, *, split: str = "all") -> list[dict[str, Any]] | None:
+        """One row per set of ``data`` (as ``evaluate`` takes it), in the data's order: ``set`` (its index; for
+        stores also ``store`` and ``group``), ``kind``, ``truth``, and ``score``: the probability of the positive
+        class (binary), the ``predicted`` class and its probability (multiclass), the value (regression). None on
+        ranks other than 0."""
+        applied, predictions = self._predictions(data, split)
+        return predictions.rows(self.task, applied.describe_set) if predictions is not None else None
+
+    def _open(self, data: DataPaths, split: str) -> AppliedData:
+        applied = open_data(data, split, self.sections, self.task, self.in_channels, self.runtime)
+        check_model_forward(self.model, applied.first, self.task, self.sections.model.as_mapping(),
+                            self.runtime.device)
+        return applied
+
+    def _predictions(self, data: DataPaths, split: str) -> tuple[AppliedData, Predictions | None]:
+        """This rank's shard predicted with the evaluation loop of training (``Evaluator.outputs``, the run's
+        test batch size and autocast), gathered: every set's prediction on rank 0, None on the others."""
+        applied, runtime = self._open(data, split), self.runtime
+        shard = applied.indices[runtime.rank::runtime.world_size]
+        loader = make_loader(applied.dataset, self.sections.loaders.testing, shard, runtime.device)
+        evaluator = Evaluator(self.model, self.task, self.criterion, runtime, "sharded",
+                              lambda: autocast(self.sections.loop.amp, runtime.device.type))
+        shard_predictions = Predictions.from_batches(evaluator.outputs(loader), shard, self.task)
+        gathered = runtime.gather_to_main(shard_predictions)
+        return applied, Predictions.merged(gathered) if gathered is not None else None
+
+
+def _model_io_of_the_runs_data(sections: ConfigSections, runtime: Runtime) -> dict[str, Any]:
+    """For checkpoints written before they recorded ``model_io``: the run's own data, built as training built it,
+    says what the model was built for."""
+    data = load_run_data(sections, runtime)
+    return tasks.model_io(data.first.x.size(1), data.task)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What every rank of a multi-process evaluation runs (picklable: ``launch_processes`` hands it to each worker)."""
+
+    run_dir: str
+    data: Any
+    split: str
+    out: Any
+
+    def __call__(self, config: ResolvedConfig, rank: int, *, report, run_dirs, console_level) -> dict[str, Any] | None:
+        return run_in_group(config, rank, self.run, report=report, console_level=console_level)
+
+    def run(self) -> dict[str, Any] | None:
+        return load_run(self.run_dir).evaluate(self.data, split=self.split, out=self.out)
+
+
+def evaluate_from_entry_point(run_dir: str | os.PathLike, data: DataPaths, *, split: str = "all",
+                              out: str | os.PathLike | None = None, nproc: int = 1) -> dict[str, Any] | None:
+    """What the command line calls: this torchrun worker's share if torchrun started us (``nproc`` is then the
+    job's), else ``load_run(run_dir).evaluate`` on ``nproc`` processes."""
+    if not launched_by_torchrun():
+        return load_run(run_dir).evaluate(data, split=split, out=out, nproc=nproc)
+    stop_when_the_agent_dies()
+    run = read_run(run_dir)
+    return run_in_group(run[2], int(os.environ["RANK"]),
+                        lambda: AppliedRun(*run).evaluate(data, split=split, out=out))
