@@ -132,6 +132,9 @@ def test_manifold_like_yaml_trains_on_generated_sets_and_on_the_same_stores_read
     assert 0 <= test["test_weighted_f1"] <= 1 and len(test["per_class_f1"]) == len(classes)
     by_kind = test["by_kind"]["gnn"]  # the test sets' kinds, read from their stores' groups
     assert set(by_kind) <= set(GENERATORS) and sum(row["sets"] for row in by_kind.values()) == 8
+    other = KindsDataset(tmp_path / "other", num_per_kind=2, seed=1, workers=1, **SMALL)  # sets it never saw
+    applied = QG.load_run(trainer.run_dir).evaluate(str(other.folder))
+    assert applied["count"] == 18 and set(applied["per_kind"]) == set(GENERATORS)
     folder, = (tmp_path / "kinds").iterdir()
     stores = QG.load_config(REPO / "configs" / "train_quantumgrav_jl.yaml", [
         f"data.kwargs.path={folder}", f"data.kwargs.target={target}", *_job_settings(tmp_path, target)[6:]])

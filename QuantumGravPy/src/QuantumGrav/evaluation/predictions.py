@@ -126,8 +126,6 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     (or mean absolute error), and where the files are."""
     shown = [m for m in tasks.TASK_METRICS[result["task"]] if m != "loss"]
     scores = "  ".join(f"{m} {result[m]:.3f}" for m in shown)
-    if "weighted_f1" in result:
-        scores += f"  weighted_f1 {result['weighted_f1']:.3f}"
     lines = ["", f"=== {result['run']} applied to {result['data_name']} ({result['count']} causal sets) ===",
              f"{scores}  (loss {result['loss']:.4f})"]
     width = max(len(name) for name in [*result.get("per_class_f1", {}), *result["per_kind"], "class"]) + 2

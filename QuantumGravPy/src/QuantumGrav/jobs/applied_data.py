@@ -90,16 +90,22 @@ def _learned(run: ConfigSections) -> tuple[str | None, str | None]:
     data = run.data
     if data.type is None:
         return data.target, data.edges
-    if data.type is QuantumGravJLDataset:
+    if _reads_stores(data.type):
         return data.kwargs.get("target", DEFAULT_TARGET), data.kwargs.get("edges", DEFAULT_EDGES)
     return None, None
+
+
+def _reads_stores(data_type: Any) -> bool:
+    """Whether a data.type reads QuantumGrav.jl's stores: their reader, or a subclass (KindsDataset, the nine kinds
+    generated here and written as stores) that takes its target and edges."""
+    return isinstance(data_type, type) and issubclass(data_type, QuantumGravJLDataset)
 
 
 def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks.Task) -> dict[str, Any]:
     """A config's ``data:`` section made into the graphs and labels the run learned: the generator's or the stores'
     target and edges are the run's (the config chooses the sets, the run what is asked of them)."""
     target, edges = _learned(run)
-    if data_cfg["type"] is QuantumGravJLDataset:
+    if _reads_stores(data_cfg["type"]):
         return {**data_cfg, "kwargs": _store_kwargs(data_cfg["kwargs"], run, task)}
     if data_cfg["type"] is None and target is not None:
         return {**data_cfg, "target": target, "edges": edges}
