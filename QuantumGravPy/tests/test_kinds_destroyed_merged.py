@@ -4,6 +4,7 @@ checked against physics."""
 import numpy as np
 import pytest
 
+from QuantumGrav.data.kinds.catalogue import generate_kind
 from QuantumGrav.data.kinds.common import minkowski_relation, sprinkle
 from QuantumGrav.data.kinds.destroyed import (DESTROYED_AMBIGUOUS, DestroyedSettings, destroy, draw_flip_fraction,
                                               flip_count, generate_destroyed, generate_destroyed_ambiguous,
@@ -198,3 +199,11 @@ def test_block_sizes_follow_quantumgrav_jls_rounding_and_the_ambiguous_range():
     assert MERGED_AMBIGUOUS.block_fraction_range == (0.005, 0.05)
     params = generate_merged(90, rng, MergedSettings(block_fraction_range=(0.3, 0.3))).params
     assert params["block_size"] == 27 and 0 <= params["block_start"] <= 63
+
+
+def test_an_ambiguous_destroyed_set_always_differs_from_its_sprinkling():
+    rng = np.random.default_rng(11)
+    samples = [generate_kind("destroyed_ambiguous", rng, n=64) for _ in range(200)]
+    assert all(sample.params["changed_fraction"] > 0 for sample in samples)
+    # one or two toggles that remove relations the closure restores: drawn again, which happens often at this end
+    assert any(sample.params["toggle_draws"] > 1 for sample in samples)

@@ -11,7 +11,10 @@ so the damage is mostly added relations.
 ``destroyed_ambiguous``: QuantumGrav.jl builds it with the same maker from a config section that was never
 published. Here it is the hard end of the defect: phi log-uniform on [1e-4, 1e-2], so a set of 64-128 elements
 gets 1-82 toggles and stays close to its manifold-like sprinkling (log-uniform, because the difficulty changes
-with the order of magnitude of phi, not with phi). Both ends are settings (``DestroyedSettings``).
+with the order of magnitude of phi, not with phi). Both ends are settings (``DestroyedSettings``). Its toggles are
+drawn again while the closed result is the sprinkling itself (``require_change``): with one or two toggles that
+remove relations the closure restores, one set in ten was a sprinkling labelled not manifold-like, an error no
+method can avoid (measured on 1,000 sets of seed 1).
 """
 
 from __future__ import annotations
@@ -32,12 +35,16 @@ class DestroyedSettings:
 
     flip_fraction_range: tuple[float, float] = (0.0, 1.0)
     flip_fraction_log_uniform: bool = False
+    # Toggles drawn again (the same phi) while the closed result is the sprinkling itself: a toggle that removes a
+    # relation which is not a link is restored by the closure, and a set that is its sprinkling is no destroyed set.
+    require_change: bool = False
     order_range: tuple[int, int] = ORDER_RANGE
     decay_range: tuple[float, float] = DECAY_RANGE
 
 
 # The hard end of the defect (upstream's `destroyed_ambiguous` parameters are unpublished): see the docstring.
-DESTROYED_AMBIGUOUS = DestroyedSettings(flip_fraction_range=(1e-4, 1e-2), flip_fraction_log_uniform=True)
+DESTROYED_AMBIGUOUS = DestroyedSettings(flip_fraction_range=(1e-4, 1e-2), flip_fraction_log_uniform=True,
+                                        require_change=True)
 
 
 def draw_flip_fraction(rng: np.random.Generator, settings: DestroyedSettings) -> float:
@@ -80,10 +87,15 @@ def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSett
     flips = flip_count(n, flip_fraction)
     toggled = toggled_pairs(rng, n, flips)
     relation = destroy(sprinkled, toggled)
+    draws = 1
+    while settings.require_change and np.array_equal(relation, sprinkled):
+        toggled, draws = toggled_pairs(rng, n, flips), draws + 1
+        relation = destroy(sprinkled, toggled)
     pairs = n * (n - 1) / 2
     params = {"conformal_order": order, "conformal_decay": decay, "flip_fraction": flip_fraction, "flips": flips,
               "toggled_fraction": float(toggled.sum() / pairs),
-              "added_fraction": float((relation & ~sprinkled).sum() / pairs)}
+              "added_fraction": float((relation & ~sprinkled).sum() / pairs),
+              "changed_fraction": float((relation ^ sprinkled).sum() / pairs), "toggle_draws": draws}
     return KindSample(kind, relation, False, params)
 
 
