@@ -140,9 +140,11 @@ def test_manifold_like_yaml_trains_on_generated_sets_and_on_the_same_stores_read
         f"data.kwargs.path={folder}", f"data.kwargs.target={target}", *_job_settings(tmp_path, target)[6:]])
     trainer = QG.Trainer(stores)
     split = trainer.prepare_dataloaders()
-    assert trainer.task.class_names == classes
-    assert [len(loader.dataset) for loader in split] == [len(loader.dataset) for loader in loaders]
+    trainer.run_training(*split[:2])
+    on_stores = trainer.run_test(split[2])
     trainer.close()
+    assert trainer.task.class_names == classes and on_stores["num_test"] == test["num_test"]
+    assert [len(loader.dataset) for loader in split] == [len(loader.dataset) for loader in loaders]
 
 
 @pytest.mark.full_suite
