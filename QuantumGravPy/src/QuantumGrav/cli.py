@@ -173,10 +173,10 @@ STORE_DATASETS = ("QuantumGrav.data.zarr_store.QuantumGravJLDataset", "QuantumGr
 
 def _cache_stores(data_cfg: dict, workers: int) -> int:
     """``generate`` for QuantumGrav.jl stores: write the stores of KindsDataset if missing, then compute and cache
-    the graphs of this task's share of the items (``zarr_store.build_cache_share``: task RANK of WORLD_SIZE, or
+    the graphs of this task's share of the items (``zarr_cache_share.build_cache_share``: task RANK of WORLD_SIZE, or
     SLURM_PROCID of SLURM_NTASKS)."""
     from .config.schema import pyobject_path
-    from .data.zarr_store import build_cache_share
+    from .data.zarr_cache_share import build_cache_share
 
     kwargs = dict(data_cfg["kwargs"])
     if pyobject_path(data_cfg["type"]).endswith("KindsDataset"):

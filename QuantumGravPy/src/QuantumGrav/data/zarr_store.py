@@ -40,6 +40,7 @@ from torch_geometric.data import Data, Dataset
 from .invariants import INVARIANT_NAMES, NODE_FEATURES, features_and_invariants
 from .orders import elements_between, natural_order, transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
+from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, read_node_labels
 from ..errors import UserError
 from ..files import atomic_replace
 from ..logging_utils import get_logger
@@ -52,11 +53,12 @@ JULIA_CSET_TYPES: dict[int, str] = {
     1: "polynomial", 2: "complex_topology", 3: "destroyed", 4: "merged", 5: "grid", 6: "layered",
     7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
 }
-VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
+VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS)
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
-# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32.
-STORE_CACHE_VERSION = 3
+# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32. 4: the per-element
+# labels (node_targets) too, whatever the target, so that one cache serves every target.
+STORE_CACHE_VERSION = 4
 ZARR_EXTRA_HINT = "install the optional extra: pip install 'QuantumGrav[zarr]'"
 _GROUP_NAME = re.compile(r"^cset_(\d+)$")
 
@@ -173,9 +175,10 @@ class QuantumGravJLDataset(Dataset):
     * ``target="manifold_like"``: y = 1 for manifold-like sets, 0 otherwise (as upstream trains).
       ``target="cset_type"``: y indexes ``class_names``, the ``JULIA_CSET_TYPES`` names given in
       ``cset_types`` or, by default, those found in the first group of each store (one type per
-      store is how produce_data writes them), ordered by code.
+      store is how produce_data writes them), ordered by code. ``target="inserted_block"``: y holds one 0/1
+      per element, 1 inside a merged set's inserted block (``node_targets``), learned as ``node_binary``.
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
-    * ``cache=True``: features, edges, invariants and labels are computed once per causal set and cached in a
+    * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal set and cached in a
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
       edges and the feature version; where that folder cannot be written, under ``cache_dir``.
       ``cache=False`` computes them on the fly at every read.
@@ -221,10 +224,12 @@ class QuantumGravJLDataset(Dataset):
     @property
     def task(self) -> str:
         """How ``y`` is learned (``task.type: auto`` reads it): as the generator's targets of the same name."""
-        return TARGET_TASKS[self.target]
+        return NODE_TARGET_TASKS.get(self.target) or TARGET_TASKS[self.target]
 
     @property
     def class_names(self) -> list[str]:
+        if self.target in NODE_TARGET_CLASS_NAMES:
+            return list(NODE_TARGET_CLASS_NAMES[self.target])
         return list(MANIFOLD_LIKE_NAMES) if self.target == "manifold_like" else list(self._cset_types)
 
     @property
@@ -281,9 +286,12 @@ class QuantumGravJLDataset(Dataset):
 
     def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         R, manifold_like, code = self._read_checked(store_index, group)
-        x, edge_index, invariants = graph_tensors(R, self.edges, self.stores[store_index], group)
+        store = self.stores[store_index]
+        x, edge_index, invariants = graph_tensors(R, self.edges, store, group)
+        node_labels = read_node_labels(self._open(store_index)[group], len(R),
+                                       lambda problem: _format_error(store, group, problem))
         return {"x": x, "edge_index": edge_index, "invariants": invariants,
-                "labels": torch.tensor([int(manifold_like), code])}
+                "labels": torch.tensor([int(manifold_like), code]), "node_labels": node_labels}
 
     def _label(self, store_index: int, group: str, labels: torch.Tensor) -> int:
         manifold_like, code = (int(value) for value in labels)
@@ -304,7 +312,10 @@ class QuantumGravJLDataset(Dataset):
     def get(self, idx: int) -> Data:
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
-        y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
+        if self.target in NODE_TARGET_TASKS:
+            y = graph["node_labels"].float()
+        else:
+            y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
                     num_nodes=graph["x"].shape[0])
 
@@ -400,11 +411,12 @@ def _compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def _expanded(stored: Any) -> dict[str, torch.Tensor]:
     """A cache file's graph, its edge index as int64; ValueError if it is not one this code wrote."""
-    names = ("x", "edge_index", "invariants", "labels")
+    names = ("x", "edge_index", "invariants", "labels", "node_labels")
     if not isinstance(stored, dict) or any(not isinstance(stored.get(name), torch.Tensor) for name in names):
         raise ValueError(f"expected a dict of the tensors {names}")
     x, edge_index = stored["x"], stored["edge_index"]
-    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,):
+    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,) \
+            or stored["node_labels"].shape != (x.shape[0],):
         raise ValueError("tensors of unexpected shapes")
     return {**stored, "edge_index": edge_index.long()}
 
@@ -452,43 +464,3 @@ def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_typ
         array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,
                                    compressors=blosc, fill_value=None if zarr_format == 2 else 0)
         array[...] = value
-
-
-def task_share() -> tuple[int, int]:
-    """(rank, world size) of this task among those that build one cache together: torchrun's RANK and
-    WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS (``srun``), else (0, 1)."""
-    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        if rank_name in os.environ and size_name in os.environ:
-            try:
-                rank, size = int(os.environ[rank_name]), int(os.environ[size_name])
-            except ValueError:
-                rank, size = -1, 0
-            if not 0 <= rank < size:
-                raise UserError(f"{rank_name}={os.environ[rank_name]!r} and {size_name}={os.environ[size_name]!r}: "
-                                f"expected integers with 0 <= {rank_name} < {size_name}")
-            return rank, size
-    return 0, 1
-
-
-def build_cache_share(kwargs: dict[str, Any], workers: int, dataset_class: type | None = None) -> str:
-    """Build this task's share (``task_share``) of the feature cache of ``dataset_class(**kwargs)`` (default
-    ``QuantumGravJLDataset``; ``KindsDataset`` generates its stores first) with ``workers`` processes; a line
-    saying what was done and how fast."""
-    import time
-
-    if not kwargs.get("cache", True):
-        raise UserError("data.kwargs.cache is false: there is no feature cache to build; remove it or set it true")
-    dataset_class = dataset_class or QuantumGravJLDataset
-    start = time.perf_counter()
-    try:
-        dataset = dataset_class(**kwargs)
-    except (TypeError, ValueError) as err:
-        raise UserError(f"data.kwargs: {dataset_class.__name__}(**data.kwargs) failed: {err}") from None
-    rank, world_size = task_share()
-    done = dataset.build_cache(workers=workers, rank=rank, world_size=world_size)
-    seconds = time.perf_counter() - start
-    share = f" (task {rank} of {world_size}: items {rank}, {rank} + {world_size}, ...)" if world_size > 1 else ""
-    where = kwargs["path"] if len(dataset.stores) == 1 else dataset.stores[0].parent
-    return (f"{where}: {len(dataset.stores)} stores, {done} of {len(dataset)} causal sets cached{share} in "
-            f"{seconds:.1f} s with {workers} processes: {done / max(seconds, 1e-9):,.1f} sets/s (stores written "
-            f"and items cached before are read, not computed)")
