@@ -42,6 +42,8 @@ def summarise_run(result: dict[str, Any]) -> str:
         lines += describe_baselines(test.get("baselines", {}))
         if "destroyed_by_flip_fraction" in test:
             lines.append(describe_curves(test["destroyed_by_flip_fraction"]))
+        if "rival_rule" in test:
+            lines.append(f"rival rule      f1 {test['rival_f1']:.3f}  iou {test['rival_iou']:.3f}  ({test['rival_rule']})")
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     run_dir = Path(str(summary.get("run_dir")))
