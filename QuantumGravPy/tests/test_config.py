@@ -257,6 +257,9 @@ def test_train_ddp_yaml_is_train_yaml_plus_parallel(monkeypatch):
 OTHER_CONFIGS = {
     "train_quantumgrav_jl.yaml": ("data.", "training.num_workers"),  # QuantumGrav.jl's stores, read in workers
     "manifold_like.yaml": ("data.", "training.num_workers"),  # the nine kinds, as stores read in workers
+    # merged sets as stores read in workers; per element: the node task, stopped on its F1
+    "inserted_block.yaml": ("data.", "training.num_workers", "task.type", "early_stopping.metric",
+                            "early_stopping.mode"),
     "train_regression.yaml": ("data.target", "model.", "training.optimizer_kwargs.", "early_stopping.metric"),
 }
 
