@@ -329,7 +329,11 @@ class NodeBinaryTask(Task):
     """Outputs one logit per element ``[nodes, 1]``; target: 0.0 / 1.0 per element ``[nodes, 1]`` (float), 1 inside
     the inserted block. Positive: ``sigmoid(logit) >= threshold``. The loss is averaged over elements, the
     accuracy, precision, recall and F1 are the elements', and ``iou`` is the mean over sets of |predicted block
-    and true block| / |predicted or true block| (1 for a set where both are empty)."""
+    and true block| / |predicted or true block| (1 for a set where both are empty).
+
+    Under DDP the metrics are exact (integer sums), but training is not one process on the combined batch: each
+    rank's loss is the mean over its own batch's elements and DDP averages the ranks' gradients, so the elements
+    of a rank whose sets are smaller weigh more (equal only when the ranks hold equally many elements)."""
 
     type = "node_binary"
     node_level = True
