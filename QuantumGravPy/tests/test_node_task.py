@@ -148,7 +148,7 @@ def test_the_rival_finds_the_feature_that_marks_the_block():
         items.append(Data(x=torch.from_numpy(x), y=torch.from_numpy(y)))
     rule = fit_rule(items[:3])
     assert rule.score in ("in_link_fraction", "link_degree") and rule.sign == 1
-    scores = rival_metrics(rule, items[3:], NodeBinaryTask())
+    scores = rival_metrics(rule.predict, items[3:], NodeBinaryTask())
     assert scores == {"accuracy": 1.0, "precision": 1.0, "recall": 1.0, "f1": 1.0, "iou": 1.0}
 
 
@@ -191,7 +191,9 @@ def test_trains_checkpoints_resumes_and_stops_on_val_f1(kinds_path, tmp_path):
     assert isinstance(trainer.core_model, GNNClassifier) and trainer.core_model.readout == "node"
     assert set(trainer.history[-1]) >= {"val_f1", "val_iou", "val_precision", "val_recall"}
     assert 0 <= result["test_f1"] <= 1 and 0 <= result["test_iou"] <= 1 and result["num_test"] == 4
-    assert {"rival_f1", "rival_iou", "rival_precision", "rival_recall", "rival_rule"} <= set(result)
+    assert {"rival_f1", "rival_iou", "rival_precision", "rival_recall", "rival_rule", "trees_f1",
+            "trees_iou"} <= set(result)
+    assert all(0 <= result[key] <= 1 for key in ("rival_f1", "rival_iou", "trees_f1", "trees_iou"))
     assert sum(map(sum, result["confusion_matrix"])) == result["num_test_elements"]
     assert [len(p) for p, t, _ in trainer.test_predictions] == [len(t) for _, t, _ in trainer.test_predictions]
     assert (trainer.run_dir / "figures" / "inserted_block.png").stat().st_size > 0

@@ -15,7 +15,7 @@ from ..evaluation.baselines import flatten_baselines, predict_baselines, score_b
 from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fractions
 from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
                                   plot_inserted_block, plot_predictions, plot_training_curves)
-from ..evaluation.node_rival import fit_rule, rival_metrics
+from ..evaluation.node_rival import TREES_DESCRIPTION, fit_rule, fit_trees, rival_metrics
 from ..evaluation.tasks import ClassificationTask
 from .base import Callback, Decision
 from .state import RunState
@@ -40,16 +40,20 @@ class Baselines(Callback):
 
 
 class NodeRival(Callback):
-    """After the test of a node task (rank 0, with ``testing.baselines``): the best simple rule
-    (``evaluation.node_rival``) fitted on the training split and scored on the test split, as ``rival_<metric>``
-    beside the model's ``test_<metric>``, and the rule itself as ``rival_rule``."""
+    """After the test of a node task (rank 0, with ``testing.baselines``): the rivals (``evaluation.node_rival``)
+    fitted on the training split and scored on the test split beside the model's ``test_<metric>``: the best simple
+    rule as ``rival_<metric>`` (the rule itself as ``rival_rule``), the strong rival, trees, as ``trees_<metric>``."""
 
     main_process_only = True
 
     def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
-        rule = fit_rule([state.dataset[i] for i in state.split["train"]])
-        scores = rival_metrics(rule, [state.dataset[i] for i in state.split["test"]], state.task)
-        result.update({f"rival_{name}": value for name, value in scores.items()}, rival_rule=rule.describe())
+        train = [state.dataset[i] for i in state.split["train"]]
+        test = [state.dataset[i] for i in state.split["test"]]
+        rule = fit_rule(train)
+        for prefix, predict in (("rival", rule.predict), ("trees", fit_trees(train))):
+            scores = rival_metrics(predict, test, state.task)
+            result.update({f"{prefix}_{name}": value for name, value in scores.items()})
+        result.update(rival_rule=rule.describe(), trees_rival=TREES_DESCRIPTION)
 
 
 

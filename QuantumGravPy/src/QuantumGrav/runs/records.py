@@ -43,7 +43,9 @@ def summarise_run(result: dict[str, Any]) -> str:
         if "destroyed_by_flip_fraction" in test:
             lines.append(describe_curves(test["destroyed_by_flip_fraction"]))
         if "rival_rule" in test:
-            lines.append(f"rival rule      f1 {test['rival_f1']:.3f}  iou {test['rival_iou']:.3f}  ({test['rival_rule']})")
+            for label, prefix, how in (("rival rule", "rival", "rival_rule"), ("trees rival", "trees", "trees_rival")):
+                f1, iou = test[f"{prefix}_f1"], test[f"{prefix}_iou"]
+                lines.append(f"{label:<15} f1 {f1:.3f}  iou {iou:.3f}  ({test[how]})")
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     run_dir = Path(str(summary.get("run_dir")))
