@@ -262,6 +262,9 @@ OTHER_CONFIGS = {
     "upstream_gcn.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "model.", "training.batch_size",
                           "training.optimizer_kwargs.", "training.scheduler_type", "early_stopping.metric",
                           "early_stopping.mode"),
+    # merged sets as stores read in workers; per element: the node task, stopped on its F1
+    "inserted_block.yaml": ("data.", "training.num_workers", "task.type", "early_stopping.metric",
+                            "early_stopping.mode"),
     "train_regression.yaml": ("data.target", "model.", "training.optimizer_kwargs.", "early_stopping.metric"),
 }
 

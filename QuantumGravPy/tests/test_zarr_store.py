@@ -357,7 +357,7 @@ def test_a_damaged_cache_file_is_computed_again_with_a_warning(tmp_path, caplog,
         _assert_same_graphs(QuantumGravJLDataset(store), uncached)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 1 and str(victim) in warnings[0] and "computing it again" in warnings[0]
-    assert set(torch.load(victim, weights_only=True)) == {"x", "edge_index", "invariants", "labels"}  # replaced
+    assert set(torch.load(victim, weights_only=True)) == {"x", "edge_index", "invariants", "labels", "node_labels"}
     caplog.clear()
     with caplog.at_level("WARNING", logger="QuantumGrav.zarr_store"):
         _assert_same_graphs(QuantumGravJLDataset(store), uncached)

@@ -1,5 +1,5 @@
-"""What rank 0 adds after training and testing: the baselines fitted and scored beside the model, the
-destroyed sets recognised per flip fraction, and the figures (PNGs in ``run_dir/figures/``)."""
+"""What rank 0 adds after training and testing: the baselines fitted and scored beside the model (for the node task
+its rival rule), the destroyed sets recognised per flip fraction, and the figures (PNGs in ``run_dir/figures/``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import torch
+from torch_geometric.data import Batch
 
+from ..data.orders import transitive_closure
 from ..evaluation.baselines import flatten_baselines, predict_baselines, score_baselines
 from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fractions
 from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
-                                  plot_predictions, plot_recall_by_kind, plot_training_curves)
+                                  plot_inserted_block, plot_predictions, plot_recall_by_kind, plot_training_curves)
 from ..evaluation.kinds import kind_breakdown
+from ..evaluation.node_rival import TREES_DESCRIPTION, fit_rule, fit_trees, rival_metrics
 from ..evaluation.tasks import ClassificationTask
 from .base import Callback, Decision
 from .state import RunState
@@ -36,6 +40,23 @@ class Baselines(Callback):
                                     features)
         result.update(**flatten_baselines(baselines), baselines=baselines)
         state.baseline_predictions = predictions
+
+
+class NodeRival(Callback):
+    """After the test of a node task (rank 0, with ``testing.baselines``): the rivals (``evaluation.node_rival``)
+    fitted on the training split and scored on the test split beside the model's ``test_<metric>``: the best simple
+    rule as ``rival_<metric>`` (the rule itself as ``rival_rule``), the strong rival, trees, as ``trees_<metric>``."""
+
+    main_process_only = True
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        train = [state.dataset[i] for i in state.split["train"]]
+        test = [state.dataset[i] for i in state.split["test"]]
+        rule = fit_rule(train)
+        for prefix, predict in (("rival", rule.predict), ("trees", fit_trees(train))):
+            scores = rival_metrics(predict, test, state.task)
+            result.update({f"{prefix}_{name}": value for name, value in scores.items()})
+        result.update(rival_rule=rule.describe(), trees_rival=TREES_DESCRIPTION)
 
 
 
@@ -100,6 +121,9 @@ class Figures(Callback):
         if result.get("by_kind"):
             self._draw(state, "recall_by_kind", plot_recall_by_kind, result["by_kind"], result["by_defect_size"],
                        MODEL_LABELS)
+        if state.task.node_level:
+            *example, title = inserted_block_example(state)
+            self._draw(state, "inserted_block", plot_inserted_block, *example, title=title)
         if "destroyed_by_flip_fraction" in result:
             self._draw(state, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction,
                        result["destroyed_by_flip_fraction"], MODEL_LABELS)
@@ -107,3 +131,23 @@ class Figures(Callback):
     @staticmethod
     def _draw(state: RunState, name: str, plot: Callable[..., Path], *data: Any, **options: Any) -> None:
         state.figures[name] = plot(*data, state.run_dir / FIGURE_DIR / f"{name}.png", **options)
+
+
+@torch.no_grad()
+def inserted_block_example(state: RunState) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """The first test set with an inserted block (else the first test set): its relation matrix, true block, the
+    block the model predicts, and a title naming the set."""
+    test = state.split["test"]
+    index = next((i for i in test if float(state.dataset[i].y.sum()) > 0), test[0])
+    item = state.dataset[index]
+    was_training = state.model.training
+    state.model.eval()
+    outputs = state.model(Batch.from_data_list([item]).to(next(state.model.parameters()).device))
+    state.model.train(was_training)
+    links = np.zeros((item.num_nodes, item.num_nodes), dtype=bool)
+    links[item.edge_index[0].numpy(), item.edge_index[1].numpy()] = True
+    predicted = state.task.predict(outputs.float()).cpu().numpy() > 0
+    kind = state.dataset.describe(index)["kind"] if hasattr(state.dataset, "describe") else "causal set"
+    return (transitive_closure(links), item.y.view(-1).numpy() > 0.5, predicted,
+            f"Test set {index} ({kind}, {item.num_nodes} elements)")
+

@@ -27,7 +27,8 @@ class RunState:
         history: one record per completed epoch, as in metrics.csv.
         summary: what summary.json holds (rank 0 writes it).
         best_state: the best epoch's weights (best.pt's), which ``run_test`` evaluates.
-        test_predictions: after the test, ``(prediction, truth, flip fraction)`` per test set.
+        test_predictions: after the test, ``(prediction, truth, flip fraction)`` per test set (for a node task the
+            lists of its elements' predicted and true labels).
         test_order: the dataset index of each of ``test_predictions``.
         baseline_predictions: after the test, each baseline's predictions on the test split.
         figures: figure name -> PNG file, as they are drawn.
@@ -47,7 +48,7 @@ class RunState:
     history: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     best_state: dict[str, torch.Tensor] | None = None
-    test_predictions: list[tuple[float, float, float]] = field(default_factory=list)
+    test_predictions: list[tuple[Any, Any, float]] = field(default_factory=list)
     test_order: list[int] = field(default_factory=list)
     baseline_predictions: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Path] = field(default_factory=dict)

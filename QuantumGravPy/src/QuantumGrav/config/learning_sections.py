@@ -9,13 +9,15 @@ from typing import Any, ClassVar
 from .checks import boolean, choice, integer, list_of, mapping, number, pyobject_of
 from .section import PyObjectName, Section, setting
 
-TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression")
+TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression", "node_binary")
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "multiclass": ("loss", "accuracy", "weighted_f1"),
     "binary": ("loss", "accuracy", "precision", "recall", "f1", "weighted_f1"),
     "regression": ("loss", "mae", "rmse", "r2"),
+    # per element: is it inside the inserted block? Node accuracy .. F1, and the mean block IoU per set
+    "node_binary": ("loss", "accuracy", "precision", "recall", "f1", "iou"),
 }
-_MAXIMISED = ("accuracy", "precision", "recall", "f1", "weighted_f1", "r2")
+_MAXIMISED = ("accuracy", "precision", "recall", "f1", "weighted_f1", "r2", "iou")
 EARLY_STOPPING_METRICS: tuple[str, ...] = tuple(dict.fromkeys(f"val_{m}" for ms in TASK_METRICS.values() for m in ms))
 
 
@@ -38,10 +40,13 @@ class TaskSection(Section):
     yaml: ClassVar[str] = "task"
 
     type: str = setting("auto", choice("auto", *TASK_TYPES),
-                        "multiclass | binary | regression; auto: the dataset's task attribute (the generator's "
-                        "follows data.target), else regression for float y, multiclass for integer y")
+                        "multiclass | binary | regression (one y per graph) | node_binary (one 0/1 y per element: "
+                        "one logit per element, its metrics per element, and the mean block IoU per set); auto: the "
+                        "dataset's task attribute (the generator's follows data.target, the stores' reader's "
+                        "data.kwargs.target), else regression for float y, multiclass for integer y")
     threshold: float = setting(0.5, number(0.0, 1.0, exclusive_min=True),
-                               "binary: a graph is predicted positive when sigmoid(logit) >= threshold")
+                               "binary, node_binary: a graph (an element) is predicted positive when "
+                               "sigmoid(logit) >= threshold")
     criterion: Any = setting(None, pyobject_of("loss"), _CRITERION_DOC, nullable=True, key="criterion")
 
 
@@ -55,10 +60,12 @@ class EarlyStoppingSection(Section):
     metric: str = setting("val_loss", choice(*EARLY_STOPPING_METRICS),
                           "one the task reports: multiclass val_loss, val_accuracy, val_weighted_f1 (F1 of each class "
                           "weighted by its sets, as upstream QuantumGrav stops on); binary also val_precision, "
-                          "val_recall, val_f1 (of the positive class); regression val_loss, val_mae, val_rmse, val_r2")
+                          "val_recall, val_f1 (of the positive class); regression val_loss, val_mae, val_rmse, val_r2; "
+                          "node_binary val_loss, val_accuracy, val_precision, val_recall, val_f1, val_iou")
     # Resolved to metric_mode(metric) when null: a resolved config's mode is never null.
     mode: str | None = setting(None, choice("min", "max"), nullable=True,
-                               doc="default: max for accuracy, precision, recall, f1, weighted_f1, r2; min for loss, mae, rmse")
+                               doc="default: max for accuracy, precision, recall, f1, weighted_f1, r2, iou; min for "
+                                   "loss, mae, rmse")
     patience: int = setting(10, integer(1), "epochs without improvement before the run stops")
     min_delta: float = setting(0.0, number(0.0), "the least change of the metric that counts as an improvement")
     window: int = setting(3, integer(1), "judge the metric's mean over the last window epochs, so that one lucky "
@@ -98,11 +105,17 @@ class ModelSection(Section):
     dropout: float = setting(0.1, number(0.0, 0.99), "dropout probability after each layer and in the head")
     pooling: str = setting("mean", choice("mean", "max", "add", "mean_max"),
                            "per-graph readout of the node states (mean_max: both, concatenated)")
+    readout: str = setting("auto", choice("auto", "graph", "node"),
+                           "graph: the head sees each set's pooled node states and gives outputs per set; node: no "
+                           "pooling, the head sees each element's state (with its set's invariants, under "
+                           "graph_features) and gives outputs per element; auto: node for a node-level task "
+                           "(node_binary), graph otherwise")
     head_hidden: tuple[int, ...] = setting((64,), list_of(integer(1)), "hidden widths of the classifier MLP")
     directions: str = setting("both", choice("forward", "both"),
                               "forward: messages past -> future only; both: past -> future and future -> past, with "
                               "separate weights")
     graph_features: bool = setting(True, boolean, "hybrid: the set's order invariants (data.invariants) join the "
-                                                  "pooled node states in the head; items without invariants get "
-                                                  "them derived from edge_index")
+                                                  "pooled node states in the head (readout node: each element's "
+                                                  "state); items without invariants get them derived from "
+                                                  "edge_index")
     kwargs: dict[str, Any] = setting({}, mapping, "extra constructor arguments of a custom model.type")

@@ -40,6 +40,7 @@ from torch_geometric.data import Data, Dataset
 from .invariants import INVARIANT_NAMES, NODE_FEATURES, features_and_invariants
 from .orders import elements_between, natural_order, transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
+from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, read_node_labels
 from ..errors import UserError
 from ..files import atomic_replace
 from ..logging_utils import get_logger
@@ -52,12 +53,13 @@ JULIA_CSET_TYPES: dict[int, str] = {
     1: "polynomial", 2: "complex_topology", 3: "destroyed", 4: "merged", 5: "grid", 6: "layered",
     7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
 }
-VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type")
+VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS)
 DEFAULT_TARGET, DEFAULT_EDGES = "manifold_like", "links"  # as upstream trains
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
-# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32.
-STORE_CACHE_VERSION = 3
+# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32. 4: the per-element
+# labels (node_targets) too, whatever the target, so that one cache serves every target.
+STORE_CACHE_VERSION = 4
 ZARR_EXTRA_HINT = "install the optional extra: pip install 'QuantumGrav[zarr]'"
 _GROUP_NAME = re.compile(r"^cset_(\d+)$")
 
@@ -175,9 +177,10 @@ class QuantumGravJLDataset(Dataset):
     * ``target="manifold_like"``: y = 1 for manifold-like sets, 0 otherwise (as upstream trains).
       ``target="cset_type"``: y indexes ``class_names``, the ``JULIA_CSET_TYPES`` names given in
       ``cset_types`` or, by default, those found in the first group of each store (one type per
-      store is how produce_data writes them), ordered by code.
+      store is how produce_data writes them), ordered by code. ``target="inserted_block"``: y holds one 0/1
+      per element, 1 inside a merged set's inserted block (``node_targets``), learned as ``node_binary``.
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
-    * ``cache=True``: features, edges, invariants and labels are computed once per causal set and cached in a
+    * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal set and cached in a
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
       edges and the feature version; where that folder cannot be written, under ``cache_dir``.
       ``cache=False`` computes them on the fly at every read.
@@ -227,10 +230,12 @@ class QuantumGravJLDataset(Dataset):
     @property
     def task(self) -> str:
         """How ``y`` is learned (``task.type: auto`` reads it): as the generator's targets of the same name."""
-        return TARGET_TASKS[self.target]
+        return NODE_TARGET_TASKS.get(self.target) or TARGET_TASKS[self.target]
 
     @property
     def class_names(self) -> list[str]:
+        if self.target in NODE_TARGET_CLASS_NAMES:
+            return list(NODE_TARGET_CLASS_NAMES[self.target])
         return list(MANIFOLD_LIKE_NAMES) if self.target == "manifold_like" else list(self._cset_types)
 
     @property
@@ -287,9 +292,12 @@ class QuantumGravJLDataset(Dataset):
 
     def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         R, manifold_like, code = self._read_checked(store_index, group)
-        x, edge_index, invariants = graph_tensors(R, self.edges, self.stores[store_index], group)
+        store = self.stores[store_index]
+        x, edge_index, invariants = graph_tensors(R, self.edges, store, group)
+        node_labels = read_node_labels(self._open(store_index)[group], len(R),
+                                       lambda problem: _format_error(store, group, problem))
         return {"x": x, "edge_index": edge_index, "invariants": invariants,
-                "labels": torch.tensor([int(manifold_like), code])}
+                "labels": torch.tensor([int(manifold_like), code]), "node_labels": node_labels}
 
     def _label(self, store_index: int, group: str, labels: torch.Tensor) -> int:
         manifold_like, code = (int(value) for value in labels)
@@ -315,7 +323,10 @@ class QuantumGravJLDataset(Dataset):
     def get(self, idx: int) -> Data:
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
-        y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
+        if self.target in NODE_TARGET_TASKS:
+            y = graph["node_labels"].float()
+        else:
+            y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
                     julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0])
 
@@ -411,11 +422,12 @@ def _compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def _expanded(stored: Any) -> dict[str, torch.Tensor]:
     """A cache file's graph, its edge index as int64; ValueError if it is not one this code wrote."""
-    names = ("x", "edge_index", "invariants", "labels")
+    names = ("x", "edge_index", "invariants", "labels", "node_labels")
     if not isinstance(stored, dict) or any(not isinstance(stored.get(name), torch.Tensor) for name in names):
         raise ValueError(f"expected a dict of the tensors {names}")
     x, edge_index = stored["x"], stored["edge_index"]
-    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,):
+    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,) \
+            or stored["node_labels"].shape != (x.shape[0],):
         raise ValueError("tensors of unexpected shapes")
     return {**stored, "edge_index": edge_index.long()}
 

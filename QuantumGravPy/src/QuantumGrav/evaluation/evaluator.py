@@ -41,7 +41,10 @@ class Evaluator:
         fraction) is appended to ``predictions`` when it is given."""
         totals = self.task.zero_totals(next(self.model.parameters()).device)
         for outputs, target, batch in self.outputs(loader):
-            totals += self.task.batch_totals(outputs, target, self.criterion(outputs, target))
+            loss = self.criterion(outputs, target)
+            # A node task's block IoU is per set: it needs each element's graph.
+            totals += (self.task.batch_totals(outputs, target, loss, batch.batch) if self.task.node_level
+                       else self.task.batch_totals(outputs, target, loss))
             if predictions is not None:
                 predictions += self._per_graph(outputs, target, batch)
         return totals
@@ -62,9 +65,15 @@ class Evaluator:
         finally:
             self.model.train(was_training)
 
-    def _per_graph(self, outputs: torch.Tensor, target: torch.Tensor, batch) -> list[tuple[float, float, float]]:
+    def _per_graph(self, outputs: torch.Tensor, target: torch.Tensor, batch) -> list[tuple[Any, Any, float]]:
         """(prediction, true value, flip fraction) of each graph: the predicted class for classification, the
-        output for regression; the flip fraction is NaN for data without one."""
+        output for regression, the list of predicted and of true 0/1 labels of its elements for a node task; the
+        flip fraction is NaN for data without one."""
+        if self.task.node_level:
+            sizes = torch.bincount(batch.batch, minlength=batch.num_graphs).tolist()
+            predicted = self.task.predict(outputs).split(sizes)
+            true = target.view(-1).long().split(sizes)
+            return [(p.tolist(), t.tolist(), math.nan) for p, t in zip(predicted, true)]
         classification = isinstance(self.task, tasks.ClassificationTask)
         predicted = self.task.predict(outputs) if classification else outputs.view(-1)
         fractions = batch.flip_fraction.view(-1).tolist() if "flip_fraction" in batch else [math.nan] * len(predicted)

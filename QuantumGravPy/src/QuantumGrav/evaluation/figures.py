@@ -1,6 +1,7 @@
 """Figures of a run (rank 0, with ``training.figures``): training curves when training ends; the test's
-confusion matrix (classification) or predicted against true values (regression), and the destroyed sets
-recognised per flip fraction, after the test. PNGs in ``run_dir/figures/``, drawn by the ``Figures``
+confusion matrix (classification) or predicted against true values (regression), the destroyed sets
+recognised per flip fraction, and for the node task one test set's true and predicted inserted block, after the
+test. PNGs in ``run_dir/figures/``, drawn by the ``Figures``
 callback (``callbacks/results.py``).
 
 Drawn without pyplot (no backend switch), so a notebook's inline plots keep working.
@@ -124,4 +125,22 @@ def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any],
     curves.set(ylim=(-0.02, 1.05), xlabel="defect size (flip fraction, inserted block's share)",
                ylabel="recall", title="Against the defect's size")
     curves.legend(fontsize=7, loc="lower right")
+    return _save_figure(figure, path)
+
+
+def plot_inserted_block(relation: Any, true_block: Any, predicted_block: Any, path: Path, title: str = "") -> Path:
+    """One causal set's relation matrix (element i precedes j: a dark cell at row i, column j) with the inserted
+    block marked on the diagonal: the true block's elements as squares, the predicted ones as crosses."""
+    import numpy as np
+
+    relation, true_block, predicted_block = (np.asarray(a, dtype=bool) for a in (relation, true_block, predicted_block))
+    figure, ax = _new_figure(5.2, 5.0)
+    ax.imshow(relation, cmap="Greys", vmin=0, vmax=1.6, interpolation="nearest")
+    elements = np.arange(len(relation))
+    ax.scatter(elements[true_block], elements[true_block], marker="s", s=60, facecolors="none",
+               edgecolors="tab:green", linewidths=1.5, label=f"true block ({int(true_block.sum())})")
+    ax.scatter(elements[predicted_block], elements[predicted_block], marker="x", s=30, color="tab:red",
+               label=f"predicted ({int(predicted_block.sum())})")
+    ax.set(xlabel="element j", ylabel="element i", title=title or "Inserted block: i precedes j")
+    ax.legend(loc="lower left", fontsize=8)
     return _save_figure(figure, path)

@@ -7,6 +7,9 @@
   both classes.
 * ``regression``: ``y`` is one number per graph; the model returns ``[graphs, 1]``; mean squared error;
   MAE, RMSE and R^2.
+* ``node_binary``: ``y`` is 0 or 1 per element (inside the inserted block or not); the model returns one logit per
+  element, ``[nodes, 1]``; ``BCEWithLogits`` over the elements; the elements' accuracy, precision, recall and F1,
+  and the mean over sets of the block's intersection over union (``NodeBinaryTask``).
 
 Every metric is computed from sums that can be added across ranks (a confusion matrix, or sums of
 errors, of y and of y^2, and the count): each rank sums its shard, the sums are reduced, then the
@@ -32,6 +35,7 @@ class Task(ABC):
 
     type: str = ""
     default_loss = None
+    node_level = False  # True: outputs and y per element, and batch_totals needs each element's graph
 
     def __init__(self, output_width: int, class_names: Sequence[str] = ()):
         self.output_width = output_width
@@ -243,6 +247,7 @@ def resolve_task(settings: TaskSection, dataset, samples: dict[int, Any], source
     by position, already checked to have ``y``; a ``y`` that does not fit the task is a ConfigError."""
     kind = settings.type
     first = samples[min(samples)]
+    check_task_level(settings.type, dataset, source)
     if kind == "auto":
         kind = getattr(dataset, "task", None) or ("regression" if first.y.is_floating_point() else "multiclass")
     if kind not in TASK_TYPES:
@@ -252,12 +257,14 @@ def resolve_task(settings: TaskSection, dataset, samples: dict[int, Any], source
         task: Task = RegressionTask()
     elif kind == "binary":
         task = BinaryTask(settings.threshold, names)
+    elif kind == "node_binary":
+        task = NodeBinaryTask(settings.threshold, names)
     else:
         task = MulticlassTask(_num_classes(dataset), names)
     for position, item in samples.items():
         problem = task.target_problem(item.y)
         if problem:
-            how = ("set task.type to the task y is meant for (multiclass, binary or regression), or fix y"
+            how = ("set task.type to the task y is meant for (multiclass, binary, regression or node_binary), or fix y"
                    if settings.type == "auto" else "fix y, or set task.type to the task y is meant for")
             raise ConfigError(f"{source}: item {position} does not fit the {task.type} task: {problem}; {how}")
     return task
@@ -321,4 +328,99 @@ _MULTICLASS_LOSSES = (F.cross_entropy, F.nll_loss, torch.nn.CrossEntropyLoss, to
 
 
 def _target_text(task: Task) -> str:
+    if task.node_level:
+        return "[nodes, 1] (float)"
     return "class indices [graphs] (long)" if task.type == "multiclass" else "[graphs, 1] (float)"
+
+
+def check_task_level(task_type: str, dataset, source: str) -> None:
+    """A node-level task on a dataset whose target is per graph, or the reverse, is one ConfigError naming
+    ``task.type`` and the data's target (the dataset's ``task`` attribute says which task its ``y`` is for)."""
+    declared = getattr(dataset, "task", None)
+    if task_type == "auto" or declared not in TASK_TYPES or (task_type == "node_binary") == (declared == "node_binary"):
+        return
+    target = getattr(dataset, "target", None)
+    target_text = f" (target {target!r}: data.target or data.kwargs.target)" if isinstance(target, str) else ""
+    levels = {True: "one label per element", False: "one label per causal set"}
+    raise ConfigError(f"task.type: {task_type} needs {levels[task_type == 'node_binary']}, but {source}{target_text} "
+                      f"gives {levels[declared == 'node_binary']}, for the {declared} task; set task.type to "
+                      f"{declared} or auto, or choose the data's target for {task_type}")
+
+
+# The node task's totals, in this order. All but the loss sum are integers (the IoU in units of 1 / IOU_SCALE), so
+# adding them over batches and ranks in any order gives the same bits: world size 2 reports what world size 1 does.
+NODE_TOTALS = ("loss_sum", "nodes", "true_negatives", "false_positives", "false_negatives", "true_positives",
+               "iou_units", "sets")
+IOU_SCALE = 2**32
+
+
+class NodeBinaryTask(Task):
+    """Outputs one logit per element ``[nodes, 1]``; target: 0.0 / 1.0 per element ``[nodes, 1]`` (float), 1 inside
+    the inserted block. Positive: ``sigmoid(logit) >= threshold``. The loss is averaged over elements, the
+    accuracy, precision, recall and F1 are the elements', and ``iou`` is the mean over sets of |predicted block
+    and true block| / |predicted or true block| (1 for a set where both are empty).
+
+    Under DDP the metrics are exact (integer sums), but training is not one process on the combined batch: each
+    rank's loss is the mean over its own batch's elements and DDP averages the ranks' gradients, so the elements
+    of a rank whose sets are smaller weigh more (equal only when the ranks hold equally many elements)."""
+
+    type = "node_binary"
+    node_level = True
+    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
+    num_totals = len(NODE_TOTALS)
+
+    def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
+        super().__init__(1, class_names)
+        self.threshold = threshold
+
+    def target(self, y):
+        return y.view(-1, 1).float()
+
+    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
+        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
+
+    def target_problem(self, y):
+        if not isinstance(y, torch.Tensor):
+            return f"y must be a tensor, got {type(y).__name__}"
+        if y.dim() != 1 or y.numel() < 2:
+            return (f"a node_binary task needs one 0/1 label per element (y of shape [nodes]), got shape "
+                    f"{list(y.shape)}, one value per causal set")
+        values = set(torch.unique(y).tolist())
+        if not values <= {0, 1}:
+            return f"a node_binary task needs y = 0 or 1 per element, got {sorted(values - {0, 1})[:3]}"
+        return None
+
+    def batch_totals(self, outputs, target, loss, graph_index: torch.Tensor | None = None):
+        """The batch's totals (``NODE_TOTALS``); ``graph_index``: each element's graph in the batch (None: one)."""
+        true, predicted = target.view(-1).long(), self.predict(outputs)
+        graph_index = torch.zeros_like(true) if graph_index is None else graph_index.view(-1)
+        confusion = torch.bincount(true * 2 + predicted, minlength=4).double()  # tn, fp, fn, tp
+        iou = block_iou(predicted.bool(), true.bool(), graph_index)
+        count = float(true.numel())
+        head = torch.tensor([count], device=outputs.device, dtype=torch.float64)
+        tail = torch.stack([torch.round(iou * IOU_SCALE).sum(), torch.tensor(float(iou.numel()), device=iou.device,
+                                                                             dtype=torch.float64)])
+        return torch.cat([(loss.detach().double() * count).view(1), head, confusion, tail])
+
+    def metrics(self, totals):
+        loss_sum, nodes, tn, fp, fn, tp, iou_units, sets = totals.tolist()
+        tn, fp, fn, tp = (int(round(v)) for v in (tn, fp, fn, tp))
+        return {"loss": loss_sum / max(nodes, 1.0), "accuracy": (tp + tn) / max(nodes, 1.0),
+                "precision": tp / (tp + fp) if tp + fp else 0.0, "recall": tp / (tp + fn) if tp + fn else 0.0,
+                "f1": 2 * tp / (2 * tp + fp + fn) if tp else 0.0, "iou": iou_units / IOU_SCALE / max(sets, 1.0),
+                "count": int(sets), "nodes": int(nodes), "confusion": [[tn, fp], [fn, tp]]}
+
+    def describe(self) -> str:
+        names = f" ({' / '.join(self.class_names)})" if self.class_names else ""
+        return f"node_binary{names}: one logit per element, threshold {self.threshold}"
+
+
+def block_iou(predicted: torch.Tensor, true: torch.Tensor, graph_index: torch.Tensor) -> torch.Tensor:
+    """float64 intersection over union of the predicted and the true block of each graph (boolean per element,
+    ``graph_index`` 0..graphs-1 per element); 1 where both blocks are empty."""
+    graphs = int(graph_index.max()) + 1 if graph_index.numel() else 0
+    intersection = torch.zeros(graphs, dtype=torch.float64, device=true.device)
+    union = torch.zeros_like(intersection)
+    intersection.index_add_(0, graph_index, (predicted & true).double())
+    union.index_add_(0, graph_index, (predicted | true).double())
+    return torch.where(union > 0, intersection / union.clamp(min=1.0), torch.ones_like(union))

@@ -1,4 +1,5 @@
-"""The built-in graph classifier: message passing, per-graph pooling and an MLP head.
+"""The built-in graph classifier: message passing, per-graph pooling and an MLP head (or, with ``readout="node"``,
+the same head on every element's state, for questions about each element).
 
 The model knows nothing about DDP (torchtitan's rule) nor about configs: wrapping, devices and gradient
 synchronisation are the trainer's business, and ``QuantumGrav.training.model_builder`` maps the config's
@@ -97,9 +98,13 @@ class GNNClassifier(nn.Module):
         graph_features: K > 0 makes it a hybrid: the K per-set features in ``data.invariants``
             (standardised by a BatchNorm) join the pooled node states in the head, so the GNN starts from
             what the invariant baselines see.
+        readout: ``"graph"``: outputs per graph ``[graphs, num_classes]``; ``"node"``: no pooling, the head reads
+            each element's state (joined by its set's invariants, with ``graph_features``), outputs per element
+            ``[nodes, num_classes]``: an element is judged against the set it lies in.
 
     Raises:
-        ValueError: ``directions`` is neither ``"forward"`` nor ``"both"``.
+        ValueError: ``directions`` is neither ``"forward"`` nor ``"both"``, or ``readout`` neither ``"graph"``
+            nor ``"node"``.
 
     Example:
         >>> import QuantumGrav as QG
@@ -112,10 +117,12 @@ class GNNClassifier(nn.Module):
                  conv_kwargs: dict | None = None, hidden_channels: list[int] = (128, 128, 128),
                  norm: str = "batch", activation: str = "relu", dropout: float = 0.1,
                  pooling: str = "mean", head_hidden: list[int] = (64,), directions: str = "both",
-                 graph_features: int = 0):
+                 graph_features: int = 0, readout: str = "graph"):
         super().__init__()
         if directions not in ("forward", "both"):
             raise ValueError(f"directions: expected 'forward' or 'both', got {directions!r}")
+        if readout not in ("graph", "node"):
+            raise ValueError(f"readout: expected 'graph' or 'node', got {readout!r}")
         widths = [in_channels, *hidden_channels]
         if conv_kwargs is None:  # the default layer's arguments for the default layer, none for another one
             conv_kwargs = DEFAULT_CONV_KWARGS if conv is SparseTransformerConv else {}
@@ -131,8 +138,8 @@ class GNNClassifier(nn.Module):
         self.shares_adjacency = isinstance(conv, type) and issubclass(conv, SparseTransformerConv)
         self.activation = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
-        self.pooling = pooling
-        pooled = hidden_channels[-1] * (2 if pooling == "mean_max" else 1) + graph_features
+        self.pooling, self.readout = pooling, readout
+        pooled = hidden_channels[-1] * (2 if pooling == "mean_max" and readout == "graph" else 1) + graph_features
         self.graph_norm = GraphFeatureNorm(graph_features) if graph_features else None
         head: list[nn.Module] = []
         for width in head_hidden:
@@ -156,11 +163,17 @@ class GNNClassifier(nn.Module):
             x = conv(x, edge_index)
             x = norm(x, batch) if self.norm_kind == "graph" else norm(x)
             x = self.dropout(self.activation(x))
-        pooled = self._pool(x, batch)
-        if self.graph_norm is not None:
-            invariants = data.invariants.reshape(pooled.size(0), -1).to(pooled.dtype)
-            pooled = torch.cat([pooled, self.graph_norm(invariants)], dim=-1)
-        return self.head(pooled)
+        if self.readout == "node":
+            return self.head(self._with_invariants(x, data, graph_of_state=batch))
+        return self.head(self._with_invariants(self._pool(x, batch), data))
+
+    def _with_invariants(self, states: torch.Tensor, data, graph_of_state: torch.Tensor | None = None) -> torch.Tensor:
+        """``states`` (one row per graph, or per element: of graph ``graph_of_state[i]``) joined by their set's
+        standardised invariants, with ``graph_features``."""
+        if self.graph_norm is None:
+            return states
+        invariants = self.graph_norm(data.invariants.reshape(-1, self.graph_norm.num_features).to(states.dtype))
+        return torch.cat([states, invariants if graph_of_state is None else invariants[graph_of_state]], dim=-1)
 
 
 def count_parameters(model: nn.Module) -> dict[str, float]:

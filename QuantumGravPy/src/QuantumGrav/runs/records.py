@@ -45,6 +45,10 @@ def summarise_run(result: dict[str, Any]) -> str:
             lines.append(describe_curves(test["destroyed_by_flip_fraction"]))
         if test.get("by_kind"):
             lines.append(describe_recall_by_kind(test["by_kind"], MODEL_LABELS))
+        if "rival_rule" in test:
+            for label, prefix, how in (("rival rule", "rival", "rival_rule"), ("trees rival", "trees", "trees_rival")):
+                f1, iou = test[f"{prefix}_f1"], test[f"{prefix}_iou"]
+                lines.append(f"{label:<15} f1 {f1:.3f}  iou {iou:.3f}  ({test[how]})")
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     run_dir = Path(str(summary.get("run_dir")))

@@ -17,7 +17,7 @@ from ..models.gnn import GNNClassifier, make_conv
 
 
 def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
-                out_channels: int) -> nn.Module:
+                out_channels: int, *, node_level: bool = False) -> nn.Module:
     """The model the config describes.
 
     A custom ``model.type`` is built as ``type(in_channels, out_channels, **model.kwargs)`` and its
@@ -30,8 +30,10 @@ def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
         model_cfg: the config's ``model`` section (a resolved config's ``config["model"]``, a part of one, or
             ``config.sections.model``); keys it leaves out take ``GNNClassifier``'s defaults.
         in_channels: node features per element.
-        out_channels: outputs per graph, the task's width: the number of classes, or 1 for binary and
-            regression tasks.
+        out_channels: outputs per graph (per element for a node task), the task's width: the number of classes,
+            or 1 for binary, regression and node_binary tasks.
+        node_level: the task asks about each element (``task.node_level``): ``model.readout: auto`` is then
+            ``node``; an explicit ``model.readout`` must fit the task.
 
     Returns:
         The model (a ``GNNClassifier`` unless ``model.type`` names another ``nn.Module``).
@@ -54,7 +56,18 @@ def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
         _check_conv_kwargs(model_cfg["conv"], model_cfg.get("conv_kwargs") or {}, in_channels, first_width)
     graph_features = len(INVARIANT_NAMES) if model_cfg.get("graph_features") else 0
     return GNNClassifier(in_channels, out_channels, graph_features=graph_features,
+                         readout=_readout(model_cfg.get("readout", "auto"), node_level),
                          **{k: model_cfg[k] for k in keys if k in model_cfg})
+
+
+def _readout(readout: str, node_level: bool) -> str:
+    """model.readout resolved for the task: auto follows it, an explicit one that does not fit is the key's error."""
+    wanted = "node" if node_level else "graph"
+    if readout not in ("auto", wanted):
+        task = "a node-level task (task.type node_binary)" if node_level else "a task with one y per causal set"
+        raise ConfigError(f"model.readout: {readout} gives outputs per {'element' if readout == 'node' else 'set'}, "
+                          f"but the run learns {task}; set model.readout to {wanted} or auto")
+    return wanted
 
 
 def _check_conv_kwargs(conv: type, conv_kwargs: dict[str, Any], in_channels: int, out_channels: int) -> None:
@@ -128,8 +141,9 @@ def check_model_forward(model: nn.Module, item, task, model_cfg: dict[str, Any],
                           f"{needs}") from err  # Python callers keep the model's own traceback
     finally:
         model.train(was_training)
-    expected = [1, task.output_width]
+    expected = [item.num_nodes if task.node_level else 1, task.output_width]
     if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
         got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
-        raise ConfigError(f"{name}: expected outputs of shape {expected} (graphs x outputs of the {task.type} task) "
+        rows = "elements" if task.node_level else "graphs"
+        raise ConfigError(f"{name}: expected outputs of shape {expected} ({rows} x outputs of the {task.type} task) "
                           f"for one causal set, got {got}; the model is built with out_channels={task.output_width}")

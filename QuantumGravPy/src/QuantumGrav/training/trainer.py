@@ -29,7 +29,7 @@ from ..callbacks.base import Callback, CallbackList, Decision, configured_callba
 from ..callbacks.checkpointing import Checkpointing
 from ..callbacks.early_stopping import EarlyStopping
 from ..callbacks.records import RunRecords
-from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBreakdown
+from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBreakdown, NodeRival
 from ..callbacks.state import RunState
 from ..callbacks.wandb_logging import WandbCallback
 from ..runs.checkpoint_files import RunLock
@@ -169,7 +169,8 @@ class Trainer:
         section = self.sections.model
         self.model_io = tasks.model_io(first.x.size(1), self.task)
         key = "model.kwargs" if section.type is not None else "model"
-        model = build_named(key, build_model, section, first.x.size(1), self.task.output_width)
+        model = build_named(key, build_model, section, first.x.size(1), self.task.output_width,
+                            node_level=self.task.node_level)
         model = model.to(self.device)  # move to the device *before* any DDP wrapping
         check_model_forward(model, first, self.task, section.as_mapping(), self.device)
         return model
@@ -193,8 +194,9 @@ class Trainer:
         s = self.sections
         wandb_cfg = s.wandb.as_mapping() if s.wandb is not None else None
         self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
+        baselines = NodeRival() if self.task.node_level else Baselines()  # per element: the rival rule
         return [self.early_stopping, *users,
-                *([Baselines()] if s.loaders.testing.baselines else []), DestroyedSetCurves(), KindBreakdown(),
+                *([baselines] if s.loaders.testing.baselines else []), DestroyedSetCurves(), KindBreakdown(),
                 *([Figures()] if s.logging.figures else []), RunRecords(self.run_dir, self.early_stopping),
                 self.checkpointing, *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
 
@@ -387,11 +389,13 @@ class Trainer:
         self.state.test_order = [self.state.split["test"][i] for batch in test_loader.batch_sampler for i in batch]
         test = self.task.metrics(self.evaluator.local_totals(test_loader, self.state.test_predictions))
         result = {**{f"test_{m}": test[m] for m in self.task.metric_names}, "num_test": test["count"]}
-        if isinstance(self.task, tasks.ClassificationTask):
-            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names,
-                          per_class_f1=test["per_class_f1"])
-        else:
+        if isinstance(self.task, tasks.RegressionTask):
             result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
+        else:  # classes of sets (with each class's F1), or of elements for a node task
+            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names,
+                          **({"per_class_f1": test["per_class_f1"]} if "per_class_f1" in test else {}))
+        if self.task.node_level:
+            result.update(num_test_elements=test["nodes"])
         self.callbacks.call("on_test_end", self.state, result)
         return result
 

@@ -97,7 +97,8 @@ class KindsDataset(QuantumGravJLDataset):
     * ``path``: the folder under which the stores are kept, in a subfolder named by a hash of the settings
       (``generated_folder``); the same settings reuse it, other settings generate another.
     * ``target``: ``manifold_like`` (upstream's binary task: polynomial and complex_topology are manifold-like)
-      or ``cset_type`` (the kind, the classes ordered by QuantumGrav.jl's codes).
+      or ``cset_type`` (the kind, the classes ordered by QuantumGrav.jl's codes), or ``inserted_block`` (per element:
+      inside a merged set's inserted block or not, learned as ``node_binary``: ``configs/inserted_block.yaml``).
     * ``edges``, ``cache``, ``cache_dir``, ``transform``: as ``QuantumGravJLDataset``.
     * ``workers``: processes that generate missing stores (None: this process's share of the cores, or 1 for sets
       made in seconds, ``auto_workers``).
