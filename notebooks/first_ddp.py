@@ -76,7 +76,7 @@ dist.barrier()  # no rank reads the file before rank 0 has written it
 loaded = torch.load(checkpoint, map_location=device, weights_only=True)
 same = all(torch.equal(loaded[name], tensor) for name, tensor in model.module.state_dict().items())
 same_everywhere = torch.tensor(int(same), device=device)
-dist.all_reduce(same_everywhere, op=dist.ReduceOp.MIN)  # 1 only when every rank loaded its own weights back
+dist.all_reduce(same_everywhere, op=dist.ReduceOp.MIN)  # 1 only if every rank holds the saved weights
 if rank == 0:
     print(f"same weights on every rank: {bool(same_everywhere.item())} (world size {world_size})", flush=True)
 del model, optimizer  # the DDP wrapper goes before its process group: one outliving it can hang the exit
