@@ -2,7 +2,9 @@
 
 They live in a file, not in the notebook, because the worker processes are fresh Python processes:
 they find a function by importing its module, and a function defined in a notebook has none
-(notebook 04 shows the error). The notebook prints these functions as it uses them.
+(notebook 04 shows the error). The notebook prints these functions as it uses them (not the code that
+starts the processes: ``run_with_torchrun`` runs a script under torchrun, ``start_processes`` is torchrun's
+stand-in for the functions of this file).
 
 Each worker runs as ``worker(rank, world_size, port, settings)`` in its own process (``in_process_group``
 turns a function of ``(rank, world_size, device, settings)`` into one) and returns a dict; ``start_processes`` (the notebook's stand-in for torchrun) starts them and collects the results
@@ -15,9 +17,12 @@ import datetime
 import functools
 import gc
 import multiprocessing as mp
+import os
 import queue
 import re
 import socket
+import subprocess
+import sys
 import time
 import traceback
 
@@ -248,8 +253,8 @@ def train_without_set_epoch(rank: int, world_size: int, device: torch.device, se
     return {"epochs": epochs}
 
 
-class SeedTrainer:
-    """The seed's bug #1, cut down: a trainer whose epoch counter is read before it was ever set."""
+class TrainerWithoutEpoch:
+    """Bug 1 of a TrainerDDP written without safeguards, cut down: its epoch counter is read before it was ever set."""
 
     def __init__(self, sampler):
         self.sampler = sampler  # BUG: no self.epoch = 0 here
@@ -259,23 +264,23 @@ class SeedTrainer:
 
 
 @in_process_group
-def seed_bug_epoch_never_set(rank: int, world_size: int, device: torch.device, settings: dict) -> dict:
+def bug_epoch_never_set(rank: int, world_size: int, device: torch.device, settings: dict) -> dict:
     sampler, *_ = build(settings, rank, world_size, device)
-    SeedTrainer(sampler).start_epoch()
+    TrainerWithoutEpoch(sampler).start_epoch()
     return {}
 
 
 @in_process_group
-def seed_bug_device_ids(rank: int, world_size: int, device: torch.device, settings: dict) -> dict:
-    """The seed's bug #2: ``device_ids`` given something else than [LOCAL_RANK] (on a CPU: anything at all)."""
+def bug_device_ids(rank: int, world_size: int, device: torch.device, settings: dict) -> dict:
+    """Bug 2: ``device_ids`` given something else than [LOCAL_RANK] (on a CPU: anything at all)."""
     model = SmallGNN(4, 8, 2).to(device)
     DistributedDataParallel(model, device_ids=[device])  # BUG: a torch.device; on a CPU, None is right
     return {}
 
 
 @in_process_group
-def seed_bug_rank0_validation_data(rank: int, world_size: int, device: torch.device, settings: dict) -> dict:
-    """The seed's bug #3: rank 0 alone validates and keeps the history; every rank reads it to decide."""
+def bug_rank0_validation_data(rank: int, world_size: int, device: torch.device, settings: dict) -> dict:
+    """Bug 3: rank 0 alone validates and keeps the history; every rank reads it to decide."""
     sampler, train_loader, val_loader, model, optimizer = build(settings, rank, world_size, device)
     val_history = []  # filled on rank 0 only
     for epoch in range(settings["epochs"]):
@@ -289,6 +294,21 @@ def seed_bug_rank0_validation_data(rank: int, world_size: int, device: torch.dev
 
 
 # ---------------------------------------------------------------- starting the processes
+def run_with_torchrun(script: str, nproc: int, wait_s: float) -> str:
+    """What ``torchrun --standalone --nproc_per_node=nproc script`` prints; raises if the job fails.
+
+    Each process gets its share of the cores as OMP_NUM_THREADS, as ``QG.launch`` gives it (torchrun
+    would otherwise set 1 and print a notice about it).
+    """
+    threads = max(1, len(os.sched_getaffinity(0)) // nproc) if hasattr(os, "sched_getaffinity") else 1
+    job = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                          script], capture_output=True, text=True, timeout=wait_s,
+                         env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    if job.returncode != 0:
+        raise RuntimeError(f"{script} on {nproc} processes exited with {job.returncode}:\n{job.stderr}")
+    return job.stdout
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -210,7 +210,8 @@ def test_ddp_by_hand_notebook_on_three_processes(tmp_path, data_root):
     assert summary["strict_rule_together"] == {"0": 1, "1": 1, "2": 1}
     assert summary["hang"]["failed_rank"] in (1, 2) and summary["hang"]["timed_out"]
     assert summary["hang"]["where"].startswith("in train_one_epoch: loss.backward()")
-    assert summary["seed_bug_3"]["failed_rank"] in (1, 2) and summary["seed_bug_3"]["error"] == "IndexError"
+    assert summary["rank0_validation_bug"]["failed_rank"] in (1, 2) and summary["rank0_validation_bug"]["error"] == "IndexError"
+    assert summary["first_script_same_weights"]
 
 
 def _ddp_by_hand_hazard_table() -> list[tuple[str, str]]:
