@@ -131,7 +131,7 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
 # The notebooks whose stored outputs are full-size runs with a header: all of them.
 WITH_HEADER = ("01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb", "04_train_ddp.ipynb",
                "05_logging_and_wandb.ipynb", "06_fault_tolerance.ipynb", "07_your_own_data.ipynb",
-               "08_hyperparameter_search.ipynb")
+               "08_hyperparameter_search.ipynb", "09_manifold_like.ipynb")
 
 
 def test_stored_outputs_are_full_size_runs_whose_header_gives_the_minutes_they_took():
