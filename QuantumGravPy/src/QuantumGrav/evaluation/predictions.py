@@ -135,5 +135,9 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     measure = "recall" if "per_class_f1" in result else "mae"
     lines += [f"{'kind':<{width}}{'sets':>8}{measure:>8}"]
     lines += [f"{kind:<{width}}{row['sets']:>8}{row[measure]:>8.3f}" for kind, row in result["per_kind"].items()]
+    for kind, sizes in result.get("by_defect_size", {}).items():
+        smallest = sizes["model"]["smallest_at_90"]
+        lines.append(f"{kind}: smallest {sizes['size']} recognised at 90% recall: "
+                     f"{'none' if smallest is None else f'{smallest:.3g}'}")
     lines += [f"predictions     {result['predictions_csv']}", f"metrics         {result['metrics_json']}"]
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from ..distributed.runtime import Runtime
 from ..errors import ConfigError, UserError
 from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
+from ..evaluation.kinds import kind_breakdown
 from ..evaluation.predictions import Predictions, write_predictions
 from ..runs.artifacts import CHECKPOINT_DIR
 from ..runs.checkpoint_files import load_best_checkpoint
@@ -126,7 +127,8 @@ class AppliedRun:
         Returns:
             On rank 0: the task's metrics (``accuracy``, ...; ``loss``, ``count``), for classification
             ``confusion``, ``weighted_f1`` and ``per_class_f1``, ``per_kind`` (sets and recall, or mean absolute
-            error, of each kind of causal set), and the files' paths. None on the other ranks.
+            error, of each kind of causal set), for sets that describe their defect ``by_defect_size`` (recall
+            against each defect's size), and the files' paths. None on the other ranks.
 
         Raises:
             UserError: data that does not exist or does not fit the run (another task, other classes, other node
@@ -149,6 +151,7 @@ class AppliedRun:
         given = [data] if isinstance(data, (str, os.PathLike)) else list(data)
         result = {"run": str(self.run_dir), "data": [str(path) for path in given], "data_name": applied.name,
                   "split": split, "task": self.task.type, **predictions.metrics(self.task, self.criterion),
+                  **self._by_defect_size(applied, predictions),
                   "predictions_csv": str(csv_path), "metrics_json": str(json_path)}
         write_predictions(csv_path, predictions.rows(self.task, applied.describe_set), json_path, result)
         return result
@@ -160,6 +163,15 @@ class AppliedRun:
         ranks other than 0."""
         applied, predictions = self._predictions(data, split)
         return predictions.rows(self.task, applied.describe_set) if predictions is not None else None
+
+    def _by_defect_size(self, applied: AppliedData, predictions: Predictions) -> dict[str, Any]:
+        """For a classifier on sets that describe their defect (``KindsDataset``'s): the recall against each
+        defect's size and the smallest defect recognised at 90 % recall (``evaluation.kinds``); else nothing."""
+        if not isinstance(self.task, tasks.ClassificationTask) or not hasattr(applied.dataset, "describe"):
+            return {}
+        correct = self.task.predict(predictions.outputs) == predictions.targets.view(-1).long()
+        descriptions = [applied.dataset.describe(index) for index in predictions.sets]
+        return {"by_defect_size": kind_breakdown(descriptions, {"model": correct.numpy()})["by_defect_size"]}
 
     def _open(self, data: DataPaths, split: str) -> AppliedData:
         applied = open_data(data, split, self.sections, self.task, self.in_channels, self.runtime)
