@@ -1,7 +1,7 @@
 """The documents as tests: every command in them runs as written.
 
 Every fenced ```bash / ```sh / ```console block of README.md, QUICK_REFERENCE_DDP.md,
-notebooks/README.md and docs/*.md, and every ```python block of README.md, runs in a fresh copy of
+notebooks/README.md and docs/*.md, and every ```python block of README.md and docs/training.md, runs in a fresh copy of
 the repository, in document order, as a new user would run them: from the repository root, with
 the project's environment active (the test's virtual environment stands in for `.venv`) and the
 documented smoke-test switch QUANTUMGRAV_SMOKE_TEST=1 (a tiny data set, same code path). A block
@@ -13,8 +13,9 @@ and is only checked for syntax (``bash -n``, ``compile``). A block that fails, o
 without a language, fails the suite.
 
 To stay within seconds on two cores: a command that appears again word for word (the quick
-reference repeats the README's launchers) runs once, where it first appears, and the README's
-shell blocks run in order in one lane while the other documents' blocks run in a second lane
+reference repeats the launchers of docs/training.md) runs once, where it first appears (the README and
+docs/training.md come first), and the shell blocks of the README and docs/training.md (the main job and the
+training commands) run in order in one lane while the other documents' blocks run in a second lane
 beside it (each lane in document order; the two share the copy and its data cache).
 """
 
@@ -37,10 +38,14 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-DOCUMENTS = ["README.md", "QUICK_REFERENCE_DDP.md", "notebooks/README.md",
-             *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))]
+# The README and the training guide first: their commands are the main job and the training commands that the other
+# documents repeat.
+FIRST_LANE = ["README.md", "docs/training.md"]
+DOCUMENTS = [*FIRST_LANE, "QUICK_REFERENCE_DDP.md", "notebooks/README.md",
+             *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")
+                     if str(p.relative_to(REPO)) not in FIRST_LANE)]
 SHELL = {"bash", "sh", "console"}
-RUN_PYTHON_IN = {"README.md"}
+RUN_PYTHON_IN = {"README.md", "docs/training.md"}
 NOT_COMMANDS = {"yaml", "text", "json", "toml", "ini"}  # shown, never run
 FENCE = re.compile(r"^```(\S*)\s*$")
 MARKER = re.compile(r"^<!--\s*doc-test:\s*(\S+)\s*\((.+)\)\s*-->$")
@@ -203,7 +208,7 @@ def documented_runs(fresh_copy) -> dict[str, Future]:
     seen: set[str] = set()
     scripts = {b.name: without_repeats(b.script, seen) if b.language in SHELL else b.text for b in RUNNABLE}
     futures = {b.name: Future() for b in RUNNABLE}
-    lanes = [[b for b in RUNNABLE if b.document == "README.md" and b.language in SHELL]]
+    lanes = [[b for b in RUNNABLE if b.document in FIRST_LANE and b.language in SHELL]]
     lanes.append([b for b in RUNNABLE if b not in lanes[0]])
 
     def run_lane(blocks: list[Block]) -> None:
@@ -239,7 +244,7 @@ def test_the_runs_of_the_documented_commands_record_how_they_were_made(fresh_cop
     assert {s["world_size"] for s in summaries} == {1, 2}, summaries
     assert all(s["wall_time_s"] > 0 and s["versions"]["QuantumGrav"] for s in summaries)
     resumed = json.loads((copy / "runs" / "first" / "summary.json").read_text())
-    assert resumed["stop_reason"] == "completed 5 epochs"  # README's resume example, extended from 3 epochs
+    assert resumed["stop_reason"] == "completed 5 epochs"  # docs/training.md's resume example, extended from 3 epochs
 
 
 def _training_signature(config_file: Path) -> str:
@@ -261,7 +266,7 @@ def _metrics(run_dir: Path) -> list[dict[str, float]]:
 
 def test_the_documented_launchers_train_the_same_model(fresh_copy, documented_runs):
     """Runs of the documents' commands with the same config and world size trained the same model, whichever
-    launcher started them: README's `train --nproc 2` (QG.launch) and torchrun, the quick reference's spawning
+    launcher started them: docs/training.md's `train --nproc 2` (QG.launch) and torchrun, the quick reference's spawning
     script (with W&B) and its torchrun with --max-restarts. (test_launchers.py compares the launchers the
     documents do not show: two torchrun nodes, torch.distributed.launch.)"""
     for future in documented_runs.values():

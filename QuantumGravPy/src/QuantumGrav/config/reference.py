@@ -63,10 +63,10 @@ function, e.g. `!pyobject torch.optim.AdamW`); every other value is plain YAML. 
 
 A config that leaves a key out gets its default below, and the defaults are the values of the default
 job, `configs/train.yaml` (`make train`): the model, the optimizer, the learning-rate schedule and early
-stopping of the hyperparameter study's best configuration (README, "How good is the default GNN?").
+stopping of the hyperparameter study's best configuration (docs/default_model.md).
 A config of your own that leaves out `model:` therefore trains that model: {_default_job()}.
-For a faster, smaller model set the `model` keys you want (README gives the overrides of the previous default), and set
-`model.conv_kwargs` whenever you change `model.conv` (the default's are `TransformerConv`'s).
+For a faster, smaller model set the `model` keys you want (docs/training.md gives the overrides of the previous default),
+and set `model.conv_kwargs` whenever you change `model.conv` (the default's are `TransformerConv`'s).
 A test keeps `configs/train.yaml` equal to these defaults, and `configs/train_ddp.yaml` equal to
 `configs/train.yaml` except for its `parallel:` section.
 

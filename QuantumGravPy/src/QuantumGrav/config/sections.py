@@ -91,7 +91,7 @@ class ConfigSections(Section):
     callbacks: tuple[Mapping[str, Any], ...] = setting(
         (), list_of(callback_entry),
         "your callbacks (QuantumGrav.Callback subclasses), each {type: !pyobject module.Class, kwargs: {...}}, run "
-        "after the built-in ones that decide and before those that write (README, \"Callbacks\")")
+        "after the built-in ones that decide and before those that write (docs/training.md, \"Callbacks\")")
 
 
 # The top-level keys in the order configs and docs/configuration.md list them.

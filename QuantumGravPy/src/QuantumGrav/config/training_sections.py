@@ -178,7 +178,7 @@ class SchedulerSection(Section):
 _RESUME_DOC = (
     "run directory to continue from its last checkpoint; the config's data, model and task sections (and "
     "criterion) must be the run's, training settings such as num_epochs may change (a changed early-stopping metric "
-    "starts its count afresh; README, \"Training from the command line\", says how the LR schedule follows)")
+    "starts its count afresh; docs/training.md, \"Training from the command line\", says how the LR schedule follows)")
 
 
 @dataclass(frozen=True)
