@@ -477,9 +477,9 @@ def test_a_notebook_page_in_a_browser_shows_the_lesson_without_its_tests(browser
     state = browser.execute_script(
         "const d = Array.from(document.querySelectorAll('article details.hide'))"
         "  .find(x => x.textContent.includes('def confusion(model, loader, num_classes)'));"
+        "if (d) d.scrollIntoView({block: 'center', behavior: 'instant'});"
         "return d ? [d.open, d.querySelector('pre').getClientRects().length] : null;")
     assert state == [False, 0], state
     assert "def confusion(model, loader, num_classes):\n    matrix" not in text
-    browser.execute_script("document.querySelector('article details.hide summary').scrollIntoView({block: 'center'})")
     screenshot(browser, site, "notebook_folded_solution")
     assert console_errors(browser) == []
