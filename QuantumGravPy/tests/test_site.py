@@ -5,13 +5,18 @@ command line is on its page, every benchmark result file has its section, no int
 and every page is reachable from the home page (links to the outside are listed, never fetched). The checks'
 own tests build tiny sites that break each rule once. Last, a real browser (the distribution's headless
 Chromium) opens the site from a local HTTP server: the home page, a notebook page whose figures load, and
-the search for TrainerDDP; no error in the console. Its screenshots go next to the built site (and, with
+the search for TrainerDDP; no error in the console. The notebooks keep testing apart from teaching: their
+test-only cells (the JSON summary, the asserts, the test-mode call) are tagged so that the site leaves them out and
+Jupyter folds them, and every exercise has a reference solution in a folded cell; checked in the .ipynb files,
+in the built HTML and in the browser. Its screenshots go next to the built site (and, with
 QUANTUMGRAV_SCREENSHOTS=DIR, to DIR: docs/site/screenshots/ holds the committed ones).
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import html as html_text
 import json
 import os
 import re
@@ -172,6 +177,101 @@ def test_the_docstring_examples_of_the_public_names_run(monkeypatch):
     for module in sorted(modules, key=lambda m: m.__name__):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=False)
         assert result.failed == 0, f"{module.__name__}: {result.failed} of {result.attempted} examples fail"
+
+
+# --- teaching kept apart from testing ------------------------------------------------------------------------
+
+TEST_ONLY_TAG = "remove-cell"   # myst-nb leaves the cell out of the page; the .ipynb keeps it, folded
+SOLUTION_TAGS = {"hide-cell", "nbval-ignore-output"}  # folded on the page; nbval runs it, output not compared
+
+
+def _cells(notebook: Path) -> list[dict]:
+    return json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def _statements(cell: dict) -> list[ast.stmt]:
+    """The cell's top-level statements (IPython's %magics read as comments)."""
+    code = "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line for line in _source(cell).splitlines())
+    return ast.parse(code).body
+
+
+def is_test_only(cell: dict) -> bool:
+    """A cell that serves only the tests: the JSON summary, the test-mode call, or nothing but asserts."""
+    if cell["cell_type"] != "code":
+        return False
+    source, statements = _source(cell), _statements(cell)
+    return ("json.dumps(notebook_summary" in source or "QG.shrink_for_smoke_test(" in source
+            or bool(statements) and all(isinstance(s, ast.Assert) for s in statements))
+
+
+def _page_text(page: str) -> str:
+    """The visible text of a page's article, without tags (pygments splits code into one span per token)."""
+    article = re.search(r"<article.*?</article>", page, re.S).group(0)
+    return html_text.unescape(re.sub(r"<[^>]+>", "", article))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_test_only_cells_are_tagged_for_the_site_and_folded_in_jupyter(notebook):
+    cells = _cells(notebook)
+    code = [cell for cell in cells if cell["cell_type"] == "code"]
+    for cell in code:
+        tags, metadata = cell["metadata"].get("tags", []), cell["metadata"]
+        first_line = _source(cell).splitlines()[0] if _source(cell) else ""
+        if is_test_only(cell):
+            assert TEST_ONLY_TAG in tags, f"{notebook.name}: a test-only cell is not tagged {TEST_ONLY_TAG}: {first_line}"
+        if TEST_ONLY_TAG in tags:
+            assert metadata.get("jupyter", {}).get("source_hidden") is True and metadata.get("collapsed") is True, \
+                f"{notebook.name}: a {TEST_ONLY_TAG} cell is not folded in Jupyter: {first_line}"
+        else:  # a teaching cell: no checks at its top level, no marker comment for nbval
+            assert not any(isinstance(s, ast.Assert) for s in _statements(cell)), \
+                f"{notebook.name}: asserts in a teaching cell (move them to a test-only cell after it): {first_line}"
+            assert "NBVAL_IGNORE_OUTPUT" not in _source(cell), f"{notebook.name}: use the cell tag: {first_line}"
+    if any("json.dumps(notebook_summary" in _source(cell) for cell in code):  # the papermill tests read the last one
+        assert "json.dumps(notebook_summary" in _source(code[-1]), f"{notebook.name}: the summary is not the last code cell"
+    prose = "\n".join(_source(cell) for cell in cells if cell["cell_type"] == "markdown")
+    for phrase in ("For the tests", "the tests do not compare", "nbval", "the test suite", "test mode"):
+        assert phrase not in prose, f"{notebook.name}: the prose talks about the tests: {phrase!r}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_every_exercise_has_a_folded_reference_solution_that_nbval_runs(notebook):
+    cells = _cells(notebook)
+    start = next((k for k, cell in enumerate(cells) if cell["cell_type"] == "markdown"
+                  and "## Exercises" in _source(cell)), None)
+    assert start is not None, f"{notebook.name} has no exercises"
+    solutions = [cell for cell in cells[start:] if cell["cell_type"] == "code" and "hide-cell" in cell["metadata"].get("tags", [])]
+    for cell in solutions:
+        assert SOLUTION_TAGS <= set(cell["metadata"]["tags"]), f"{notebook.name}: a solution lacks {SOLUTION_TAGS}"
+        assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, f"{notebook.name}: a solution is not folded"
+    prose = "\n".join(_source(cell) for cell in cells[start:] if cell["cell_type"] == "markdown")
+    exercises = len(re.findall(r"^\s*\d\. \*\*", prose, re.M))  # "1. **The title.** ..."
+    assert exercises >= 1 and len(solutions) >= exercises, \
+        f"{notebook.name}: {exercises} exercises, {len(solutions)} reference solutions in code cells"
+    assert "<details" not in prose, f"{notebook.name}: a markdown-only solution (it never runs)"
+
+
+def test_a_notebook_page_leaves_out_test_only_cells_and_folds_solutions(site):
+    """Notebook 02 on the site: its teaching cells are there, its asserts and summary are not, its solutions are folded."""
+    notebook = REPO / "notebooks" / "02_train_single_process.ipynb"
+    page = html(site, f"notebooks/{notebook.stem}.html")
+    text = _page_text(page)
+    cells = _cells(notebook)
+    test_only = [_source(cell) for cell in cells if TEST_ONLY_TAG in cell["metadata"].get("tags", [])]
+    assert len(test_only) >= 5
+    assert "trainer = QG.Trainer(config)" in text and "prepare_dataloaders()" in text  # teaching cells
+    assert "json.dumps(notebook_summary)" not in text and "shrink_for_smoke_test(globals()" not in text
+    for source in test_only:
+        for line in source.splitlines():
+            if line.startswith("assert "):
+                assert line not in text, f"a test-only line is on the page: {line}"
+    folded = re.findall(r'<details class="admonition hide[^"]*">(.*?)</details>', page, re.S)
+    solutions = [_source(cell) for cell in cells if "hide-cell" in cell["metadata"].get("tags", [])]
+    assert folded and len(folded) >= len(solutions)
+    assert "def confusion(model, loader, num_classes):" in html_text.unescape(re.sub(r"<[^>]+>", "", "".join(folded)))
 
 
 # --- the checks themselves, each shown failing once --------------------------------------------------------------
@@ -363,4 +463,23 @@ def test_the_search_finds_trainerddp_in_the_api_reference(browser, served_site, 
                               "return a.length > 0 && a.map(x => x.getAttribute('href'));")
     assert any(href.endswith("docs/site/api.html#QuantumGrav.TrainerDDP") for href in hrefs), hrefs
     screenshot(browser, site, "search")
+    assert console_errors(browser) == []
+
+
+def test_a_notebook_page_in_a_browser_shows_the_lesson_without_its_tests(browser, served_site, site):
+    browser.get(f"{served_site}/notebooks/02_train_single_process.html")
+    wait_for(browser, "return document.readyState == 'complete'")
+    text = browser.find_element("css selector", "article").text
+    assert "trainer = QG.Trainer(config)" in text                       # a teaching cell, visible
+    assert "json.dumps(notebook_summary)" not in text                   # the summary cell: not on the page
+    assert "assert QG.count_parameters(trainer.model)" not in text      # an assert cell: not on the page
+    # A solution is in the page, folded: a closed <details> whose code is not rendered until it is opened.
+    state = browser.execute_script(
+        "const d = Array.from(document.querySelectorAll('article details.hide'))"
+        "  .find(x => x.textContent.includes('def confusion(model, loader, num_classes)'));"
+        "if (d) d.scrollIntoView({block: 'center', behavior: 'instant'});"
+        "return d ? [d.open, d.querySelector('pre').getClientRects().length] : null;")
+    assert state == [False, 0], state
+    assert "def confusion(model, loader, num_classes):\n    matrix" not in text
+    screenshot(browser, site, "notebook_folded_solution")
     assert console_errors(browser) == []
