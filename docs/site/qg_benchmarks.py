@@ -49,7 +49,7 @@ def records_table(records: list[dict]) -> list[str]:
     varying = [c for c in columns if c not in constant]
     lines = [f"{len(records)} records."]
     if constant:
-        lines += ["In every record:", ""] + [f"- `{c}`: {cell(flat[0][c])}" for c in constant]
+        lines += ["In every record:", ""] + [f"- `{c}`: {cell(flat[0].get(c))}" for c in constant]  # absent = null
     return lines + [""] + table(varying, [[cell(r.get(c, "")) for c in varying] for r in flat])
 
 
