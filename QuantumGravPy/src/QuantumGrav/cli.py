@@ -208,13 +208,9 @@ def _cache_stores(data_cfg: dict, workers: int) -> int:
     """``generate`` for QuantumGrav.jl stores: write the stores of KindsDataset if missing, then compute and cache
     the graphs of this task's share of the items (``store_cache.build_cache_share``: task RANK of WORLD_SIZE, or
     SLURM_PROCID of SLURM_NTASKS)."""
-    from .config.schema import pyobject_path
     from .data.store_cache import build_cache_share
 
-    kwargs = dict(data_cfg["kwargs"])
-    if pyobject_path(data_cfg["type"]).endswith("KindsDataset"):
-        kwargs["workers"] = workers
-    print(build_cache_share(kwargs, workers, data_cfg["type"]))
+    print(build_cache_share(data_cfg["kwargs"], workers, data_cfg["type"]))
     return 0
 
 

@@ -3,6 +3,7 @@ on a stores config, once per task of a SLURM job or a torchrun group, each task 
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -35,6 +36,8 @@ def build_cache_share(kwargs: dict[str, Any], workers: int, dataset_class: type 
     if not kwargs.get("cache", True):
         raise UserError("data.kwargs.cache is false: there is no feature cache to build; remove it or set it true")
     dataset_class = dataset_class or QuantumGravJLDataset
+    if "workers" in inspect.signature(dataset_class).parameters:  # KindsDataset: its missing stores, made in parallel
+        kwargs = {**kwargs, "workers": workers}
     start = time.perf_counter()
     try:
         dataset = dataset_class(**kwargs)

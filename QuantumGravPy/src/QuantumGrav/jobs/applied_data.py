@@ -15,7 +15,7 @@ from ..config.sections import ConfigSections
 from ..data.dataset import split_indices
 from ..data.derived_invariants import with_order_invariants
 from ..data.sources import item_problem, source_name
-from ..data.zarr_store import (DEFAULT_EDGES, DEFAULT_TARGET, JULIA_CSET_TYPES, VALID_TARGETS,
+from ..data.zarr_store import (DEFAULT_EDGES, DEFAULT_TARGET, JULIA_CSET_TYPES,
                                QuantumGravJLDataset)
 from ..distributed.runtime import Runtime
 from ..errors import UserError
@@ -86,7 +86,7 @@ def _existing_paths(data: DataPaths) -> list[Path]:
 
 # The stores' per-set labels: what a run that labels whole sets can have learned from them (evaluate refuses node
 # tasks first).
-STORE_TARGETS = tuple(target for target in VALID_TARGETS if target in ("manifold_like", "cset_type"))
+STORE_TARGETS = ("manifold_like", "cset_type")
 
 
 def _learned(run: ConfigSections) -> tuple[str | None, str | None]:
