@@ -37,14 +37,20 @@ def defect_size(description: dict[str, Any]) -> float | None:
     return float(sum(description[name] for name in names))
 
 
+def mean_by_kind(kinds: Sequence[str], values: Sequence[float], name: str) -> dict[str, dict[str, Any]]:
+    """Per kind (sorted by name): its sets and the mean of ``values`` over them, as ``name``."""
+    kinds, values = np.asarray(kinds), np.asarray(values, dtype=float)
+    return {kind: {"sets": int((kinds == kind).sum()), name: float(values[kinds == kind].mean())}
+            for kind in sorted(set(kinds.tolist()))}
+
+
 def recall_by_kind(kinds: Sequence[str], correct: np.ndarray) -> dict[str, dict[str, float | int]]:
-    """Per kind (in first-seen order): its test sets, those classified correctly, and their share."""
-    kinds = np.asarray(kinds)
-    result = {}
-    for kind in dict.fromkeys(kinds.tolist()):
-        hits = correct[kinds == kind]
-        result[kind] = {"sets": int(hits.size), "correct": int(hits.sum()), "recall": float(hits.mean())}
-    return result
+    """Per kind (sorted by name): its test sets, those classified correctly, and their share."""
+    correct = np.asarray(correct, dtype=bool)
+    found = mean_by_kind(kinds, correct, "recall")
+    for kind, row in found.items():
+        row["correct"] = int(correct[np.asarray(kinds) == kind].sum())
+    return found
 
 
 def smallest_detected(sizes: np.ndarray, correct: np.ndarray, level: float = DETECTION_RECALL) -> float | None:

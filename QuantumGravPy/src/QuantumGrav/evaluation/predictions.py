@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from . import tasks
+from .kinds import mean_by_kind, recall_by_kind
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
 from ..files import atomic_replace, atomic_write_text
@@ -78,18 +79,11 @@ class Predictions:
         result = task.metrics(totals)
         if not isinstance(task, tasks.ClassificationTask):
             errors = (self.outputs.double().view(-1) - self.targets.double().view(-1)).abs().tolist()
-            return {**result, "per_kind": self._per_kind(errors, "mae")}
+            return {**result, "per_kind": mean_by_kind(self.kinds, errors, "mae")}
         true, predicted = self.targets.view(-1).long().tolist(), task.predict(self.outputs).tolist()
         correct = [float(t == p) for t, p in zip(true, predicted)]
         return {**result, "per_class_f1": dict(zip(task.class_names, result["per_class_f1"])),
-                "per_kind": self._per_kind(correct, "recall")}
-
-    def _per_kind(self, values: list[float], name: str) -> dict[str, dict[str, Any]]:
-        """Each kind's number of sets and the mean of ``values`` over them, as ``name``."""
-        sums: dict[str, list[float]] = {}
-        for kind, value in zip(self.kinds, values):
-            sums.setdefault(kind, []).append(value)
-        return {kind: {"sets": len(found), name: sum(found) / len(found)} for kind, found in sorted(sums.items())}
+                "per_kind": recall_by_kind(self.kinds, correct)}
 
     def rows(self, task: tasks.Task, describe_set: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
         """One row per set: what identifies it (``describe_set(index)``: its index in the data, and for a store's
