@@ -214,7 +214,8 @@ def test_trains_checkpoints_resumes_and_stops_on_val_f1(kinds_path, tmp_path):
 @pytest.mark.full_suite
 def test_two_processes_report_exactly_the_metrics_of_one(kinds_path, tmp_path, cli_in_process):
     """The CLI at --nproc 2 (QG.launch, TrainerDDP, validation sharded over the ranks in uneven shards), then one
-    process evaluating the same weights on the same validation split: the same counts, F1 and IoU to the bit."""
+    process evaluating the same weights on the same validation split: the same counts, F1 and IoU to the bit; then
+    the run resumed on 2 processes."""
     # An odd validation split (uneven shards), and a threshold at which the young model marks some elements
     same = {"data.split": "[0.5, 0.3, 0.2]", "task.threshold": 0.3, "training.num_epochs": 3}
     settings = job_settings(kinds_path, tmp_path, **same, **{"training.run_name": "two", "testing.baselines": True})
@@ -234,3 +235,10 @@ def test_two_processes_report_exactly_the_metrics_of_one(kinds_path, tmp_path, c
     for metric in ("accuracy", "precision", "recall", "f1", "iou"):
         assert float(last[f"val_{metric}"]) == expected[metric], metric  # metrics.csv keeps repr's 17 digits
     assert float(last["val_loss"]) == pytest.approx(expected["loss"], rel=1e-6)
+    # ... and the same job resumed on 2 processes continues its run for one more epoch
+    more = [*settings, "training.num_epochs=4", f"training.resume={run_dir}"]
+    resumed = cli_in_process("train", "--config", str(CONFIG), "--nproc", "2",
+                             *(item for setting in more for item in ("--set", setting)), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    with open(run_dir / "metrics.csv", newline="") as f:
+        assert [int(row["epoch"]) for row in csv.DictReader(f)] == [0, 1, 2, 3]
