@@ -207,6 +207,7 @@ def test_ddp_by_hand_notebook_on_three_processes(tmp_path, data_root):
     assert summary["val_shards"] == [len(val[rank::3]) for rank in range(3)] and len(set(summary["val_shards"])) > 1
     assert summary["graphs_per_rank"] == -(-len(train) // 3)  # padded up to a whole number per rank
     assert summary["ranks_left_together"] and summary["same_metrics_on_every_rank"]
+    assert summary["same_parameters_on_every_rank"] and summary["checksums_gathered"] == 3  # from every rank
     assert summary["exact_equals_one_process"] and summary["set_epoch_reshuffles"] and summary["no_set_epoch_replays"]
     assert summary["strict_rule_together"] == {"0": 1, "1": 1, "2": 1}
     assert summary["hang"]["failed_rank"] in (1, 2) and summary["hang"]["timed_out"]
