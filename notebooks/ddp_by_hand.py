@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import functools
 import gc
+import hashlib
 import multiprocessing as mp
 import os
 import queue
@@ -210,9 +211,19 @@ def train(rank: int, world_size: int, device: torch.device, settings: dict) -> d
         epochs.append({"epoch": epoch, "drawn": drawn, **val, "stop": stop})
         if stop:
             break
+    # Every rank's fingerprint of its own parameters, gathered on every rank: the copies must be identical.
+    checksums = [None] * world_size
+    dist.all_gather_object(checksums, parameter_checksum(model.module))
     # As numpy arrays: a torch tensor sent to the notebook would be shared memory of a process about to exit.
     weights = {k: v.cpu().numpy() for k, v in model.module.state_dict().items()} if rank == 0 else None
-    return {"epochs": epochs, "left_loop_after_epoch": epoch, "weights": weights}
+    return {"epochs": epochs, "left_loop_after_epoch": epoch, "weights": weights, "checksums": checksums}
+
+
+def parameter_checksum(model: torch.nn.Module) -> dict:
+    """A fingerprint of this rank's parameters: how many, their sum in float64, the sha256 of their bytes."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+    return {"parameters": flat.numel(), "sum": flat.double().sum().item(),
+            "sha256": hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]}
 
 
 def validate_on_one_process(settings: dict, weights: dict) -> dict:

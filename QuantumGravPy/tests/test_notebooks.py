@@ -112,6 +112,13 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
     assert summary["trained_epochs"] == [0, 1]
     assert summary["ranks_stopped_at"] == {"0": 1, "1": 1}
     assert summary["single_process_validation_agrees"] is True
+    # Two processes with batch 32 end where one process with batch 64 ends, to float precision.
+    combined = summary["combined_batches"]
+    assert combined["train_graphs"] % 2 == 0 and combined["max_difference"] < 1e-5 < combined["max_change"]
+    # Notebook 02's stored one-process run next to this one: twice the effective batch, the epochs this run trained.
+    against_02 = summary["against_notebook_02"]
+    assert against_02["processes"][1] == 2 and against_02["effective batch"] == [32, 64]
+    assert against_02["best epoch"][1] == 0 and against_02["stopped at epoch"][1] == 1
 
     # The DDP run directory (the others: the notebook's one-process check and its throughput runs) has a log per rank.
     ddp_run = runs / summary["run_dir"]
@@ -207,6 +214,7 @@ def test_ddp_by_hand_notebook_on_three_processes(tmp_path, data_root):
     assert summary["val_shards"] == [len(val[rank::3]) for rank in range(3)] and len(set(summary["val_shards"])) > 1
     assert summary["graphs_per_rank"] == -(-len(train) // 3)  # padded up to a whole number per rank
     assert summary["ranks_left_together"] and summary["same_metrics_on_every_rank"]
+    assert summary["same_parameters_on_every_rank"] and summary["checksums_gathered"] == 3  # from every rank
     assert summary["exact_equals_one_process"] and summary["set_epoch_reshuffles"] and summary["no_set_epoch_replays"]
     assert summary["strict_rule_together"] == {"0": 1, "1": 1, "2": 1}
     assert summary["hang"]["failed_rank"] in (1, 2) and summary["hang"]["timed_out"]
