@@ -481,5 +481,10 @@ def test_a_notebook_page_in_a_browser_shows_the_lesson_without_its_tests(browser
         "return d ? [d.open, d.querySelector('pre').getClientRects().length] : null;")
     assert state == [False, 0], state
     assert "def confusion(model, loader, num_classes):\n    matrix" not in text
+    # Code and outputs wrap at the page's width: no block of the page scrolls sideways.
+    scrolling = browser.execute_script(
+        "return Array.from(document.querySelectorAll('article pre')).filter(p => p.getClientRects().length > 0"
+        "  && p.scrollWidth > p.clientWidth + 1).map(p => p.textContent.slice(0, 60));")
+    assert scrolling == [], f"blocks that scroll sideways: {scrolling}"
     screenshot(browser, site, "notebook_folded_solution")
     assert console_errors(browser) == []

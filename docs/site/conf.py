@@ -24,6 +24,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 project = "QuantumGrav"
 author = "the QuantumGrav developers"
+copyright = "2026, the QuantumGrav developers"  # (unset, the footer shows an empty "Copyright ©")
 # Read, not imported: importing the package (and torch) is autodoc's job, only when a page needs it.
 release = version = re.search(r'__version__ = "([^"]+)"',
                               (REPO / "QuantumGravPy" / "src" / "QuantumGrav" / "version.py").read_text()).group(1)
@@ -67,6 +68,7 @@ nitpicky = False
 html_theme = "furo"
 html_title = f"QuantumGrav {release}"
 html_static_path = ["_static"]
+html_css_files = ["code_wraps.css"]  # long code lines and outputs wrap (no horizontal scroll bars)
 html_show_sourcelink = False
 autodoc_inherit_docstrings = False  # torch's generic Module.forward text is no documentation of ours
 html_favicon = "_static/favicon.svg"  # without one, every page asks the server for /favicon.ico
