@@ -33,10 +33,11 @@ def measure(amp: str, epochs: int, data_root: str) -> list[float]:
     import torch
 
     import QuantumGrav as QG
+    from QuantumGrav.training.memory import MemoryMonitor
     from QuantumGrav.training.optimization import autocast
 
     torch.manual_seed(0)
-    page = os.sysconf("SC_PAGE_SIZE")
+    monitor = MemoryMonitor("cpu")  # the RSS that metrics.csv's rss_mb reports
     with tempfile.TemporaryDirectory() as scratch:
         config = QG.load_config(REPO / "configs" / "train_ddp.yaml", {
             "data.root": data_root, "training.path": scratch, "training.batch_size": 16, "training.num_workers": 0})
@@ -53,7 +54,7 @@ def measure(amp: str, epochs: int, data_root: str) -> list[float]:
                 optimizer.zero_grad()
                 step += 1
                 if step % EVERY == 0:
-                    rss.append(int(open("/proc/self/statm").read().split()[1]) * page / 2**20)
+                    rss.append(monitor.snapshot()["rss_mb"])
         trainer.close()
     return rss
 
