@@ -4,6 +4,8 @@ kinds (configs/manifold_like.yaml), per model, over data seeds never used to tun
 
     python benchmarks/study_manifold_like.py --seeds 1 2 3 --json benchmarks/results_manifold_like.json
     python benchmarks/study_manifold_like.py --results benchmarks/results_manifold_like.json   # the tables only
+    # larger sets, fewer of them (each GNN run at N ~ 512 took 1 to 1.5 hours here, three runs sharing 2 cores)
+    python benchmarks/study_manifold_like.py --per-kind 200 --n 480 544 --json benchmarks/results_manifold_like_n512.json
 
 Rows, each trained and tested on the same sets and split of every data seed (``data.kwargs.seed``; the training
 seed is the data seed too):
