@@ -483,3 +483,27 @@ def test_a_retry_is_not_taken_for_dead_before_its_first_heartbeat(tmp_path, monk
     assert storage.get_trial(retry._trial_id).system_attrs["failed_trial"] == dead.number
     study_storage.fail_stale_trials(study)  # another worker looks at once
     assert study.trials[retry.number].state == optuna.trial.TrialState.RUNNING
+
+
+def test_a_dead_trial_keeps_its_place_until_its_retry_is_enqueued(tmp_path):
+    """Failing a dead trial and enqueuing its retry are two writes: a worker that asked between them ran a new
+    trial in the dead one's place, and the retry then found the study's trials claimed and was not run (the
+    two-torchrun-workers kill test failed so once in CI). The place stays taken until the retry exists."""
+    from types import SimpleNamespace
+
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    from QuantumGrav.studies import storage as study_storage
+    from QuantumGrav.studies.trials import StudyWorker
+
+    study = optuna.create_study(storage=study_storage.open_storage(str(tmp_path / "study.journal")))
+    worker = StudyWorker(SimpleNamespace(trials=3, seed=None, folder=tmp_path), {}, study)
+    dead = worker.ask()
+    study.tell(dead, state=optuna.trial.TrialState.FAIL)  # its heartbeat stopped; the retry is not enqueued yet
+    assert worker.ask() is not None and worker.ask() is not None
+    assert worker.ask() is None  # the third place is the dead trial's
+    failed = study._storage.get_trial(dead._trial_id)
+    RetryHeartbeatStaleTrialCallback(max_retry=study_storage.MAX_RETRIES)(study, failed)
+    retry = worker.ask()
+    assert retry is not None and study._storage.get_trial(retry._trial_id).system_attrs["failed_trial"] == dead.number
+    assert worker.ask() is None  # and the study's three places are taken: no fourth trial

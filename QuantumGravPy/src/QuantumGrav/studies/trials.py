@@ -25,12 +25,15 @@ from ..logging_utils import get_logger
 from .search_space import short_text
 from .config import StudySettings, problem_lines
 from .report import write_study_outputs
-from .storage import fail_stale_trials, heartbeat, open_storage, retry_now
+from .storage import MAX_RETRIES, fail_stale_trials, heartbeat, open_storage, retry_now
 
 logger = get_logger("tune")
 WAIT_POLL_S = 2.0  # while other workers' trials would complete the study: how often to look again
 MAX_CONSECUTIVE_FAILURES = 10  # a worker whose trials all fail has a broken config, not bad luck
 TRIALS_DIR = "trials"
+# A trial's reason while it runs (what it stays if its worker dies) and when it is interrupted: both are retried.
+WORKER_LOST_REASONS = ("its worker stopped without reporting (killed, or its node lost)",
+                       "interrupted (SIGTERM or Ctrl-C); retried")
 CLAIMED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
 
@@ -113,6 +116,23 @@ class PruneTrial(Callback):
         self._trial = None
 
 
+def claim_position(trial) -> int:
+    """Where a trial stands in the order of claims: a retry stands where the trial it retries stood."""
+    history = trial.system_attrs.get("retry_history")
+    return history[0] if history else trial.number
+
+
+def awaiting_retry(trial, trials: list) -> bool:
+    """A trial failed for its dead or interrupted worker whose retry is not enqueued yet. Failing it and enqueuing
+    its retry are two writes to the storage: a worker that asks between them must still count its place, or it
+    runs a new trial there and the retry then finds the study's trials claimed (seen once in the suite)."""
+    if trial.state != TrialState.FAIL or not trial.user_attrs.get("reason", "").startswith(WORKER_LOST_REASONS):
+        return False
+    if len(trial.system_attrs.get("retry_history", [])) >= MAX_RETRIES:
+        return False  # no retry will come
+    return not any((t.system_attrs.get("retry_history") or [None])[-1] == trial.number for t in trials)
+
+
 class StudyWorker:
     """One worker's part in a study: what to do next, asking for trials, recording how they ended."""
 
@@ -177,7 +197,9 @@ class StudyWorker:
             trial = self.study.ask()
         if self.settings.seed is not None:
             self.study.sampler = self.settings.sampler(trial.number)  # before the first suggest samples
-        ahead = [t for t in self.study.get_trials(deepcopy=False, states=CLAIMED) if t.number < trial.number]
+        trials = self.study.get_trials(deepcopy=False)
+        position = claim_position(next(t for t in trials if t.number == trial.number))
+        ahead = [t for t in trials if claim_position(t) < position and (t.state in CLAIMED or awaiting_retry(t, trials))]
         if len(ahead) >= self.settings.trials:
             trial.set_user_attr("reason", f"not run: the study's {self.settings.trials} trials were claimed by "
                                           "other workers at the same moment")
@@ -185,7 +207,7 @@ class StudyWorker:
             return None
         run_dir = self.settings.folder / TRIALS_DIR / trial_name(trial.number)
         for key, value in {"worker": self.worker, "run_dir": str(run_dir),
-                           "reason": "its worker stopped without reporting (killed, or its node lost)"}.items():
+                           "reason": WORKER_LOST_REASONS[0]}.items():
             trial.set_user_attr(key, value)
         return trial
 
@@ -213,7 +235,7 @@ class StudyWorker:
             try:
                 yield
             except (Preempted, KeyboardInterrupt):
-                trial.set_user_attr("reason", "interrupted (SIGTERM or Ctrl-C); retried")
+                trial.set_user_attr("reason", WORKER_LOST_REASONS[1])
                 self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
                 retry_now(self.study, trial)
                 raise
