@@ -21,7 +21,7 @@ from ..config.schema import apply_overrides, dump_config, validate_config
 from ..files import atomic_replace, atomic_write_text
 from .search_space import short_text
 from .config import StudySettings
-from .storage import HEARTBEAT_GRACE_S
+from .storage import HEARTBEAT_GRACE_S, retried_as
 
 FIGURES = ("optimization_history", "param_importances", "slice")
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
@@ -51,13 +51,13 @@ def write_study_outputs(study, settings: StudySettings, base: dict[str, Any]) ->
 
 def trial_rows(trials: list, settings: StudySettings) -> list[dict[str, Any]]:
     """One row per trial: number, state, value, each parameter, run directory, seconds, worker, why."""
-    retried_as = {t.system_attrs["retry_history"][-1]: t.number for t in trials if t.system_attrs.get("retry_history")}
+    retries = retried_as(trials)
     names = [d.name for d in settings.space.dimensions]
     rows = []
     for t in sorted(trials, key=lambda t: t.number):
         reason = t.user_attrs.get("reason", "")
-        if t.number in retried_as:
-            reason = f"{reason}; retried as trial {retried_as[t.number]}"
+        if t.number in retries:
+            reason = f"{reason}; retried as trial {retries[t.number]}"
             if "stopped without reporting" in reason:
                 reason += f" (no heartbeat for {HEARTBEAT_GRACE_S} s)"
         rows.append({"number": t.number, "state": t.state.name,

@@ -201,6 +201,11 @@ def repeating(action: Callable[[], bool], interval_s: float, name: str, at_start
         thread.join()
 
 
+def retried_as(trials: list) -> dict[int, int]:
+    """The number of each retried trial's retry, by the retried trial's number (Optuna's ``retry_history``)."""
+    return {t.system_attrs["retry_history"][-1]: t.number for t in trials if t.system_attrs.get("retry_history")}
+
+
 def retry_now(study, trial) -> None:
     """An interrupted trial (SIGTERM, Ctrl-C): FAIL, and its retry enqueued at once, as a stale one would be."""
     frozen = study._storage.get_trial(trial._trial_id)

@@ -25,7 +25,7 @@ from ..logging_utils import get_logger
 from .search_space import short_text
 from .config import StudySettings, problem_lines
 from .report import write_study_outputs
-from .storage import MAX_RETRIES, fail_stale_trials, heartbeat, open_storage, retry_now
+from .storage import MAX_RETRIES, fail_stale_trials, heartbeat, open_storage, retried_as, retry_now
 
 logger = get_logger("tune")
 WAIT_POLL_S = 2.0  # while other workers' trials would complete the study: how often to look again
@@ -122,7 +122,7 @@ def claim_position(trial) -> int:
     return history[0] if history else trial.number
 
 
-def awaiting_retry(trial, trials: list) -> bool:
+def awaiting_retry(trial, retries: dict[int, int]) -> bool:
     """A trial failed for its dead or interrupted worker whose retry is not enqueued yet. Failing it and enqueuing
     its retry are two writes to the storage: a worker that asks between them must still count its place, or it
     runs a new trial there and the retry then finds the study's trials claimed (seen once in the suite)."""
@@ -130,7 +130,7 @@ def awaiting_retry(trial, trials: list) -> bool:
         return False
     if len(trial.system_attrs.get("retry_history", [])) >= MAX_RETRIES:
         return False  # no retry will come
-    return not any((t.system_attrs.get("retry_history") or [None])[-1] == trial.number for t in trials)
+    return trial.number not in retries
 
 
 class StudyWorker:
@@ -198,8 +198,8 @@ class StudyWorker:
         if self.settings.seed is not None:
             self.study.sampler = self.settings.sampler(trial.number)  # before the first suggest samples
         trials = self.study.get_trials(deepcopy=False)
-        position = claim_position(next(t for t in trials if t.number == trial.number))
-        ahead = [t for t in trials if claim_position(t) < position and (t.state in CLAIMED or awaiting_retry(t, trials))]
+        position, retries = claim_position(next(t for t in trials if t.number == trial.number)), retried_as(trials)
+        ahead = [t for t in trials if claim_position(t) < position and (t.state in CLAIMED or awaiting_retry(t, retries))]
         if len(ahead) >= self.settings.trials:
             trial.set_user_attr("reason", f"not run: the study's {self.settings.trials} trials were claimed by "
                                           "other workers at the same moment")
