@@ -55,6 +55,19 @@ import torch.distributed as dist
 import QuantumGrav as QG
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else what platform knows): the comparison's numbers hold
+    for one kind of CPU (denormals cost nothing on some, much on others)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def measure(nproc: int, epochs: int, samples: int, workdir: str) -> dict:
     config = QG.load_config("configs/train.yaml", {
         "training.num_epochs": epochs, "training.path": f"{workdir}/runs", "training.progress_bar": False,
