@@ -167,7 +167,7 @@ class QuantumGravJLDataset(Dataset):
                        for store, groups in zip(self.stores, self.groups)]
         self._handles: dict[int, Any] = {}
         self._handles_pid = os.getpid()
-        self._cache_dirs = [self._feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
+        self._cache_dirs = [feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
@@ -283,8 +283,7 @@ class QuantumGravJLDataset(Dataset):
                 "node_labels": node_labels, "order_problem": torch.tensor(problem)}
 
     def _allowed(self, graph: dict[str, torch.Tensor], store_index: int, group: str) -> dict[str, torch.Tensor]:
-        """``graph`` if ``not_partial_orders`` lets it be read: a closed relation's under ``close``; else one
-        ``NotAPartialOrder`` naming the set (under ``skip`` such sets were left out at construction)."""
+        """``graph`` if ``not_partial_orders`` lets it be read (a closure's under ``close``), else NotAPartialOrder."""
         problem = int(graph.get("order_problem", ORDER_OK))
         if problem == ORDER_OK or (problem == ORDER_CLOSED and self.not_partial_orders == "close"):
             return graph
@@ -351,22 +350,6 @@ class QuantumGravJLDataset(Dataset):
         return {"store": self.stores[store_index].name, "group": group, "kind": JULIA_CSET_TYPES[code], **attributes}
 
     # ------------------------------------------------------------------ feature cache
-    def _feature_cache_dir(self, store: Path, cache_dir: str | os.PathLike | None) -> Path:
-        """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
-        beside = store.parent / f"{store.name}.qg_features"
-        if _writable_folder(beside):
-            return beside
-        if cache_dir is None:
-            raise UserError(f"Cannot write the feature cache next to the QuantumGrav.jl store {store} (its folder "
-                            f"is read-only): set cache_dir (data.kwargs.cache_dir) to a writable folder, or "
-                            f"cache: false to compute the features at every read")
-        store_id = hashlib.blake2b(str(store.resolve()).encode(), digest_size=4).hexdigest()
-        elsewhere = Path(cache_dir).expanduser() / f"{store.name}-{store_id}.qg_features"
-        if not _writable_folder(elsewhere):
-            raise UserError(f"cache_dir {cache_dir}: cannot create or write {elsewhere}; choose a writable folder")
-        logger.info("QuantumGrav.jl store %s is in a read-only folder: caching its features in %s", store, elsewhere)
-        return elsewhere
-
     def _cache_key(self, store_index: int, group: str) -> str:
         """A hash of every file of the group as stored (compressed chunks and metadata: its content, read
         without zarr, which costs more than the bytes), the edge kind and the feature version."""
@@ -428,6 +411,23 @@ class QuantumGravJLDataset(Dataset):
     def _build_one(self, index: int) -> None:
         torch.set_num_threads(1)  # one core per worker: the products run on this process's core only
         self._graph(*self._locate(index))
+
+
+def feature_cache_dir(store: Path, cache_dir: str | os.PathLike | None) -> Path:
+    """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
+    beside = store.parent / f"{store.name}.qg_features"
+    if _writable_folder(beside):
+        return beside
+    if cache_dir is None:
+        raise UserError(f"Cannot write the feature cache next to the QuantumGrav.jl store {store} (its folder "
+                        f"is read-only): set cache_dir (data.kwargs.cache_dir) to a writable folder, or "
+                        f"cache: false to compute the features at every read")
+    store_id = hashlib.blake2b(str(store.resolve()).encode(), digest_size=4).hexdigest()
+    elsewhere = Path(cache_dir).expanduser() / f"{store.name}-{store_id}.qg_features"
+    if not _writable_folder(elsewhere):
+        raise UserError(f"cache_dir {cache_dir}: cannot create or write {elsewhere}; choose a writable folder")
+    logger.info("QuantumGrav.jl store %s is in a read-only folder: caching its features in %s", store, elsewhere)
+    return elsewhere
 
 
 # Cached tensors are stored compactly: node indices in the smallest integer type that holds them (int16 up to
