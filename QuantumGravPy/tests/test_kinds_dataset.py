@@ -60,6 +60,8 @@ def test_every_set_keeps_its_kind_its_drawn_parameters_and_merged_sets_their_blo
     described = [dataset.describe(i) for i in range(len(dataset))]
     assert [d["kind"] for d in described] == ["destroyed", "destroyed", "merged", "merged"], "stores by name"
     assert all(0 < d["flip_fraction"] for d in described[:2])
+    # the realised defect, as counts: what a detection yardstick plots against and predictions.csv carries
+    assert all(d["changed_relations"] == d["added_relations"] + d["removed_relations"] > 0 for d in described[:2])
     rng = np.random.default_rng([7, CSET_TYPE_NUMBERS["merged"], 0])
     expected = generate_kind("merged", rng, n_range=(24, 32))
     assert described[2]["block_size"] == expected.params["block_size"] == int(expected.node_labels.sum())

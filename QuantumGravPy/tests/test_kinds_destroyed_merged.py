@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from QuantumGrav.data.kinds.catalogue import generate_kind
-from QuantumGrav.data.kinds.common import minkowski_relation, sprinkle
+from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_relation, sprinkle
 from QuantumGrav.data.kinds.destroyed import (DESTROYED_AMBIGUOUS, DestroyedSettings, destroy, draw_flip_fraction,
                                               flip_count, generate_destroyed, generate_destroyed_ambiguous,
                                               toggled_pairs)
@@ -207,3 +207,20 @@ def test_an_ambiguous_destroyed_set_always_differs_from_its_sprinkling():
     assert all(sample.params["changed_fraction"] > 0 for sample in samples)
     # one or two toggles that remove relations the closure restores: drawn again, which happens often at this end
     assert any(sample.params["toggle_draws"] > 1 for sample in samples)
+
+
+@pytest.mark.parametrize("kind", ["destroyed", "destroyed_ambiguous"])
+def test_a_destroyed_set_records_its_realised_defect_as_counts_of_changed_relations(kind):
+    """changed = added + removed relations of the closed result against the same sprinkling (drawn again from the
+    same stream): the counts a detector's yardstick is plotted against."""
+    for seed in range(4):
+        sample = generate_kind(kind, np.random.default_rng(seed), n=80)
+        rng = np.random.default_rng(seed)
+        coefficients, _, _ = conformal_coefficients(rng)
+        sprinkled = minkowski_relation(sprinkle(rng, 80, coefficients))
+        added = int((sample.relation & ~sprinkled).sum())
+        removed = int((sprinkled & ~sample.relation).sum())
+        params = sample.params
+        assert (params["added_relations"], params["removed_relations"]) == (added, removed)
+        assert params["changed_relations"] == added + removed > 0
+        assert params["changed_relations"] == round(params["changed_fraction"] * 80 * 79 / 2)

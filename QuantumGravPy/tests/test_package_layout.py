@@ -58,6 +58,7 @@ import import_graph  # noqa: E402
 MAX_UPWARD_IMPORTS = 3
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 300
 GRAPH = import_graph.read_graph()
 
 
@@ -94,6 +95,13 @@ def test_modules_and_functions_fit_on_a_few_screens():
                       for function, length in import_graph.long_functions(path, MAX_FUNCTION_LINES)}
     assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
     assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+
+
+def test_classes_fit_on_a_few_screens():
+    """A class past 300 lines does more than one thing: ``Trainer`` builds its parts in ``training/components``."""
+    long_classes = {f"{name}.{cls}": length for name, path in GRAPH.files.items()
+                    for cls, length in import_graph.long_classes(path, MAX_CLASS_LINES)}
+    assert not long_classes, f"classes over {MAX_CLASS_LINES} lines: {long_classes}"
 
 
 def test_the_graph_reader_sees_inner_and_type_only_imports(tmp_path):

@@ -33,7 +33,7 @@ from .stores import BLOCK_SIZE, check_kinds, write_kind_stores
 SECONDS_PER_SET_AT_128 = 1 / 70
 GENERATION_FILE = "generation.json"  # written last: a folder without it is not a finished generation
 # Bump when a generator's draws change (the same settings would give other sets): older folders are then not reused.
-GENERATOR_VERSION = 2  # 2: destroyed_ambiguous sets differ from their sprinkling
+GENERATOR_VERSION = 3  # 2: destroyed_ambiguous sets differ from their sprinkling; 3: realised defects recorded
 # The fewest elements a set may have: a layered set draws up to 20 layers (QuantumGrav.jl's default) and needs more
 # elements than layers.
 SMALLEST_N = 21

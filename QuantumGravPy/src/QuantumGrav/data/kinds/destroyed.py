@@ -78,8 +78,8 @@ def destroy(relation: np.ndarray, toggled: np.ndarray) -> np.ndarray:
 def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSettings = DestroyedSettings(),
                        kind: str = "destroyed") -> KindSample:
     """A destroyed set of ``n`` elements. Its params: the conformal factor's order and decay, the drawn flip
-    fraction phi and count f, and the fraction of pairs actually toggled (odd counts) and of pairs the closed
-    result relates that the sprinkling did not (what the detector has to see)."""
+    fraction phi and count f, the fraction of pairs actually toggled (odd counts) and of pairs the closed result
+    relates that the sprinkling did not, and the realised defect as counts (``realised_changes``)."""
     coefficients, order, decay = conformal_coefficients(rng, order_range=settings.order_range,
                                                         decay_range=settings.decay_range)
     sprinkled = minkowski_relation(sprinkle(rng, n, coefficients))
@@ -95,8 +95,16 @@ def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSett
     params = {"conformal_order": order, "conformal_decay": decay, "flip_fraction": flip_fraction, "flips": flips,
               "toggled_fraction": float(toggled.sum() / pairs),
               "added_fraction": float((relation & ~sprinkled).sum() / pairs),
-              "changed_fraction": float((relation ^ sprinkled).sum() / pairs), "toggle_draws": draws}
+              "changed_fraction": float((relation ^ sprinkled).sum() / pairs), "toggle_draws": draws,
+              **realised_changes(relation, sprinkled)}
     return KindSample(kind, relation, False, params)
+
+
+def realised_changes(relation: np.ndarray, sprinkled: np.ndarray) -> dict[str, int]:
+    """The realised defect as counts of pairs (what a detector has to see, whatever was drawn): the relations the
+    closed result has and its sprinkling lacks (added), those it lacks (removed), and their sum (changed)."""
+    added, removed = int((relation & ~sprinkled).sum()), int((sprinkled & ~relation).sum())
+    return {"changed_relations": added + removed, "added_relations": added, "removed_relations": removed}
 
 
 def generate_destroyed_ambiguous(n: int, rng: np.random.Generator,
