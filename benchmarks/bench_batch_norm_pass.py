@@ -159,7 +159,7 @@ def main() -> None:
     print(f"CPU: {bench.cpu_model()}; load average {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as workdir:
         config = QG.apply_overrides(bench.comparison_config(args.epochs, None, workdir, args.config),
-                                    [*args.set, "testing.baselines=false"])
+                                    [*args.set, "validation.recompute_batch_norm=true"])
         QG.CausalSetDataset.from_config(config["data"])  # generated once, outside the timing
         rows = run(config, args.sets)
     train_sets = round(config["data"]["num_samples"] * config["data"]["split"][0])
