@@ -373,16 +373,21 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=None, help="causal sets generated (default: the config's)")
     parser.add_argument("--config", default="configs/train.yaml")
     parser.add_argument("--json", default="benchmarks/results_training_step_profile.json")
+    parser.add_argument("--append", action="store_true",
+                        help="add this call's repetitions to those stored in --json (the tables show them all): "
+                             "repetitions of two versions of the library can then alternate")
     args = parser.parse_args()
     QG.setup_logging(level="WARNING")
     cpu = bench.cpu_model()
     print(f"CPU: {cpu}; {os.cpu_count()} cores; load average {os.getloadavg()}")
-    found: dict[str, list[dict]] = {}
+    stored = json.loads(Path(args.json).read_text()) if args.append and Path(args.json).exists() else {}
+    found: dict[str, list[dict]] = stored.get("runs", {})
+    commands = [*stored.get("commands", []), " ".join(sys.argv)]
     with tempfile.TemporaryDirectory() as workdir:
         config = bench.comparison_config(args.timed_epochs + 3, args.samples, workdir, args.config)
         QG.CausalSetDataset.from_config(config["data"])  # generated once, outside every timing
         for world_size in args.nproc:
-            runs = found[str(world_size)] = []
+            runs = found.setdefault(str(world_size), [])
             for repetition in range(args.repetitions):
                 runs.append(profile(world_size, config, args.steps_profiled))
                 ratio = runs[-1]["hand-written DDP"]["whole_step_us"] / runs[-1]["QuantumGrav"]["whole_step_us"]
@@ -390,7 +395,7 @@ def main() -> None:
                       f"step {ratio:.4f}", file=sys.stderr, flush=True)
             print_tables(world_size, runs)
     with open(args.json, "w") as out:
-        json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+        json.dump({"commands": commands, "date": datetime.datetime.now(datetime.UTC).isoformat(),
                    "machine": {"cpu": cpu, "cpus": os.cpu_count(), "load_average_after": os.getloadavg(),
                                "platform": platform.platform(), "torch": torch.__version__},
                    "runs": found}, out, indent=1)
