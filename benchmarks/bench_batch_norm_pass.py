@@ -121,28 +121,41 @@ def run(config: dict, sets: list[int]) -> list[dict]:
     return every_way.rows
 
 
+def best_epoch(losses: list[float], window: int = 3) -> int:
+    """The epoch early stopping would keep (the default job's rule): the last of the ``window`` consecutive
+    epochs with the lowest mean validation loss."""
+    means = [statistics.mean(losses[i + 1 - window:i + 1]) for i in range(window - 1, len(losses))]
+    return window - 1 + min(range(len(means)), key=means.__getitem__)
+
+
 def print_table(rows: list[dict], train_sets: int) -> dict:
-    """Per way: the pass's CPU s per epoch, its share of the epoch, and its validation loss against the whole
-    pass's (the largest relative difference after the first epoch, and the accuracy's)."""
+    """Per way: the pass's CPU s per epoch, its share of the epoch, its validation loss against the whole
+    pass's (the largest and median relative difference after the first epoch, and the accuracy's), and the
+    epoch early stopping would keep; beside them, how much the whole pass's loss moves from epoch to epoch."""
     ways = list(rows[0]["ways"])
     later = rows[1:] or rows
     epoch_cpu = statistics.median(r["train_cpu_s"] + r["val_cpu_s"] + r["ways"]["whole"]["pass_cpu_s"] for r in later)
     print(f"\nThe batch norm pass per epoch ({train_sets} training sets; medians over epochs 1-{rows[-1]['epoch']}; "
           f"an epoch: training, the whole pass and validation, {epoch_cpu:.1f} CPU s):")
     print("| statistics from | pass CPU s per epoch | share of the epoch | largest val-loss difference from the whole "
-          "pass | median difference | largest val-accuracy difference |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "pass | median difference | largest val-accuracy difference | best epoch (window 3) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     table = {}
     for way in ways:
         cpu = statistics.median(r["ways"][way]["pass_cpu_s"] for r in later)
         loss = [abs(r["ways"][way]["val_loss"] / r["ways"]["whole"]["val_loss"] - 1) for r in later]
         accuracy = [abs(r["ways"][way]["val_accuracy"] - r["ways"]["whole"]["val_accuracy"]) for r in later]
         name = {"whole": "the whole training set", "running": "running averages (no pass)"}.get(way, f"{way} sets")
+        best = best_epoch([r["ways"][way]["val_loss"] for r in rows])
         table[way] = {"pass_cpu_s": cpu, "share": cpu / epoch_cpu, "max_val_loss_rel_diff": max(loss),
-                      "median_val_loss_rel_diff": statistics.median(loss), "max_val_accuracy_diff": max(accuracy)}
+                      "median_val_loss_rel_diff": statistics.median(loss), "max_val_accuracy_diff": max(accuracy),
+                      "best_epoch": best}
         print(f"| {name} | {cpu:.2f} | {100 * cpu / epoch_cpu:.1f}% | {100 * max(loss):.1f}% | "
-              f"{100 * statistics.median(loss):.1f}% | {max(accuracy):.3f} |")
-    return table
+              f"{100 * statistics.median(loss):.1f}% | {max(accuracy):.3f} | {best} |")
+    whole = [r["ways"]["whole"]["val_loss"] for r in later]
+    moves = statistics.median(abs(b / a - 1) for a, b in zip(whole, whole[1:]))
+    print(f"\nThe whole pass's validation loss moves by {100 * moves:.1f}% from one epoch to the next (median).")
+    return {**table, "whole_epoch_to_epoch_median_change": moves}
 
 
 def main() -> None:
@@ -153,7 +166,13 @@ def main() -> None:
                         help="training sets the shorter passes read")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--json", default="benchmarks/results_batch_norm_pass.json")
+    parser.add_argument("--table-only", action="store_true", help="print the table of the rows stored in --json")
     args = parser.parse_args()
+    if args.table_only:
+        stored = json.loads(Path(args.json).read_text())
+        stored["table"] = print_table(stored["rows"], stored["training_sets"])
+        Path(args.json).write_text(json.dumps(stored, indent=1))
+        return
     QG.setup_logging(level="WARNING")
     torch.set_num_threads(1)
     print(f"CPU: {bench.cpu_model()}; load average {os.getloadavg()}")
