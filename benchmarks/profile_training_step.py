@@ -11,8 +11,9 @@ copy of the model and its own loader over the same sample order. The two are the
 paired, under the same load and the same floating-point flags (the library's flush of denormals is
 process-wide): what differs is the loop.
 
-Times are CPU time of the process (``time.process_time``, one thread): the machine this was written on is
-shared, and CPU time moves far less with the others' load than wall time does. Each cost the library adds is
+Times are CPU time (the machine this was written on is shared, and CPU time moves far less with the others' load
+than wall time does): of the process for whole steps (every thread: gloo's too), of the training thread for each
+cost (another thread's work would land in whichever cost runs meanwhile). Each cost the library adds is
 timed by wrapping the function that does it (its calls counted); forward, loss, backward, the optimizer and the
 loader are timed the same way in both loops; the rest of the library's step (the loss and count sums, the
 step's bookkeeping) is what is left of its step's time, less the timing's own cost (two clock reads per timed
@@ -62,7 +63,7 @@ class Costs:
         self.calls: Counter = Counter()
         self.active = False  # inside a training epoch that is timed
         self.breakdown = False  # its costs timed one by one (else only whole steps: no clock inside a step)
-        self.excluded = 0.0
+        self.excluded = self.excluded_thread = 0.0  # process and this thread's CPU of the hand-written steps
         self.steps: Counter = Counter()  # per mode, "whole" or "breakdown"
         self.step_cpu: dict[str, float] = defaultdict(float)
         self._inner = [0.0]  # per open wrapped call: the time of the wrapped calls inside it
@@ -71,12 +72,13 @@ class Costs:
         def wrapped(*args, **kwargs):
             if not (self.active and self.breakdown and when(*args, **kwargs)):
                 return fn(*args, **kwargs)
-            started, excluded = time.process_time(), self.excluded
+            # This thread's CPU: other threads' work (gloo's) would land in whichever call runs meanwhile.
+            started, excluded = time.thread_time(), self.excluded_thread
             self._inner.append(0.0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                elapsed = time.process_time() - started - (self.excluded - excluded)
+                elapsed = time.thread_time() - started - (self.excluded_thread - excluded)
                 self.cpu[label] += elapsed - self._inner.pop()
                 self._inner[-1] += elapsed
                 self.calls[label] += 1
@@ -171,7 +173,8 @@ class HandWritten(QG.Callback):
         return None if epoch in (0, self.epochs - 1) else "breakdown" if epoch == self.epochs - 2 else "whole"
 
     def on_step_end(self, state, epoch, completed_batches):
-        entered = time.process_time()  # all of this hook is left out of the library's times, not only the step
+        # All of this hook is left out of the library's times, not only the step.
+        entered, entered_thread = time.process_time(), time.thread_time()
         if completed_batches == 1:
             self.loader.sampler.set_epoch(epoch)
             self.iterator = iter(self.loader)
@@ -191,6 +194,7 @@ class HandWritten(QG.Callback):
         elif self.profiler is not None and completed_batches == self.profiled_steps + 1:
             self._stop_profiler()
         self.library.excluded += time.process_time() - entered
+        self.library.excluded_thread += time.thread_time() - entered_thread
 
     def _step(self) -> None:
         c, t = self.costs, self.costs.timed
@@ -205,7 +209,10 @@ class HandWritten(QG.Callback):
 
     def _stop_profiler(self) -> None:
         self.profiler.stop()
-        for event in self.profiler.events():
+        events = self.profiler.events()
+        # This thread's operators only: gloo's threads have no parent here to say which loop they served.
+        thread = next(e.thread for e in events if e.name == "hand-written step")
+        for event in (e for e in events if e.thread == thread):
             parent, hand = event.cpu_parent, False
             while parent is not None and not hand:
                 hand, parent = parent.name == "hand-written step", parent.cpu_parent
@@ -276,13 +283,13 @@ def _wrapper_cost_s(calls: int = 20000) -> float:
     costs = Costs()
     costs.active = costs.breakdown = True
     nothing = costs.timed("nothing", lambda: None)
-    started = time.process_time()
+    started = time.thread_time()
     for _ in range(calls):
         nothing()
-    plain = time.process_time()
+    plain = time.thread_time()
     for _ in range(calls):
         (lambda: None)()
-    return ((plain - started) - (time.process_time() - plain)) / calls
+    return ((plain - started) - (time.thread_time() - plain)) / calls
 
 
 def _summary(hand: HandWritten, profiled_steps: int) -> dict:
@@ -306,8 +313,14 @@ def _summary(hand: HandWritten, profiled_steps: int) -> dict:
     for name, inside in hand.events:
         if name != "hand-written step":
             operators["hand-written DDP" if inside else "QuantumGrav"][name] += 1 / profiled_steps
-    return {"QuantumGrav": library, "hand-written DDP": handwritten,
-            "operators_per_step": {k: dict(v) for k, v in operators.items()}}
+    return {"QuantumGrav": library, "hand-written DDP": handwritten, "operators_per_step": differing(operators)}
+
+
+def differing(operators: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The operators whose count per step differs between the two loops (what the library adds or leaves out)."""
+    names = {n for counts in operators.values() for n in counts}
+    kept = {n for n in names if len({round(counts.get(n, 0.0), 6) for counts in operators.values()}) > 1}
+    return {loop: {n: counts.get(n, 0.0) for n in sorted(kept)} for loop, counts in operators.items()}
 
 
 def profile(world_size: int, config: dict, profiled_steps: int) -> dict:
@@ -381,7 +394,16 @@ def main() -> None:
     parser.add_argument("--append", action="store_true",
                         help="add this call's repetitions to those stored in --json (the tables show them all): "
                              "repetitions of two versions of the library can then alternate")
+    parser.add_argument("--table-only", action="store_true", help="print the tables of the runs stored in --json")
     args = parser.parse_args()
+    if args.table_only:
+        stored = json.loads(Path(args.json).read_text())
+        for world_size, runs in stored["runs"].items():
+            for run in runs:
+                run["operators_per_step"] = differing(run["operators_per_step"])
+            print_tables(int(world_size), runs)
+        Path(args.json).write_text(json.dumps(stored, indent=1))
+        return
     QG.setup_logging(level="WARNING")
     cpu = bench.cpu_model()
     print(f"CPU: {cpu}; {os.cpu_count()} cores; load average {os.getloadavg()}")
