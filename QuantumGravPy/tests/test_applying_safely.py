@@ -188,3 +188,39 @@ def test_a_class_with_no_set_has_no_f1_and_no_recall(smoke_run, large_sets, tmp_
     assert (result["per_class_f1"]["manifold_like"] is None) == (predicted_positive == 0)
     table = describe_evaluation(result)
     assert "recall undefined" in table
+
+
+# --------------------------------------------------------------------------- a run that cannot measure says so
+def test_a_smoke_run_whose_test_split_has_no_positive_says_what_is_undefined_and_why(cli_in_process, tmp_path,
+                                                                                       monkeypatch):
+    """The smoke test of configs/manifold_like.yaml: its 5 test sets hold no manifold-like set (split seed 42), so
+    precision, recall and F1 of manifold-like sets are not measured; most kinds have no test set at all."""
+    monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
+    done = cli_in_process("train", "--config", str(REPO / "configs" / "manifold_like.yaml"), "--set",
+                          f"data.kwargs.path={tmp_path / 'kinds'}", "--set", f"training.path={tmp_path / 'runs'}",
+                          "--set", "training.num_workers=0", "--set", "training.device=cpu", "--set",
+                          "testing.baselines=false", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    notes = [line.removeprefix("note").strip() for line in done.stdout.splitlines() if line.startswith("note ")]
+    assert notes[0] == ("undefined on the test split (5 sets): precision: no set was predicted manifold_like "
+                        "(precision divides by them); recall: no set is manifold_like (recall divides by them); f1, F1 "
+                        "of manifold_like: no set is manifold_like, and none was predicted manifold_like. metrics.csv "
+                        "and summary.json carry 0 there (scikit-learn's zero_division) or NaN; read them as not "
+                        "measured")
+    assert notes[1].startswith("the test split (5 sets) holds no set of ") and "polynomial" in notes[1]
+    run_dir = next((tmp_path / "runs").iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["notes"] == notes and (run_dir / "figures" / "recall_by_kind.png").stat().st_size > 0
+
+
+def test_the_recall_figure_labels_a_kind_without_test_sets_and_an_empty_panel(monkeypatch, tmp_path):
+    from QuantumGrav.evaluation import figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "_save_figure", lambda figure, path: drawn.setdefault("figure", figure) and path)
+    by_kind = {"gnn": {"grid": {"sets": 2, "correct": 2, "recall": 1.0}}}
+    figures.plot_recall_by_kind(by_kind, {}, {}, tmp_path / "r.png", absent=["polynomial"])
+    bars, curves = drawn["figure"].axes
+    assert [label.get_text() for label in bars.get_xticklabels()] == ["grid", "polynomial"]
+    assert [text.get_text() for text in bars.texts] == ["no test set"]
+    assert curves.texts and curves.texts[0].get_text().startswith("no test set of a kind whose defect is a fraction")

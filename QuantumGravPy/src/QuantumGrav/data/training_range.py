@@ -3,7 +3,7 @@
 A model depends on its sets' size by design (``num_elements`` is one of the order invariants its head reads), and it
 has only seen the sizes and invariants of its training split: a run trained on sets of 24-32 elements that calls
 sets of 2,048 elements manifold-like with a score of 1.0 is extrapolating, not measuring. So every checkpoint
-records the training split's range (``measure_training_range``: the smallest and largest N, and for a model whose
+records the training split's range (``training_range_of``: the smallest and largest N, and for a model whose
 head reads the order invariants, of each of them), and an applied run flags every set outside it
 (``outside_training_range``).
 
@@ -19,35 +19,35 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..distributed.runtime import Runtime
 from .invariants import INVARIANT_NAMES
 
 INVARIANT_MARGIN = 0.05
 NUM_ELEMENTS = "num_elements"
 
 
-def measure_training_range(dataset: Any, indices: Sequence[int], with_invariants: bool, runtime: Runtime,
-                           sizes: np.ndarray | None = None) -> dict[str, Any]:
-    """``{"sets": .., "num_elements": [low, high], "invariants": {name: [low, high]}}`` over the items ``indices``
-    (the training split), the same on every rank; ``invariants`` only ``with_invariants`` (the head reads them).
-    ``sizes``: the items' (nodes, edges) if known (``batching.graph_sizes``), else each rank reads its share."""
-    indices = list(indices)
-    counts = _element_counts(dataset, indices, sizes)
-    rows = _stored_invariants(dataset, indices) if with_invariants else None
-    if (counts is None) or (with_invariants and rows is None):
-        share = indices[runtime.rank::runtime.world_size]
-        items = [dataset[i] for i in share]
-        local_counts = np.array([int(item.num_nodes) for item in items], dtype=np.int64)
-        local_rows = (torch.cat([item.invariants.reshape(1, -1).double() for item in items]).numpy()
-                      if with_invariants and items else np.zeros((0, len(INVARIANT_NAMES))))
-        gathered = runtime.broadcast_from_main(runtime.gather_to_main((local_counts, local_rows)))
-        counts = np.concatenate([part[0] for part in gathered])
-        rows = np.concatenate([part[1] for part in gathered]) if with_invariants else None
-    found: dict[str, Any] = {"sets": len(indices), NUM_ELEMENTS: [int(counts.min()), int(counts.max())]}
-    if with_invariants:
+def training_range_of(counts: np.ndarray, rows: np.ndarray | None) -> dict[str, Any]:
+    """``{"sets": .., "num_elements": [low, high], "invariants": {name: [low, high]}}`` of the training sets' element
+    ``counts`` and, where the head reads them, their invariant ``rows`` [sets, K] (None: not recorded)."""
+    found: dict[str, Any] = {"sets": len(counts), NUM_ELEMENTS: [int(counts.min()), int(counts.max())]}
+    if rows is not None:
         found["invariants"] = {name: [float(rows[:, k].min()), float(rows[:, k].max())]
                                for k, name in enumerate(INVARIANT_NAMES)}
     return found
+
+
+def known_counts_and_invariants(dataset: Any, indices: list[int], sizes: np.ndarray | None, with_invariants: bool
+                                ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The items' element counts and invariant rows where they are known without reading the items (``sizes``: the
+    items' (nodes, edges); a store's declared shapes; an in-memory PyG dataset's stored invariants), else None."""
+    return _element_counts(dataset, indices, sizes), _stored_invariants(dataset, indices) if with_invariants else None
+
+
+def counts_and_invariants(items: list[Any], with_invariants: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The element counts and invariant rows [items, K] (empty without ``with_invariants``) of ``items``, read."""
+    counts = np.array([int(item.num_nodes) for item in items], dtype=np.int64)
+    rows = (torch.cat([item.invariants.reshape(1, -1).double() for item in items]).numpy()
+            if with_invariants and items else np.zeros((0, len(INVARIANT_NAMES))))
+    return counts, rows
 
 
 def _element_counts(dataset: Any, indices: list[int], sizes: np.ndarray | None) -> np.ndarray | None:

@@ -165,8 +165,7 @@ class QuantumGravJLDataset(Dataset):
         memory = usable_memory()
         self._sizes = [[checked_size(store, group, self.max_elements, memory) for group in groups]
                        for store, groups in zip(self.stores, self.groups)]
-        self._handles: dict[int, Any] = {}
-        self._handles_pid = os.getpid()
+        self._handles, self._handles_pid = {}, os.getpid()  # this process's open stores (``_open``)
         self._cache_dirs = [feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.

@@ -21,7 +21,7 @@ from ..config.schema import ResolvedConfig
 from ..config.sections import ConfigSections
 from ..config.training_sections import CheckpointSection, LoopSection
 from ..data import sources as data_sources
-from ..data.training_range import measure_training_range
+from ..data.training_range import counts_and_invariants, known_counts_and_invariants, training_range_of
 from ..distributed.runtime import Runtime
 from ..errors import ConfigError
 from ..evaluation import tasks
@@ -61,8 +61,15 @@ def training_range(data: loaders.RunData, sections: ConfigSections, sizes: dict[
     """The training split's range of N and, where the built-in model's head reads them, of each order invariant
     (``data.training_range``): every checkpoint holds it, so that an applied run flags sets outside it."""
     reads_invariants = sections.model.type is None and bool(sections.model.graph_features)
-    return measure_training_range(data.dataset, data.split["train"], reads_invariants, runtime,
-                                  sizes["train"] if sizes is not None else None)
+    indices = list(data.split["train"])
+    counts, rows = known_counts_and_invariants(data.dataset, indices, sizes["train"] if sizes is not None else None,
+                                               reads_invariants)
+    if counts is None or (reads_invariants and rows is None):  # read: each rank its share, gathered on every rank
+        local = counts_and_invariants([data.dataset[i] for i in indices[runtime.rank::runtime.world_size]],
+                                      reads_invariants)
+        parts = runtime.broadcast_from_main(runtime.gather_to_main(local))
+        counts, rows = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
+    return training_range_of(counts, rows if reads_invariants else None)
 
 
 def build_run_model(sections: ConfigSections, first: Any, task: tasks.Task, device: torch.device
