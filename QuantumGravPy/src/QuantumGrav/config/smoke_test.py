@@ -5,7 +5,9 @@ cache, model, every launcher, checkpoints, resume, test and baseline), only smal
 takes seconds:
 
 - the data set shrinks to a few small causal sets (``SMOKE_DATA``), so every epoch is a single batch
-  per process, whatever the config or the overrides say;
+  per process, whatever the config or the overrides say, but for an ``n_min``/``n_max`` that the command sets
+  itself (``--set data.n_min=300``, ``data.kwargs.n_min`` for the nine kinds, a Python override): those are kept,
+  and the warning says so, so that a smoke test can run at one's own N;
 - ``training.num_epochs`` read from a config *file* is capped at ``SMOKE_EPOCHS``; a number given
   explicitly (``--set training.num_epochs=5``, a Python override, papermill's ``-p num_epochs 5``)
   is kept, so a command that asks for N epochs, or resumes a run to N, trains N;
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -57,8 +59,10 @@ def cap_file_trials(raw: dict[str, Any]) -> dict[str, Any]:
     return _cap_from_file(raw, "tune", "trials", SMOKE_TRIALS)
 
 
-def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` (an unvalidated config, overrides applied) with its data set shrunk when the switch is on.
+def apply_smoke_test(raw: dict[str, Any], explicit: Iterable[str] = ()) -> dict[str, Any]:
+    """``raw`` (an unvalidated config, overrides applied) with its data set shrunk when the switch is on, but for
+    the element counts that ``explicit`` (the dotted keys the command overrides) names: ``data.n_min``,
+    ``data.n_max``, ``data.kwargs.n_min``, ``data.kwargs.n_max``.
 
     Only integers are shrunk (never grown); anything else is left for validation to report."""
     if not smoke_test_enabled():
@@ -66,10 +70,13 @@ def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:
     data = raw.get("data") or {}
     if not isinstance(data, dict):
         return raw  # validation reports it
-    data = _shrunk(data, SMOKE_DATA)
+    explicit = set(explicit)
+    kept = [key for key in ("n_min", "n_max") if f"data.{key}" in explicit]
+    data = _shrunk(data, {key: value for key, value in SMOKE_DATA.items() if key not in kept})
     if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"]:
-        data["kwargs"] = _shrunk(data["kwargs"], SMOKE_KINDS)
-    warn_smoke_data(data)
+        kept = [key for key in ("n_min", "n_max") if f"data.kwargs.{key}" in explicit]
+        data["kwargs"] = _shrunk(data["kwargs"], {key: value for key, value in SMOKE_KINDS.items() if key not in kept})
+    warn_smoke_data(data, kept)
     return {**raw, "data": data}
 
 
@@ -84,14 +91,17 @@ def _shrunk(values: dict[str, Any], smallest: dict[str, int]) -> dict[str, Any]:
     return values
 
 
-def warn_smoke_data(data: dict[str, Any]) -> None:
-    """Say once per process, on rank 0, that the switch is on, with the data sizes it leads to. (The standard
-    library's logger of "QuantumGrav.smoke_test": config/ sits below the package's logging helpers.)"""
+def warn_smoke_data(data: dict[str, Any], kept: Iterable[str] = ()) -> None:
+    """Say once per process, on rank 0, that the switch is on, with the data sizes it leads to and the element
+    counts it kept (``kept``: those the command set). (The standard library's logger of "QuantumGrav.smoke_test":
+    config/ sits below the package's logging helpers.)"""
     kinds = data.get("kwargs") if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"] else None
     sizes = (f"data.kwargs.num_per_kind={kinds['num_per_kind']}, n_min={kinds['n_min']}, n_max={kinds['n_max']}"
              if kinds else f"data.num_samples={data['num_samples']}, n_min={data['n_min']}, n_max={data['n_max']}")
-    message = (f"{SMOKE_TEST_ENV} is set: a smoke test on a tiny data set ({sizes}; at most {SMOKE_EPOCHS} epochs "
-               "unless num_epochs is set explicitly); unset it for real results")
+    kept = list(kept)
+    keeping = f": the {' and '.join(kept)} that the command sets kept" if kept else ""
+    message = (f"{SMOKE_TEST_ENV} is set: a smoke test on a tiny data set ({sizes}{keeping}; at most {SMOKE_EPOCHS} "
+               "epochs unless num_epochs is set explicitly); unset it for real results")
     if message not in _warned and _rank() == 0:
         _warned.add(message)
         logging.getLogger("QuantumGrav.smoke_test").warning(message)
