@@ -99,9 +99,9 @@ def test_gnn_classifier_named_as_model_type_is_built_as_any_named_class():
     check_model_forward(model, item, MulticlassTask(4), model_section, torch.device("cpu"))
 
 
-def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_config):
+def test_default_config_model_trains_end_to_end_and_reports_the_baselines(tiny_config):
     config = tiny_config({"model.directions": "both", "model.graph_features": True, "training.num_epochs": 2,
-                          **ALL_RESULTS})
+                          "testing.strongest_baseline": True, **ALL_RESULTS})
     trainer = QG.Trainer(config)
     train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
     trainer.run_training(train_loader, val_loader)
@@ -111,8 +111,11 @@ def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_
     assert 0.0 <= summary["baseline_accuracy"] <= 1.0 and 0.0 <= summary["strong_baseline_accuracy"] <= 1.0
     assert "gradient boosting" in summary["strong_baseline_method"]
     assert len(summary["baselines"]["strong"]["per_class_recall"]) == trainer.dataset.num_classes
+    assert 0.0 <= summary["strongest_baseline_accuracy"] <= 1.0 and 0.0 <= summary["strong_baseline_balanced_accuracy"]
+    assert "2D-order test" in summary["strongest_baseline_method"]
     lines = QG.runs.records.summarise_run({"summary": summary, "test": test}).splitlines()
     assert any(line.startswith("strong baseline  accuracy") for line in lines)
+    assert any(line.startswith("strongest baseline  accuracy") for line in lines)
 
 
 # --------------------------------------------------------------------------- the check of the first item
