@@ -33,6 +33,7 @@ class RunRecords(Callback):
     def on_fit_start(self, state: RunState) -> None:
         """What the data's reader did to the sets that the run should say: e.g. how many it closed or left out
         (a QuantumGrav.jl store's ``not_partial_orders``), in the log and the summary's ``notes``."""
+        state.summary.setdefault("notes", [])  # always there: what the run could not measure, or did to the data
         for line in data_notes(state.dataset):
             logger.warning(line)
             add_note(state.summary, line)

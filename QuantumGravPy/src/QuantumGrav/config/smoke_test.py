@@ -62,13 +62,19 @@ def apply_smoke_test(raw: dict[str, Any], explicit: Iterable[str] = ()) -> dict[
     if not isinstance(data, dict):
         return raw  # validation reports it
     explicit = set(explicit)
-    kept = [key for key in ("n_min", "n_max") if f"data.{key}" in explicit]
+    kept = _kept(data, SMOKE_DATA, "data.", explicit)
     data = _shrunk(data, {key: value for key, value in SMOKE_DATA.items() if key not in kept})
     if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"]:
-        kept = [key for key in ("n_min", "n_max") if f"data.kwargs.{key}" in explicit]
+        kept = _kept(data["kwargs"], SMOKE_KINDS, "data.kwargs.", explicit)
         data["kwargs"] = _shrunk(data["kwargs"], {key: value for key, value in SMOKE_KINDS.items() if key not in kept})
     warn_smoke_data(data, kept)
     return {**raw, "data": data}
+
+
+def _kept(values: dict[str, Any], smallest: dict[str, int], prefix: str, explicit: set[str]) -> list[str]:
+    """The element counts (``n_min``, ``n_max``) that the command sets (``explicit``) above the smoke test's."""
+    return [key for key in ("n_min", "n_max")
+            if f"{prefix}{key}" in explicit and _is_int(values.get(key)) and values[key] > smallest[key]]
 
 
 def _shrunk(values: dict[str, Any], smallest: dict[str, int]) -> dict[str, Any]:
