@@ -167,3 +167,7 @@ def test_upstreams_gcn_reads_the_link_degrees_as_counts_and_gives_one_output_per
     assert torch.allclose(seen[0][:, 0], in_degrees), "in-link degrees as counts, as upstream feeds them"
     with pytest.raises(ValueError, match="feature_columns: expected columns of the 10 node features, got \\[2, 10\\]"):
         UpstreamGCN(10, 1, feature_columns=[2, 10])
+    assert model.blocks[0].norm.momentum == 0.1  # torch's default unless asked
+    assert UpstreamGCN(10, 1, batch_norm_momentum=0.2).blocks[0].norm.momentum == 0.2  # upstream's
+    with pytest.raises(ValueError, match="batch_norm_momentum: expected a number in \\(0, 1\\], got 0"):
+        UpstreamGCN(10, 1, batch_norm_momentum=0)
