@@ -1,19 +1,11 @@
-"""The smoke-test switch: ``QUANTUMGRAV_SMOKE_TEST=1`` runs any command on a tiny generated data set.
+"""The smoke-test switch: ``QUANTUMGRAV_SMOKE_TEST=1`` runs any command, end to end, on a tiny data set.
 
-In the spirit of Lightning's ``fast_dev_run``: the same code path end to end (data generation and
-cache, model, every launcher, checkpoints, resume, test and baseline), only smaller, so that a run
-takes seconds:
-
-- the data set shrinks to a few small causal sets (``SMOKE_DATA``), so every epoch is a single batch
-  per process, whatever the config or the overrides say;
-- ``training.num_epochs`` read from a config *file* is capped at ``SMOKE_EPOCHS``; a number given
-  explicitly (``--set training.num_epochs=5``, a Python override, papermill's ``-p num_epochs 5``)
-  is kept, so a command that asks for N epochs, or resumes a run to N, trains N;
-- a study's ``tune.trials`` read from a config file is capped at ``SMOKE_TRIALS`` the same way
-  (``--trials N`` or ``--set tune.trials=N`` is kept).
-
-The documentation test runs every documented command with it; a user can check a command the
-same way before a long run. The tutorial notebooks obey the same switch (``QuantumGrav.notebook_helpers``).
+As Lightning's ``fast_dev_run``: the same code path (generation and cache, model, launchers, checkpoints,
+resume, test, baselines) in seconds. The data shrink to ``SMOKE_DATA`` (one batch per process per epoch);
+``training.num_epochs`` and a study's ``tune.trials`` read from a config *file* are capped at ``SMOKE_EPOCHS``
+and ``SMOKE_TRIALS``, while a number given explicitly (``--set``, a Python override, papermill's ``-p``) is kept,
+so a command that asks for N epochs trains N. The documentation test and the notebooks
+(``QuantumGrav.notebook_helpers``) run under it.
 """
 
 from __future__ import annotations

@@ -102,9 +102,11 @@ class Trainer:
         self.memory_estimate = components.preflight(self.core_model, data, self.sizes, self.train_batches, s,
                                                     self.runtime)
         self.model = self._wrap_model(self.core_model)
-        self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.device)
         self.optimization = components.build_optimization(self.core_model, s, self.runtime, len(data.split["train"]),
                                                           self.train_batches)
+        self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
+        self.progress = Progress(self.runtime, s, self.memory)
+        self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.device)
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime, s.loaders.validation.mode,
                                    lambda: self.optimization.autocast(self.device.type))
         self.early_stopping = EarlyStopping.from_section(s.early_stopping)
@@ -114,8 +116,6 @@ class Trainer:
         self.run_dir, self._run_lock = components.open_run(s.checkpoint, self.runtime, self.job_token, continued)
         if self.memory_estimate is not None:
             logger.debug(f"preflight: {self.memory_estimate.line()}")
-        self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
-        self.progress = Progress(self.runtime, s, self.memory)
         self.state = components.run_state(self.config, self.runtime, self.run_dir, self.core_model,
                                           self.optimization, data)
         self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
