@@ -181,3 +181,4 @@ def test_upstreams_model_trains_on_the_same_sets_and_stops_on_the_weighted_f1(tm
     trainer.close()
     assert type(trainer.core_model).__name__ == "UpstreamGCN" and trainer.early_stopping.metric == "val_weighted_f1"
     assert all(0 <= row["val_weighted_f1"] <= 1 for row in trainer.history) and "test_weighted_f1" in test
+    assert 0 <= test["test_balanced_accuracy"] <= 1 and (test["test_roc_auc"] is None or 0 <= test["test_roc_auc"] <= 1)

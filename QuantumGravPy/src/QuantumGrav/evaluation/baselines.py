@@ -46,6 +46,7 @@ from ..data.causal_sets import (GRAPH_OBSERVABLE_NAMES, INVARIANT_NAMES, NODE_FE
                                 TWO_DIMENSION_FEATURES, elements_between, features_and_invariants, graph_observables,
                                 natural_order, two_dimension_features)
 from ..data.derived_invariants import NotACausalSet, causal_matrix_of_edges
+from .scores import classification_metrics
 
 TASKS = ("classification", "regression")
 
@@ -175,28 +176,6 @@ def baseline_models(task: str, strong_features: str = "invariants",
                                f"2D-order test and the graph observables ({len(GRAPH_OBSERVABLE_NAMES)}: link "
                                f"degrees, link-Laplacian extremes, interval sizes)")
     return models
-
-
-def classification_metrics(truth: np.ndarray, predicted: np.ndarray, num_classes: int | None = None,
-                           positive_score: np.ndarray | None = None) -> dict[str, Any]:
-    """The classification vocabulary shared by the run, ``evaluate`` and the studies: accuracy, balanced accuracy
-    (the mean recall over the classes: 1/2 for calling everything one class of two), weighted F1, per-class recall
-    and F1, and for two classes with ``positive_score`` (a score that ranks class 1 above class 0) the ROC-AUC; None
-    where a metric is undefined (ROC-AUC with one class present)."""
-    from sklearn.metrics import accuracy_score, f1_score, recall_score, roc_auc_score
-
-    labels = list(range(num_classes if num_classes is not None else int(max(truth.max(), predicted.max())) + 1))
-    recall = recall_score(truth, predicted, labels=labels, average=None, zero_division=0.0)
-    present = np.unique(truth)
-    metrics = {"accuracy": float(accuracy_score(truth, predicted)),
-               "balanced_accuracy": float(np.mean(recall[present])),
-               "per_class_recall": [float(r) for r in recall],
-               "per_class_f1": [float(f) for f in f1_score(truth, predicted, labels=labels, average=None,
-                                                           zero_division=0.0)],
-               "weighted_f1": float(f1_score(truth, predicted, labels=labels, average="weighted", zero_division=0.0))}
-    if len(labels) == 2 and positive_score is not None:
-        metrics["roc_auc"] = float(roc_auc_score(truth, positive_score)) if len(present) == 2 else None
-    return metrics
 
 
 def _metrics(task: str, truth: np.ndarray, predicted: np.ndarray, num_classes: int | None,
