@@ -139,7 +139,7 @@ def test_manifold_like_yaml_trains_on_generated_sets_and_on_the_same_stores_read
     assert applied["count"] == 18 and set(applied["per_kind"]) == set(GENERATORS)
     other = KindsDataset(tmp_path / "other", num_per_kind=4, seed=1, workers=1, kinds=["destroyed"], **SMALL)
     by_size = QG.load_run(trainer.run_dir).evaluate(str(other.folder))["by_defect_size"]["destroyed"]
-    assert by_size["size"] == "flip_fraction" and sum(row["sets"] for row in by_size["model"]["bins"]) == 4
+    assert by_size["size"] == "changed_relations" and sum(row["sets"] for row in by_size["model"]["bins"]) == 4
     folder, = (tmp_path / "kinds").iterdir()
     stores = QG.load_config(REPO / "configs" / "train_quantumgrav_jl.yaml", [
         f"data.kwargs.path={folder}", f"data.kwargs.target={target}", *_job_settings(tmp_path, target)[6:]])
