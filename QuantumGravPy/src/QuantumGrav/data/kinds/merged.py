@@ -26,8 +26,8 @@ import numpy as np
 
 from ..orders import transitive_closure
 from .layered import close_layers, consecutive_layer_edges, layer_sizes
-from .common import (DECAY_RANGE, ORDER_RANGE, KindSample, conformal_coefficients, minkowski_relation,
-                     sprinkle)
+from .common import (DECAY_RANGE, ORDER_RANGE, KindSample, check_dimension, conformal_coefficients,
+                     minkowski_relation, sprinkle)
 
 # QuantumGrav.jl's inserted block: create_random_layered_causet(n2, 3; p), whose layer sizes scatter around
 # equal thirds with standard deviation 0.1 n2 / 3 (layeredgeneration.jl).
@@ -82,16 +82,24 @@ def insert_block(relation: np.ndarray, block: np.ndarray, position: int, into_bl
 
 
 def generate_merged(n: int, rng: np.random.Generator, settings: MergedSettings = MergedSettings(),
-                    kind: str = "merged") -> KindSample:
-    """A merged set of ``n`` elements. Its params: the conformal factor's order and decay, the drawn block
-    fraction, cross-link and in-block link probabilities, and the block's size, start and layer sizes; its
-    ``node_labels`` mark the block's elements."""
+                    kind: str = "merged", dimension: int = 2, block_elements: int | None = None) -> KindSample:
+    """A merged set of ``n`` elements, its sprinkling in ``dimension`` dimensions, its block's size drawn as a
+    fraction of ``n`` or, with ``block_elements``, exactly that. Its params: the conformal factor's order and
+    decay, the dimension, the block fraction (drawn, or the exact size's share), cross-link and in-block link
+    probabilities, and the block's size, start and layer sizes; its ``node_labels`` mark the block's elements."""
+    check_dimension(dimension)
     coefficients, order, decay = conformal_coefficients(rng, order_range=settings.order_range,
-                                                        decay_range=settings.decay_range)
-    block_fraction = float(rng.uniform(*settings.block_fraction_range))
+                                                        decay_range=settings.decay_range, dimension=dimension)
+    if block_elements is None:
+        block_fraction = float(rng.uniform(*settings.block_fraction_range))
+        n2 = block_size(n, block_fraction)
+    elif MIN_BLOCK_SIZE <= block_elements <= n - 1:
+        block_fraction, n2 = block_elements / n, block_elements
+    else:
+        raise ValueError(f"block_elements: expected {MIN_BLOCK_SIZE} to {n - 1} (the sprinkling keeps one of the {n} "
+                         f"elements), got {block_elements}")
     cross_link = float(rng.uniform(*settings.cross_link_range))
     block_link = float(rng.uniform(*settings.block_link_range))
-    n2 = block_size(n, block_fraction)
     n1 = n - n2
     sprinkled = minkowski_relation(sprinkle(rng, n1, coefficients))
     block, sizes = layered_block(rng, n2, block_link)
@@ -100,14 +108,16 @@ def generate_merged(n: int, rng: np.random.Generator, settings: MergedSettings =
     out_of_block = rng.random((n2, n1 - position)) < cross_link
     labels = np.zeros(n, dtype=bool)
     labels[position:position + n2] = True
-    params = {"conformal_order": order, "conformal_decay": decay, "block_fraction": block_fraction,
-              "cross_link_probability": cross_link, "block_link_probability": block_link, "block_size": n2,
-              "block_start": position, "block_layer_sizes": sizes.tolist()}
+    params = {"conformal_order": order, "conformal_decay": decay, "dimension": dimension,
+              "block_fraction": block_fraction, "cross_link_probability": cross_link,
+              "block_link_probability": block_link, "block_size": n2, "block_start": position,
+              "block_layer_sizes": sizes.tolist()}
     return KindSample(kind, insert_block(sprinkled, block, position, into_block, out_of_block), False, params,
                       node_labels=labels)
 
 
-def generate_merged_ambiguous(n: int, rng: np.random.Generator,
-                              settings: MergedSettings = MERGED_AMBIGUOUS) -> KindSample:
+def generate_merged_ambiguous(n: int, rng: np.random.Generator, settings: MergedSettings = MERGED_AMBIGUOUS,
+                              dimension: int = 2, block_elements: int | None = None) -> KindSample:
     """A ``merged_ambiguous`` set: a merged set at the hard end of the defect (a small, weakly tied block)."""
-    return generate_merged(n, rng, settings, kind="merged_ambiguous")
+    return generate_merged(n, rng, settings, kind="merged_ambiguous", dimension=dimension,
+                           block_elements=block_elements)
