@@ -1,6 +1,7 @@
-"""``destroyed`` and ``destroyed_ambiguous`` (not manifold-like): a ``polynomial`` sprinkling whose order is
-corrupted by random toggles of pairs and then closed again (QuantumGrav.jl's destroy_manifold_like_cset.jl and
-its DestroyedCsetMaker).
+"""``destroyed`` and ``destroyed_ambiguous`` (not manifold-like): a ``polynomial`` sprinkling (in d = 2, 3 or 4)
+whose order is corrupted by random toggles of pairs and then closed again (QuantumGrav.jl's
+destroy_manifold_like_cset.jl and its DestroyedCsetMaker); or, with ``changes``, toggled until exactly that many
+relations differ from the sprinkling (``destroy_exactly``).
 
 The toggles: f = ceil(phi n(n-1)/2) pairs, each drawn as QuantumGrav.jl draws them (first i, then j > i, so late
 pairs are favoured), each toggling the pair's relation; a pair drawn twice is toggled back (parity). The

@@ -1,17 +1,20 @@
-"""``merged`` and ``merged_ambiguous`` (not manifold-like): a ``polynomial`` sprinkling with a small random
-3-layer order spliced in at a random place in its time labelling, tied to its surroundings by random cross links
-(QuantumGrav.jl's csetmerging.jl, insert_layered_into_manifoldlike and insert_cset, and its MergedCsetMaker).
+"""``merged`` and ``merged_ambiguous`` (not manifold-like): a ``polynomial`` sprinkling (in d = 2, 3 or 4) with a
+random 3-layer order spliced in as a block at a random place in its time labelling, tied to its surroundings by
+random cross links (QuantumGrav.jl's csetmerging.jl, insert_layered_into_manifoldlike and insert_cset, and its
+MergedCsetMaker).
 
 The block takes labels position..position+n2-1: the sprinkling's earlier elements may precede block elements, the
 block's elements may precede its later ones, each such pair an edge with the cross-link probability l; the closure
 then relates sprinkled elements before the block to those after it through the block, spacelike pairs included.
 No path leaves the block and re-enters it, so the block's own order is kept exactly.
 
-``merged``: QuantumGrav.jl's defaults, n2/n, l and the block's link probability p each Uniform(0, 1).
+``merged``: QuantumGrav.jl's defaults, n2/n, l and the block's link probability p each Uniform(0, 1). The block
+is no small defect: its share of the set is uniform, from 4 elements to all but one, half the time most of it.
 ``merged_ambiguous``: QuantumGrav.jl builds it with the same maker from a config section that was never
 published. Here it is the hard end of the defect: a block of 0.5-5% of the set (at least 4 elements, as
-upstream) with few cross links (l uniform on [0, 0.1]), so the sprinkling is almost untouched. Both are settings
-(``MergedSettings``).
+upstream: max(4, rint(n2/n * n)), which at QuantumGrav.jl's N of 64-128 makes most blocks exactly 4 elements and
+every block of a set of at most 90) with few cross links (l uniform on [0, 0.1]), so the sprinkling is almost
+untouched. Both are settings (``MergedSettings``); ``block_elements`` gives the block an exact size instead.
 
 Every set carries ``node_labels`` (True inside the block) and the block's size and start in its params. Where
 upstream's n2 = round(n2/n * n) reaches n it makes a set of n + 1 elements; here n2 is capped at n - 1, so every
