@@ -89,8 +89,10 @@ def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
     dataset = config["data"]["type"](**config["data"]["kwargs"])
     train, _, test = split_indices(len(dataset), config["data"]["split"], config["data"]["split_seed"])
     features = config["testing"]["strong_baseline"]
-    _, truth, predictions = predict_baselines(dataset, train, test, "classification", features)
-    scores = score_baselines("classification", truth, predictions, dataset.num_classes, features)
+    baseline_test = predict_baselines(dataset, train, test, "classification", features)
+    truth, predictions = baseline_test.truth, baseline_test.predictions
+    scores = score_baselines("classification", truth, predictions, dataset.num_classes, features,
+                             baseline_test.positive_scores)
     breakdown = kind_breakdown([dataset.describe(i) for i in test],
                                {f"{name}_baseline": np.asarray(p) == truth for name, p in predictions.items()})
     rows = {}

@@ -1,6 +1,6 @@
 """The package's import graph, one node per file, and its sizes: what tests/test_package_layout.py holds to.
 
-    python scripts/import_graph.py            # layers, imports, upward ones, cycles, long modules and functions
+    python scripts/import_graph.py            # layers, imports, upward ones, cycles, long modules, classes and functions
     python scripts/import_graph.py --edges    # and every import, file -> file
 
 Every import counts: at the top of a file, inside a function, under ``if TYPE_CHECKING:``. A file's layer is the
@@ -165,13 +165,22 @@ def read_graph(package: Path = PACKAGE) -> Graph:
 
 def long_functions(path: Path, limit: int) -> list[tuple[str, int]]:
     """(qualified name, lines) of every function longer than ``limit`` lines, its docstring included."""
+    return long_definitions(path, limit, (ast.FunctionDef, ast.AsyncFunctionDef))
+
+
+def long_classes(path: Path, limit: int) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every class longer than ``limit`` lines, its docstring included."""
+    return long_definitions(path, limit, (ast.ClassDef,))
+
+
+def long_definitions(path: Path, limit: int, kinds: tuple[type, ...]) -> list[tuple[str, int]]:
     found = []
 
     def walk(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = f"{prefix}{child.name}"
-                if not isinstance(child, ast.ClassDef):
+                if isinstance(child, kinds):
                     start = min([child.lineno] + [d.lineno for d in child.decorator_list])
                     length = child.end_lineno - start + 1
                     if length > limit:
@@ -187,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edges", action="store_true", help="list every import")
     parser.add_argument("--max-module-lines", type=int, default=500)
     parser.add_argument("--max-function-lines", type=int, default=60)
+    parser.add_argument("--max-class-lines", type=int, default=300)
     args = parser.parse_args(argv)
     graph = read_graph()
     layers = graph.layers()
@@ -204,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  module over {args.max_module_lines} lines: {name} ({lines})")
         for function, length in long_functions(path, args.max_function_lines):
             print(f"  function over {args.max_function_lines} lines: {name}.{function} ({length})")
+        for cls, length in long_classes(path, args.max_class_lines):
+            print(f"  class over {args.max_class_lines} lines: {name}.{cls} ({length})")
     if args.edges:
         for imp in graph.imports:
             kind = "top" if imp.top_level else "inner"

@@ -256,10 +256,11 @@ def test_train_ddp_yaml_is_train_yaml_plus_parallel(monkeypatch):
 # Where each of the other shipped configs may differ from the default job (its comments say why).
 OTHER_CONFIGS = {
     "train_quantumgrav_jl.yaml": ("data.", "training.num_workers"),  # QuantumGrav.jl's stores, read in workers
-    # the nine kinds, as stores read in workers, and the strong baseline made for them
-    "manifold_like.yaml": ("data.", "training.num_workers", "testing.strong_baseline"),
+    # the nine kinds, as stores read in workers, and the strong baseline and the strongest rival made for them
+    "manifold_like.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "testing.strongest_baseline"),
     # the same question with the sprinklings in 3 (or 4) dimensions
-    "manifold_like_dimensions.yaml": ("data.", "training.num_workers", "testing.strong_baseline"),
+    "manifold_like_dimensions.yaml": ("data.", "training.num_workers", "testing.strong_baseline",
+                                      "testing.strongest_baseline"),
     # upstream QuantumGrav's model, optimizer and stopping metric on manifold_like.yaml's data (checked below)
     "upstream_gcn.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "model.", "training.batch_size",
                           "training.optimizer_kwargs.", "training.scheduler_type", "early_stopping.metric",

@@ -18,6 +18,7 @@ import torch
 
 import QuantumGrav as QG
 from conftest import TINY
+from test_store_safety import hostile_store, mixed_store
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data.zarr_store import write_julia_store
 
@@ -207,6 +208,11 @@ BAD_INPUTS = {  # name -> (task of the run, run or data as the case makes it, th
     "a kind the run did not learn": ("stores", lambda run, stores, tmp: (run, _stores_with_a_grid(tmp)),
                                      "it holds grid sets, a kind the run did not learn (its classes: polynomial, "
                                      "layered)"),
+    "a store declaring 200,000 x 200,000": ("stores", lambda run, stores, tmp: (run, hostile_store(tmp)),
+                                            "group cset_21: 'adj' declares 200,000 x 200,000 elements, more than "
+                                            "max_elements"),
+    "a store option that is none": ("stores", lambda run, stores, tmp: (run, stores, "--store-option", "edges=links"),
+                                    "store options: edges is not how stores are read"),
     "a config and a store": ("binary", lambda run, stores, tmp: (run, [_config(tmp / "c.yaml", "data: {}"), stores]),
                              "one YAML config, or QuantumGrav.jl stores"),
 }
@@ -217,9 +223,9 @@ def test_bad_input_is_one_line_and_exit_2_and_leaves_nothing(cli_in_process, run
     task, make, phrase = BAD_INPUTS[case]
     run = tmp_path / "run"
     shutil.copytree(runs[task], run, ignore=shutil.ignore_patterns("evaluations"))  # earlier tests wrote some
-    run_arg, data = make(run, stores, tmp_path)
+    run_arg, data, *more = make(run, stores, tmp_path)
     data_args = [str(path) for path in data] if isinstance(data, list) else [str(data)]
-    done = cli_in_process("evaluate", "--run", str(run_arg), "--data", *data_args, cwd=tmp_path)
+    done = cli_in_process("evaluate", "--run", str(run_arg), "--data", *data_args, *more, cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert phrase in lines[0], lines[0]
@@ -230,3 +236,18 @@ def test_an_out_that_is_a_folder_is_refused_before_any_work(runs, stores, tmp_pa
     with pytest.raises(QG.UserError, match="is a folder; give the predictions CSV's path"):
         QG.load_run(runs["binary"]).evaluate(stores, out=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_python_api_refuses_a_hostile_store_and_reads_sets_that_are_not_orders_as_asked(runs, tmp_path):
+    """QG.load_run(...).evaluate: the declared size judged before anything is read; not_partial_orders through
+    store_options (the CLI's --store-option), its count in the result's notes."""
+    run = QG.load_run(runs["binary"])
+    with pytest.raises(QG.UserError, match="group cset_21: 'adj' declares 200,000 x 200,000 elements"):
+        run.evaluate(hostile_store(tmp_path), out=tmp_path / "hostile.csv")
+    store, _ = mixed_store(tmp_path)
+    with pytest.raises(QG.UserError, match="is not transitively closed|has a cycle"):
+        run.evaluate(store, out=tmp_path / "refused.csv")
+    assert not (tmp_path / "refused.csv").exists() and not (tmp_path / "hostile.csv").exists()
+    result = run.evaluate(store, out=tmp_path / "skipped.csv", store_options={"not_partial_orders": "skip"})
+    assert result["count"] == 5 and len(read_csv(tmp_path / "skipped.csv")) == 5
+    assert any("2 of 7 sets were not strict partial orders" in note for note in result["notes"])

@@ -220,6 +220,32 @@ def test_the_smoke_test_switch_shrinks_the_kinds_to_four_small_sets_each(monkeyp
     assert (kwargs["num_per_kind"], kwargs["n_min"], kwargs["n_max"]) == (1000, 64, 128)
 
 
+def test_generate_makes_exact_defects_and_the_smoke_switch_keeps_the_sizes_its_small_sets_hold(
+        tmp_path, cli_in_process, monkeypatch):
+    """The documented command of docs/your_own_data_zarr.md (N = 256, blocks of up to 64 elements) under the
+    smoke-test switch: its sets of 24-32 elements keep the sizes they can hold."""
+    monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
+    exact = ["--set", "data.kwargs.n_min=256", "--set", "data.kwargs.n_max=256",
+             "--set", "data.kwargs.changed_relations=[1,2,4,8,16,32,64,128,256,512]",
+             "--set", "data.kwargs.block_sizes=[4,8,16,32,64]"]
+    config = REPO / "configs" / "manifold_like_dimensions.yaml"
+    kwargs = QG.load_config(config, [setting for setting in exact if setting != "--set"])["data"]["kwargs"]
+    assert (kwargs["n_min"], kwargs["block_sizes"], kwargs["changed_relations"]) == (
+        24, [4, 8, 16], [1, 2, 4, 8, 16, 32, 64, 128, 256]), "24 elements: 23 in a block at most, 276 pairs"
+    result = cli_in_process("generate", "--config", str(config), "--set", f"data.kwargs.path={tmp_path / 'kinds'}",
+                            "--set", "data.kwargs.dimension=4", *exact, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    folder, = (tmp_path / "kinds").iterdir()
+    described = QuantumGravJLDataset(folder).describe
+    sets = [described(i) for i in range(32)]
+    assert [d["changed_relations"] for d in sets if d["kind"] == "destroyed"] == [1, 2, 4, 8]
+    assert [d["block_size"] for d in sets if d["kind"] == "merged"] == [4, 8, 16, 4]
+    assert {d["dimension"] for d in sets if d["kind"] != "grid" and "dimension" in d} == {4}
+    monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST")
+    kwargs = QG.load_config(config, [setting for setting in exact if setting != "--set"])["data"]["kwargs"]
+    assert kwargs["block_sizes"] == [4, 8, 16, 32, 64], "without the switch, as given"
+
+
 def test_upstreams_model_trains_on_the_same_sets_and_stops_on_the_weighted_f1(tmp_path):
     config = QG.load_config(REPO / "configs" / "upstream_gcn.yaml", _job_settings(tmp_path, "manifold_like"))
     trainer = QG.Trainer(config)

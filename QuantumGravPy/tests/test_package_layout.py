@@ -58,6 +58,7 @@ import import_graph  # noqa: E402
 MAX_UPWARD_IMPORTS = 3
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 300
 GRAPH = import_graph.read_graph()
 
 
@@ -94,6 +95,29 @@ def test_modules_and_functions_fit_on_a_few_screens():
                       for function, length in import_graph.long_functions(path, MAX_FUNCTION_LINES)}
     assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
     assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+
+
+def test_classes_fit_on_a_few_screens():
+    """A class past 300 lines does more than one thing: ``Trainer`` builds its parts in ``training/components``."""
+    long_classes = {f"{name}.{cls}": length for name, path in GRAPH.files.items()
+                    for cls, length in import_graph.long_classes(path, MAX_CLASS_LINES)}
+    assert not long_classes, f"classes over {MAX_CLASS_LINES} lines: {long_classes}"
+
+
+def test_no_module_docstring_outweighs_its_code():
+    """A module's docstring says what it holds and why in fewer lines than the code it opens (a subpackage's
+    __init__.py, a docstring alone, excepted)."""
+    wordy = {}
+    for name, path in GRAPH.files.items():
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        if path.name == "__init__.py" and len(tree.body) == 1 or not ast.get_docstring(tree):
+            continue
+        docstring = tree.body[0]
+        code = [line for line in text.splitlines()[docstring.end_lineno:] if line.strip()]
+        if docstring.end_lineno - docstring.lineno + 1 > len(code):
+            wordy[name] = (docstring.end_lineno - docstring.lineno + 1, len(code))
+    assert not wordy, f"modules whose docstring is longer than their code (docstring lines, code lines): {wordy}"
 
 
 def test_the_graph_reader_sees_inner_and_type_only_imports(tmp_path):

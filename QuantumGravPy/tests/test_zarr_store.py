@@ -195,8 +195,6 @@ def _replace(store: Path, member: str, value: np.ndarray) -> None:
 
 MALFORMED = {
     "missing array": (lambda s: _drop(s, "cset_2/cset_type"), "cset_2: array 'cset_type' is missing"),
-    "non-square adj": (lambda s: _replace(s, "cset_2/adj", np.zeros((3, 4), np.uint8)),
-                       r"cset_2: 'adj' has shape \(3, 4\); expected a non-empty square"),
     "unknown code": (lambda s: _replace(s, "cset_2/cset_type", np.array([42])), "cset_2: unknown cset_type code 42"),
     "not a scalar": (lambda s: _replace(s, "cset_2/manifold_like", np.array([True, False])),
                      r"cset_2: 'manifold_like' has shape \(2,\); expected a one-element array"),
@@ -219,6 +217,15 @@ def test_a_malformed_group_is_one_message_naming_store_group_and_problem(tmp_pat
     dataset[0]
     with pytest.raises(UserError, match=f"store {store}, group {message}"):
         dataset[1]
+
+
+def test_an_adj_that_declares_no_square_is_refused_at_construction(tmp_path):
+    """The shape an adj declares is judged before anything is read (store_limits), for every group."""
+    store = write_julia_store(tmp_path / "bad.zarr", sprinklings(3), [POLYNOMIAL] * 3, [True] * 3)
+    _replace(store, "cset_2/adj", np.zeros((3, 4), np.uint8))
+    with pytest.raises(UserError, match=rf"store {store}, group cset_2: 'adj' declares the shape \(3, 4\); expected "
+                                        "a non-empty square"):
+        QuantumGravJLDataset(store, cache=False)
 
 
 def test_a_malformed_first_group_fails_at_construction(tmp_path):
@@ -357,7 +364,8 @@ def test_a_damaged_cache_file_is_computed_again_with_a_warning(tmp_path, caplog,
         _assert_same_graphs(QuantumGravJLDataset(store), uncached)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 1 and str(victim) in warnings[0] and "computing it again" in warnings[0]
-    assert set(torch.load(victim, weights_only=True)) == {"x", "edge_index", "invariants", "labels", "node_labels"}
+    assert set(torch.load(victim, weights_only=True)) == {"x", "edge_index", "invariants", "labels", "node_labels",
+                                                               "order_problem"}
     caplog.clear()
     with caplog.at_level("WARNING", logger="QuantumGrav.zarr_store"):
         _assert_same_graphs(QuantumGravJLDataset(store), uncached)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from .errors import Preempted, UserError
 from .jobs.launcher import TrainingFailed
@@ -62,6 +63,10 @@ def _add_evaluate(commands) -> argparse.ArgumentParser:
     evaluate.add_argument("--nproc", type=_int_at_least(1), default=1,
                           help="processes, each predicting a shard of the data (default: %(default)s); ignored "
                                "under torchrun")
+    evaluate.add_argument("--store-option", dest="store_options", action="append", default=[], metavar="KEY=VALUE",
+                          help="how QuantumGrav.jl stores are read (repeatable): max_elements=N, "
+                               "not_partial_orders=refuse|close|skip, cache=true|false, cache_dir=PATH (default: as "
+                               "the run read its own stores)")
     return evaluate
 
 
@@ -145,10 +150,24 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.predictions import describe_evaluation
     from .jobs.applied_run import evaluate_from_entry_point
 
-    result = evaluate_from_entry_point(args.run, args.data, split=args.split, out=args.out, nproc=args.nproc)
+    result = evaluate_from_entry_point(args.run, args.data, split=args.split, out=args.out, nproc=args.nproc,
+                                       store_options=_key_values(args.store_options, "--store-option"))
     if result is not None:  # rank 0 (under torchrun every rank returns here)
         print(describe_evaluation(result))
     return 0
+
+
+def _key_values(pairs: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` texts as a dict, each value read as YAML (numbers, booleans, strings)."""
+    import yaml
+
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} {pair!r}: expected KEY=VALUE")
+        found[key] = yaml.safe_load(value)
+    return found
 
 
 def _tune(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..data.sources import data_notes
 from ..evaluation.baselines import describe_baselines
 from ..evaluation.destroyed_sets import describe_curves
 from ..logging_utils import get_logger
@@ -27,6 +28,13 @@ class RunRecords(Callback):
         self.early_stopping = early_stopping
         self.metrics_csv = MetricsCSV(run_dir / "metrics.csv")
         self.started = time.perf_counter()
+
+    def on_fit_start(self, state: RunState) -> None:
+        """What the data's reader did to the sets that the run should say: e.g. how many it closed or left out
+        (a QuantumGrav.jl store's ``not_partial_orders``), in the log and the summary's ``notes``."""
+        for line in data_notes(state.dataset):
+            logger.warning(line)
+            add_note(state.summary, line)
 
     def on_epoch_end(self, state: RunState, record: dict[str, Any]) -> None:
         self.metrics_csv.append(record)
@@ -58,3 +66,10 @@ class RunRecords(Callback):
         """summary.json, with the wall time of this process's run so far (a resumed run: since the resume)."""
         state.summary["wall_time_s"] = round(time.perf_counter() - self.started, 3)
         write_json(state.run_dir / "summary.json", state.summary)
+
+
+def add_note(summary: dict[str, Any], line: str) -> None:
+    """One line for the summary's ``notes`` (printed under the run's result), once."""
+    notes = summary.setdefault("notes", [])
+    if line not in notes:
+        notes.append(line)

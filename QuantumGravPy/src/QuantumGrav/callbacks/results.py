@@ -23,8 +23,8 @@ from .state import RunState
 
 
 class Baselines(Callback):
-    """After the test (rank 0, with ``testing.baselines``): both baselines fitted on the training split and
-    scored on the test split, next to the model's result. Their predictions on the test split are kept in
+    """After the test (rank 0, with ``testing.baselines``): the baselines (with ``testing.strongest_baseline`` the
+    strongest rival too) fitted on the training split and scored on the test split, next to the model's result. Their predictions on the test split are kept in
     ``state.baseline_predictions`` (the destroyed-set curves compare them with the model's)."""
 
     main_process_only = True
@@ -33,13 +33,13 @@ class Baselines(Callback):
         if getattr(state.dataset[0], "invariants", None) is None:  # the generator's per-set invariants
             return
         classification = isinstance(state.task, ClassificationTask)
-        features = state.config["testing"]["strong_baseline"]
-        kind, truth, predictions = predict_baselines(state.dataset, state.split["train"], state.split["test"],
-                                                     "classification" if classification else "regression", features)
-        baselines = score_baselines(kind, truth, predictions, state.task.num_classes if classification else None,
-                                    features)
+        features, strongest = state.config["testing"]["strong_baseline"], state.config["testing"]["strongest_baseline"]
+        test = predict_baselines(state.dataset, state.split["train"], state.split["test"],
+                                 "classification" if classification else "regression", features, strongest)
+        baselines = score_baselines(test.task, test.truth, test.predictions,
+                                    state.task.num_classes if classification else None, features, test.positive_scores)
         result.update(**flatten_baselines(baselines), baselines=baselines)
-        state.baseline_predictions = predictions
+        state.baseline_predictions = test.predictions
 
 
 class NodeRival(Callback):

@@ -1,19 +1,11 @@
-"""The smoke-test switch: ``QUANTUMGRAV_SMOKE_TEST=1`` runs any command on a tiny generated data set.
+"""The smoke-test switch: ``QUANTUMGRAV_SMOKE_TEST=1`` runs any command, end to end, on a tiny data set.
 
-In the spirit of Lightning's ``fast_dev_run``: the same code path end to end (data generation and
-cache, model, every launcher, checkpoints, resume, test and baseline), only smaller, so that a run
-takes seconds:
-
-- the data set shrinks to a few small causal sets (``SMOKE_DATA``), so every epoch is a single batch
-  per process, whatever the config or the overrides say;
-- ``training.num_epochs`` read from a config *file* is capped at ``SMOKE_EPOCHS``; a number given
-  explicitly (``--set training.num_epochs=5``, a Python override, papermill's ``-p num_epochs 5``)
-  is kept, so a command that asks for N epochs, or resumes a run to N, trains N;
-- a study's ``tune.trials`` read from a config file is capped at ``SMOKE_TRIALS`` the same way
-  (``--trials N`` or ``--set tune.trials=N`` is kept).
-
-The documentation test runs every documented command with it; a user can check a command the
-same way before a long run. The tutorial notebooks obey the same switch (``QuantumGrav.notebook_helpers``).
+As Lightning's ``fast_dev_run``: the same code path (generation and cache, model, launchers, checkpoints,
+resume, test, baselines) in seconds. The data shrink to ``SMOKE_DATA`` (one batch per process per epoch);
+``training.num_epochs`` and a study's ``tune.trials`` read from a config *file* are capped at ``SMOKE_EPOCHS``
+and ``SMOKE_TRIALS``, while a number given explicitly (``--set``, a Python override, papermill's ``-p``) is kept,
+so a command that asks for N epochs trains N. The documentation test and the notebooks
+(``QuantumGrav.notebook_helpers``) run under it.
 """
 
 from __future__ import annotations
@@ -68,7 +60,7 @@ def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:
         return raw  # validation reports it
     data = _shrunk(data, SMOKE_DATA)
     if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"]:
-        data["kwargs"] = _shrunk(data["kwargs"], SMOKE_KINDS)
+        data["kwargs"] = _defects_that_fit(_shrunk(data["kwargs"], SMOKE_KINDS))
     warn_smoke_data(data)
     return {**raw, "data": data}
 
@@ -82,6 +74,21 @@ def _shrunk(values: dict[str, Any], smallest: dict[str, int]) -> dict[str, Any]:
     if _is_int(values["n_min"]) and _is_int(values["n_max"]):
         values["n_max"] = max(values["n_min"], values["n_max"])
     return values
+
+
+def _defects_that_fit(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The kinds' exact defect sizes that the shrunk sets can hold (a block leaves one element of n_min, changes
+    are at most its pairs); where none can, the largest that can. Anything not a list of integers is left for
+    validation to report."""
+    n_min = kwargs["n_min"]
+    if not _is_int(n_min):
+        return kwargs
+    kwargs = dict(kwargs)
+    for key, most in (("block_sizes", n_min - 1), ("changed_relations", n_min * (n_min - 1) // 2)):
+        sizes = kwargs.get(key)
+        if isinstance(sizes, list) and sizes and all(_is_int(size) for size in sizes):
+            kwargs[key] = [size for size in sizes if size <= most] or [most]
+    return kwargs
 
 
 def warn_smoke_data(data: dict[str, Any]) -> None:

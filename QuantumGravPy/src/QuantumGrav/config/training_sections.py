@@ -114,6 +114,10 @@ class TestingSection(LoaderSection):
                                    "the strong baseline's input: invariants (the order invariants); "
                                    "invariants_and_elements: also the distribution over the elements of each "
                                    "per-element feature and the layer widths (for QuantumGrav.jl's kinds)")
+    strongest_baseline: bool = setting(False, boolean,
+                                       "also fit the strongest rival: gradient boosting on the order invariants, the "
+                                       "per-element features' distributions, the exact 2D-order test and the graph "
+                                       "observables, computed from each set's edges (about 10 ms per set at N = 128)")
 
 
 @dataclass(frozen=True)

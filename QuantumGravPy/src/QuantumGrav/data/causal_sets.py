@@ -1,8 +1,9 @@
 """Causal sets generated with vectorised numpy: sprinklings, non-manifold-like orders, features.
 
 This module generates labelled data sets block by block and is the namespace of the causal-set functions:
-the relations of a causal matrix (``orders``), the random orders of each kind (``random_orders``) and what
-is measured on them (``invariants``) are all reachable as ``causal_sets.<name>``.
+the relations of a causal matrix (``orders``), whether it is a 2D order (``order_dimension``), the random orders
+of each kind (``random_orders``) and what is measured on them (``invariants``, ``graph_observables``) are all
+reachable as ``causal_sets.<name>``.
 
 A causal set is a locally finite partial order: its elements are spacetime "atoms" and
 the order is causality. Here one is a boolean *causal matrix* ``R`` (N x N) with
@@ -43,10 +44,14 @@ from typing import Sequence
 
 import numpy as np
 
+from .graph_observables import (GRAPH_OBSERVABLE_NAMES, graph_observables, interval_size_histogram,
+                                link_degree_histograms, link_laplacian_extremes)
 from .invariants import (INVARIANT_NAMES, MAX_INTERVAL_SIZE, NODE_FEATURES, NODE_INTERVAL_SIZES,
                          SIMPLE_INVARIANT_NAMES, benincasa_dowker_action, features_and_invariants,
                          interval_abundances, myrheim_meyer_dimension, node_features, order_invariants,
                          ordering_fraction_of_dimension)
+from .order_dimension import (TWO_DIMENSION_FEATURES, conjugate_order, is_two_dimensional, two_dimension_features,
+                              two_dimension_violations)
 from .orders import (elements_between, longest_chains, longest_paths, natural_order, transitive_closure,
                      transitive_reduction)
 from .random_orders import (LAYER_RELATION_PROBABILITY, LAYER_WEIGHTS, SPRINKLING_DIMENSIONS,
@@ -64,7 +69,9 @@ __all__ = ["MANIFOLD_CLASSES", "NON_MANIFOLD_CLASSES", "CSET_TYPES", "DEFAULT_CL
            "sprinkle_diamond_batch", "sprinkled_coordinates", "INVARIANT_NAMES", "MAX_INTERVAL_SIZE", "NODE_FEATURES",
            "NODE_INTERVAL_SIZES", "SIMPLE_INVARIANT_NAMES", "benincasa_dowker_action", "features_and_invariants",
            "interval_abundances", "myrheim_meyer_dimension", "node_features", "order_invariants",
-           "ordering_fraction_of_dimension"]
+           "ordering_fraction_of_dimension", "TWO_DIMENSION_FEATURES", "conjugate_order", "is_two_dimensional",
+           "two_dimension_features", "two_dimension_violations", "GRAPH_OBSERVABLE_NAMES", "graph_observables",
+           "interval_size_histogram", "link_degree_histograms", "link_laplacian_extremes"]
 
 from ..config.data_section import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
                                    DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, NON_MANIFOLD_CLASSES)

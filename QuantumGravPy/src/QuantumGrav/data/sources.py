@@ -134,3 +134,11 @@ def check_samples(dataset: Any, source: str) -> dict[int, Any]:
 def subset(dataset: Any, indices: list[int]):
     """The items at ``indices``: a PyG dataset's own view (keeps its attributes), else a torch Subset."""
     return dataset.index_select(indices) if isinstance(dataset, PyGDataset) else Subset(dataset, indices)
+
+
+def data_notes(dataset: Any) -> list[str]:
+    """What the data's reader did to the sets that a result should say (how many sets a store's reader closed or
+    left out: ``QuantumGravJLDataset.order_repairs_line``)."""
+    describe_repairs = getattr(dataset, "order_repairs_line", None)
+    line = describe_repairs() if callable(describe_repairs) else None
+    return [line] if line else []

@@ -37,10 +37,13 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from .invariants import INVARIANT_NAMES, NODE_FEATURES, features_and_invariants
-from .orders import elements_between, natural_order, transitive_closure
-from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES, past_to_future_edges
+from .invariants import INVARIANT_NAMES, NODE_FEATURES
+from .orders import transitive_closure
+from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
 from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, read_node_labels
+from .store_graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
+                           describe_order_repairs, graph_tensors, order_error)
+from .store_limits import DEFAULT_MAX_ELEMENTS, check_max_elements, checked_size, store_error, usable_memory
 from ..errors import UserError
 from ..files import atomic_replace
 from ..logging_utils import get_logger
@@ -102,70 +105,11 @@ def list_groups(store: Path) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
-def _format_error(store: Path, group: str, problem: str) -> UserError:
-    return UserError(f"QuantumGrav.jl store {store}, group {group}: {problem}")
-
-
 def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
     if value.shape != (1,):
-        raise _format_error(store, group, f"'{name}' has shape {value.shape}; expected a one-element array "
+        raise store_error(store, group, f"'{name}' has shape {value.shape}; expected a one-element array "
                                           f"(how save_data.jl writes a scalar)")
     return value[0].item()
-
-
-def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray:
-    """The causal matrix R (bool, R[i, j]: i precedes j) of an ``adj`` as numpy reads it from the store:
-    the transpose (Zarr.jl reverses Julia's dimensions; Julia's adj[i, j] means i precedes j). Only its
-    shape and entries are checked here; that it is a strict partial order is checked by ``graph_tensors``,
-    with the product that the features need anyway."""
-    if stored_adj.ndim != 2 or stored_adj.shape[0] != stored_adj.shape[1] or stored_adj.shape[0] == 0:
-        raise _format_error(store, group, f"'adj' has shape {stored_adj.shape}; expected a non-empty square "
-                                          f"N x N causal matrix")
-    if stored_adj.dtype.kind not in "biu" or ((stored_adj != 0) & (stored_adj != 1)).any():
-        raise _format_error(store, group, f"'adj' ({stored_adj.dtype}) has entries other than 0 and 1")
-    return np.ascontiguousarray(stored_adj.T.astype(bool))
-
-
-def _order_problem(R: np.ndarray) -> str:
-    """Why ``R`` is not a causal matrix (a transitively closed strict order): a cycle, or missing relations."""
-    closure = transitive_closure(R)
-    if closure.diagonal().any():
-        return "'adj' has a cycle (or relates an element to itself); expected a causal matrix, a strict partial order"
-    return ("'adj' is not transitively closed; expected the causal matrix make_adj writes, with every relation, "
-            "not only the links")
-
-
-def graph_tensors(R: np.ndarray, edges: str, store: Path, group: str
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Node features, past -> future edge index and order invariants ([1, K], ``INVARIANT_NAMES``) of a
-    causal matrix in any labelling, exactly as ``CausalSetDataset`` builds them for a naturally labelled one;
-    one clear error if ``R`` is not a strict partial order, transitively closed.
-
-    All from one product ``R @ R`` of the naturally relabelled matrix (strictly upper triangular, so
-    ``elements_between`` multiplies only the tiles on and above the diagonal): R is closed iff every
-    two-step path is a relation, and a strictly upper-triangular R has no cycle. A matrix that no sort by
-    past size makes upper triangular is no closed order; ``_order_problem`` then says why."""
-    if np.tril(R).any() and not np.triu(R).any():
-        raise _format_error(store, group, "'adj' is in the other orientation: every relation points from a later "
-                                          "element to an earlier one (QuantumGrav.jl's sets are time-labelled, and "
-                                          "Zarr.jl stores Julia's adj transposed); write the transpose of your "
-                                          "causal matrix, as write_julia_store does")
-    order = None if not np.tril(R).any() else natural_order(R)
-    natural = R if order is None else R[np.ix_(order, order)]
-    if np.tril(natural).any():
-        raise _format_error(store, group, _order_problem(R))
-    between = elements_between(natural)
-    if ((between > 0) & ~natural).any():
-        raise _format_error(store, group, _order_problem(R))
-    natural_features, invariants = features_and_invariants(natural, between)
-    adjacency = natural & (between == 0) if edges == "links" else natural
-    if order is None:
-        features = natural_features
-    else:  # back to the store's labelling: node k of the item is element k + 1 of the Julia set
-        features, position = np.empty_like(natural_features), np.argsort(order)
-        features[order] = natural_features
-        adjacency = adjacency[np.ix_(position, position)]
-    return torch.from_numpy(features), past_to_future_edges(adjacency), torch.from_numpy(invariants).reshape(1, -1)
 
 
 class QuantumGravJLDataset(Dataset):
@@ -184,9 +128,17 @@ class QuantumGravJLDataset(Dataset):
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
       edges and the feature version; where that folder cannot be written, under ``cache_dir``.
       ``cache=False`` computes them on the fly at every read.
+    * ``max_elements``: the most elements a set may have. Every group's ``adj`` is judged by the shape its metadata
+      declares before anything is read (``store_limits``): a larger set, or one whose dense matrix would not fit in
+      the memory this process may use, is one UserError naming store, group and shape, and nothing is written.
+    * ``not_partial_orders``: what becomes of a set whose ``adj`` is not a strict partial order, transitively closed
+      (QuantumGrav.jl's ``complex_topology`` relation may miss implied relations): ``"refuse"`` (one UserError naming
+      it, the default), ``"close"`` (its transitive closure is read: the implied relations added; a cycle cannot be
+      closed and is refused) or ``"skip"`` (left out). ``close`` and ``skip`` read every set at construction (and
+      cache it), so that ``order_repairs`` counts them before training; a warning names them.
 
-    Nothing is read at construction but the folder listings and the first group of each store
-    (checked, so that a wrong path or format fails before training). Stores are opened lazily in
+    Nothing is read at construction but the folder listings, each group's ``adj`` metadata and the first group of
+    each store (checked, so that a wrong path or format fails before training). Stores are opened lazily in
     each process (DataLoader workers included). Each item is ``Data(x, edge_index, y, invariants)``, the
     invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry, and
     ``julia_cset_type``, the set's cset_type code (``JULIA_CSET_TYPES``: what kind of set it is, whatever the target).
@@ -194,23 +146,44 @@ class QuantumGravJLDataset(Dataset):
 
     def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, target: str = DEFAULT_TARGET, edges: str = DEFAULT_EDGES,
                  cache: bool = True, cache_dir: str | os.PathLike | None = None,
-                 cset_types: Sequence[str] | None = None, transform: Callable | None = None):
+                 cset_types: Sequence[str] | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                 not_partial_orders: str = "refuse", transform: Callable | None = None):
         import_zarr()
         if target not in VALID_TARGETS:
             raise UserError(f"target: expected one of {VALID_TARGETS}, got {target!r}")
         if edges not in VALID_EDGES:
             raise UserError(f"edges: expected one of {VALID_EDGES}, got {edges!r}")
+        if not_partial_orders not in NOT_PARTIAL_ORDERS:
+            raise UserError(f"not_partial_orders: expected one of {NOT_PARTIAL_ORDERS}, got {not_partial_orders!r}")
         self.target, self.edges, self.cache = target, edges, bool(cache)
+        self.max_elements, self.not_partial_orders = check_max_elements(max_elements), not_partial_orders
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         self.stores = list(dict.fromkeys(store for each in paths for store in find_stores(each)))
         self.groups = [list_groups(store) for store in self.stores]
-        self._offsets = np.cumsum([0] + [len(groups) for groups in self.groups])
+        # Every set's size as its adj declares it, judged before anything is read or written: a hostile or oversized
+        # store is one line here, not a 37 GiB allocation later.
+        memory = usable_memory()
+        self._sizes = [[checked_size(store, group, self.max_elements, memory) for group in groups]
+                       for store, groups in zip(self.stores, self.groups)]
         self._handles: dict[int, Any] = {}
         self._handles_pid = os.getpid()
-        self._cache_dirs = [self._feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
+        self._cache_dirs = [feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.
-        first_codes = [int(self._graph(k, self.groups[k][0])["labels"][1]) for k in range(len(self.stores))]
+        firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
+        first_codes = [int(graph["labels"][1]) for graph in firsts]
+        self.order_repairs: dict[str, list[str]] = {"closed": [], "skipped": []}
+        if not_partial_orders == "refuse":
+            for k, graph in enumerate(firsts):
+                self._allowed(graph, k, self.groups[k][0])
+        else:
+            self._sort_out_orders()
+        self._offsets = np.cumsum([0] + [len(groups) for groups in self.groups])
+        if self._offsets[-1] == 0:
+            raise UserError(f"QuantumGrav.jl data {', '.join(str(store) for store in self.stores)}: every set was left "
+                            f"out (not_partial_orders: skip): none is a strict partial order")
+        if self.order_repairs_line():
+            logger.warning(self.order_repairs_line())
         # The types of the stores, by code: each store's first group's (produce_data writes one type per store).
         self.found_cset_types = [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
         self._cset_types = self._choose_cset_types(cset_types, self.found_cset_types)
@@ -273,7 +246,7 @@ class QuantumGravJLDataset(Dataset):
             except KeyError:
                 array = None
             if not isinstance(array, import_zarr().Array):
-                raise _format_error(self.stores[store_index], group, f"array '{name}' is missing; produce_data "
+                raise store_error(self.stores[store_index], group, f"array '{name}' is missing; produce_data "
                                                                      f"writes {', '.join(ARRAYS)} in every group")
             arrays[name] = np.asarray(array[...])
         return arrays
@@ -284,20 +257,57 @@ class QuantumGravJLDataset(Dataset):
         manifold_like = _scalar(arrays["manifold_like"], "manifold_like", store, group)
         code = _scalar(arrays["cset_type"], "cset_type", store, group)
         if manifold_like not in (0, 1):
-            raise _format_error(store, group, f"'manifold_like' is {manifold_like!r}; expected a Bool")
+            raise store_error(store, group, f"'manifold_like' is {manifold_like!r}; expected a Bool")
         if type(code) is not int or code not in JULIA_CSET_TYPES:  # not a bool or a float 1.0
-            raise _format_error(store, group, f"unknown cset_type code {code!r}; expected one of "
+            raise store_error(store, group, f"unknown cset_type code {code!r}; expected one of "
                                               f"{JULIA_CSET_TYPES} (cset_type_encoder in produce_data.jl)")
         return causal_matrix(arrays["adj"], store, group), bool(manifold_like), code
 
     def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        """The group's graph, whatever ``not_partial_orders`` says (``_allowed`` judges it): the graph of the
+        closure of a relation that misses implied relations (``order_problem`` ORDER_CLOSED), only the labels of a
+        relation with a cycle (ORDER_CYCLE), so that one cached file serves every setting."""
         R, manifold_like, code = self._read_checked(store_index, group)
-        store = self.stores[store_index]
-        x, edge_index, invariants = graph_tensors(R, self.edges, store, group)
+        store, labels = self.stores[store_index], torch.tensor([int(manifold_like), code])
+        try:
+            x, edge_index, invariants = graph_tensors(R, self.edges, store, group)
+            problem = ORDER_OK
+        except NotAPartialOrder as err:
+            if err.cycle:
+                return {"labels": labels, "order_problem": torch.tensor(ORDER_CYCLE)}
+            x, edge_index, invariants = graph_tensors(transitive_closure(R), self.edges, store, group)
+            problem = ORDER_CLOSED
         node_labels = read_node_labels(self._open(store_index)[group], len(R),
-                                       lambda problem: _format_error(store, group, problem))
-        return {"x": x, "edge_index": edge_index, "invariants": invariants,
-                "labels": torch.tensor([int(manifold_like), code]), "node_labels": node_labels}
+                                       lambda problem: store_error(store, group, problem))
+        return {"x": x, "edge_index": edge_index, "invariants": invariants, "labels": labels,
+                "node_labels": node_labels, "order_problem": torch.tensor(problem)}
+
+    def _allowed(self, graph: dict[str, torch.Tensor], store_index: int, group: str) -> dict[str, torch.Tensor]:
+        """``graph`` if ``not_partial_orders`` lets it be read (a closure's under ``close``), else NotAPartialOrder."""
+        problem = int(graph.get("order_problem", ORDER_OK))
+        if problem == ORDER_OK or (problem == ORDER_CLOSED and self.not_partial_orders == "close"):
+            return graph
+        raise order_error(self.stores[store_index], group, cycle=problem == ORDER_CYCLE)
+
+    def _sort_out_orders(self) -> None:
+        """Under ``close`` or ``skip``: every set read (and cached), those that are not partial orders counted in
+        ``order_repairs``, closed or left out; a cycle under ``close`` is refused."""
+        for k, store in enumerate(self.stores):
+            kept = []
+            for group, size in zip(self.groups[k], self._sizes[k]):
+                problem = int(self._stored_graph(k, group).get("order_problem", ORDER_OK))
+                if problem == ORDER_CYCLE and self.not_partial_orders == "close":
+                    raise order_error(store, group, cycle=True)
+                if problem != ORDER_OK:
+                    self.order_repairs["skipped" if self.not_partial_orders == "skip" else "closed"].append(
+                        f"{store.name}/{group}")
+                if problem == ORDER_OK or self.not_partial_orders == "close":
+                    kept.append((group, size))
+            self.groups[k], self._sizes[k] = [group for group, _ in kept], [size for _, size in kept]
+
+    def order_repairs_line(self) -> str | None:
+        """One line saying how many sets were closed or left out (``not_partial_orders``), naming the first few."""
+        return describe_order_repairs(self.order_repairs, self.len(), self.not_partial_orders)
 
     def _label(self, store_index: int, group: str, labels: torch.Tensor) -> int:
         manifold_like, code = (int(value) for value in labels)
@@ -305,7 +315,7 @@ class QuantumGravJLDataset(Dataset):
             return manifold_like
         name = JULIA_CSET_TYPES[code]
         if name not in self._cset_types:
-            raise _format_error(self.stores[store_index], group,
+            raise store_error(self.stores[store_index], group,
                                 f"cset_type '{name}' (code {code}) is not among the classes {self._cset_types}; "
                                 f"pass every type of the data in cset_types")
         return self._cset_types.index(name)
@@ -340,22 +350,6 @@ class QuantumGravJLDataset(Dataset):
         return {"store": self.stores[store_index].name, "group": group, "kind": JULIA_CSET_TYPES[code], **attributes}
 
     # ------------------------------------------------------------------ feature cache
-    def _feature_cache_dir(self, store: Path, cache_dir: str | os.PathLike | None) -> Path:
-        """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
-        beside = store.parent / f"{store.name}.qg_features"
-        if _writable_folder(beside):
-            return beside
-        if cache_dir is None:
-            raise UserError(f"Cannot write the feature cache next to the QuantumGrav.jl store {store} (its folder "
-                            f"is read-only): set cache_dir (data.kwargs.cache_dir) to a writable folder, or "
-                            f"cache: false to compute the features at every read")
-        store_id = hashlib.blake2b(str(store.resolve()).encode(), digest_size=4).hexdigest()
-        elsewhere = Path(cache_dir).expanduser() / f"{store.name}-{store_id}.qg_features"
-        if not _writable_folder(elsewhere):
-            raise UserError(f"cache_dir {cache_dir}: cannot create or write {elsewhere}; choose a writable folder")
-        logger.info("QuantumGrav.jl store %s is in a read-only folder: caching its features in %s", store, elsewhere)
-        return elsewhere
-
     def _cache_key(self, store_index: int, group: str) -> str:
         """A hash of every file of the group as stored (compressed chunks and metadata: its content, read
         without zarr, which costs more than the bytes), the edge kind and the feature version."""
@@ -368,8 +362,15 @@ class QuantumGravJLDataset(Dataset):
             digest.update(file.read_bytes())
         return digest.hexdigest()
 
-    def _graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+    def _stored_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         return self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
+
+    def _graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
+        return self._allowed(self._stored_graph(store_index, group), store_index, group)
+
+    def element_counts(self) -> np.ndarray:
+        """Each item's number of elements, as its ``adj`` declares it (nothing is read)."""
+        return np.array([size for sizes in self._sizes for size in sizes], dtype=np.int64)
 
     def _cached_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         """The group's graph from its cache file, else computed and cached. Several processes (DataLoader workers,
@@ -412,9 +413,28 @@ class QuantumGravJLDataset(Dataset):
         self._graph(*self._locate(index))
 
 
+def feature_cache_dir(store: Path, cache_dir: str | os.PathLike | None) -> Path:
+    """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
+    beside = store.parent / f"{store.name}.qg_features"
+    if _writable_folder(beside):
+        return beside
+    if cache_dir is None:
+        raise UserError(f"Cannot write the feature cache next to the QuantumGrav.jl store {store} (its folder "
+                        f"is read-only): set cache_dir (data.kwargs.cache_dir) to a writable folder, or "
+                        f"cache: false to compute the features at every read")
+    store_id = hashlib.blake2b(str(store.resolve()).encode(), digest_size=4).hexdigest()
+    elsewhere = Path(cache_dir).expanduser() / f"{store.name}-{store_id}.qg_features"
+    if not _writable_folder(elsewhere):
+        raise UserError(f"cache_dir {cache_dir}: cannot create or write {elsewhere}; choose a writable folder")
+    logger.info("QuantumGrav.jl store %s is in a read-only folder: caching its features in %s", store, elsewhere)
+    return elsewhere
+
+
 # Cached tensors are stored compactly: node indices in the smallest integer type that holds them (int16 up to
 # 32,767 elements: a quarter of int64's disk and page cache), expanded back to what the model reads on load.
 def _compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if "x" not in graph:  # a cycle's labels only
+        return graph
     num_nodes = graph["x"].shape[0]
     small = torch.int16 if num_nodes <= torch.iinfo(torch.int16).max else torch.int32
     return {**graph, "edge_index": graph["edge_index"].to(small)}
@@ -422,6 +442,9 @@ def _compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def _expanded(stored: Any) -> dict[str, torch.Tensor]:
     """A cache file's graph, its edge index as int64; ValueError if it is not one this code wrote."""
+    if isinstance(stored, dict) and set(stored) == {"labels", "order_problem"} and \
+            int(stored["order_problem"]) == ORDER_CYCLE and stored["labels"].shape == (2,):
+        return stored
     names = ("x", "edge_index", "invariants", "labels", "node_labels")
     if not isinstance(stored, dict) or any(not isinstance(stored.get(name), torch.Tensor) for name in names):
         raise ValueError(f"expected a dict of the tensors {names}")

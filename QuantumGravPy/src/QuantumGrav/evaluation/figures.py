@@ -103,7 +103,7 @@ def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any],
                         path: Path) -> Path:
     """Left: each model's recall per kind (``evaluation/kinds.py``). Right: recall against the defect's size (its
     bins' centres) for the kinds whose defect is a fraction (flip fraction, inserted block), one colour per kind,
-    a solid line for the GNN and a dashed one for the strong baseline."""
+    a solid line for the GNN, a dashed one for the strong baseline and a dotted one for the strongest rival."""
     figure, (bars, curves) = _new_figure(13, 4.2, columns=2)
     kinds = list(next(iter(by_kind.values())))
     width = 0.8 / len(by_kind)
@@ -116,7 +116,7 @@ def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any],
     bars.legend(loc="lower left", fontsize=8)
     styles = ["-", "--", ":"]
     for c, (kind, models) in enumerate((k, m) for k, m in by_defect_size.items() if "fraction" in m["size"]):
-        for s, name in enumerate(name for name in by_kind if name in ("gnn", "strong_baseline")):
+        for s, name in enumerate(name for name in by_kind if name in ("gnn", "strong_baseline", "strongest_baseline")):
             rows = models[name]["bins"]
             centres = [(row["low"] * row["high"]) ** 0.5 if row["low"] > 0 else row["high"] / 2 for row in rows]
             curves.plot(centres, [row["recall"] for row in rows], styles[s % 3], marker="o", color=f"C{c}",

@@ -133,5 +133,6 @@ def describe_evaluation(result: dict[str, Any]) -> str:
         smallest = sizes["model"]["smallest_at_90"]
         lines.append(f"{kind}: smallest {sizes['size']} recognised at 90% recall: "
                      f"{'none' if smallest is None else f'{smallest:.3g}'}")
+    lines += [f"note: {note}" for note in result.get("notes", [])]
     lines += [f"predictions     {result['predictions_csv']}", f"metrics         {result['metrics_json']}"]
     return "\n".join(lines)

@@ -24,6 +24,9 @@ from ..training.loaders import load_dataset
 
 SPLITS = ("all", "test")
 DataPaths = str | os.PathLike | Sequence[str | os.PathLike]
+# How stores are read, whatever is asked of their sets: what evaluate's store_options (--store-option) may set. A run
+# trained on stores passes its own on (its data.kwargs), so that new stores are read as it read its own.
+STORE_OPTIONS = ("max_elements", "not_partial_orders", "cache", "cache_dir")
 
 
 @dataclass
@@ -40,13 +43,14 @@ class AppliedData:
 
 
 def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task, in_channels: int,
-              runtime: Runtime) -> AppliedData:
+              runtime: Runtime, store_options: dict[str, Any] | None = None) -> AppliedData:
     """``data`` (a YAML config, or stores and folders of stores) as the run ``run`` (its config's sections), trained
     for ``task`` on items of ``in_channels`` node features, reads it; ``split``: ``all`` or ``test`` (the test part
     of the split training would make of it: the config's ``data.split`` and ``data.split_seed``, for stores the
-    run's)."""
+    run's). ``store_options``: how stores are read (``STORE_OPTIONS``: ``QuantumGravJLDataset``'s arguments)."""
     if split not in SPLITS:
         raise UserError(f"split: expected one of {SPLITS}, got {split!r}")
+    store_options = _checked_store_options(store_options)
     paths = _existing_paths(data)
     configs = [path for path in paths if path.is_file()]
     if configs and len(paths) > 1:
@@ -54,7 +58,7 @@ def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task
                         f"{len(paths) - 1} more path(s)")
     if configs:
         config = load_config(paths[0])
-        data_cfg = _as_the_run_reads(config.sections.data.as_mapping(), run, task)
+        data_cfg = _as_the_run_reads(config.sections.data.as_mapping(), run, task, store_options)
         source = f"{paths[0]} ({source_name(data_cfg)})"
         dataset = load_dataset(data_cfg, run.parallel.data_timeout_s, runtime)
         if isinstance(dataset, QuantumGravJLDataset):
@@ -62,7 +66,7 @@ def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task
         fractions, seed = data_cfg["split"], data_cfg["split_seed"]
     else:
         source = f"QuantumGrav.jl data {', '.join(str(p) for p in paths)}"
-        dataset = QuantumGravJLDataset(paths, **_store_kwargs({}, run, task))
+        dataset = QuantumGravJLDataset(paths, **_store_kwargs(store_options, run, task))
         _check_store_kinds(dataset, task, source)
         fractions, seed = run.data.split, run.data.split_seed
     model = run.model
@@ -106,12 +110,13 @@ def _reads_stores(data_type: Any) -> bool:
     return isinstance(data_type, type) and issubclass(data_type, QuantumGravJLDataset)
 
 
-def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks.Task) -> dict[str, Any]:
+def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks.Task,
+                      store_options: dict[str, Any]) -> dict[str, Any]:
     """A config's ``data:`` section made into the graphs and labels the run learned: the generator's or the stores'
     target and edges are the run's (the config chooses the sets, the run what is asked of them)."""
     target, edges = _learned(run)
     if _reads_stores(data_cfg["type"]):
-        return {**data_cfg, "kwargs": _store_kwargs(data_cfg["kwargs"], run, task)}
+        return {**data_cfg, "kwargs": _store_kwargs({**data_cfg["kwargs"], **store_options}, run, task)}
     if data_cfg["type"] is None and target is not None:
         return {**data_cfg, "target": target, "edges": edges}
     return data_cfg
@@ -127,6 +132,8 @@ def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task)
         raise UserError(f"data: the run learned {learned}, a {task.type} task; QuantumGrav.jl stores label their "
                         f"sets with {' and '.join(STORE_TARGETS)} only. Apply a run trained on one of those (the "
                         f"generator's data.target, or stores), or give a config of data like the run's")
+    if _reads_stores(run.data.type):  # how the run read its own stores, unless the data or the caller says otherwise
+        kwargs = {**{key: run.data.kwargs[key] for key in STORE_OPTIONS if key in run.data.kwargs}, **kwargs}
     if target == "cset_type":
         foreign = [name for name in task.class_names if name not in JULIA_CSET_TYPES.values()]
         if foreign:
@@ -135,6 +142,15 @@ def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task)
                             "stores, or on data.target manifold_like")
         kwargs = {**kwargs, "cset_types": task.class_names}
     return {**kwargs, "target": target, "edges": edges}
+
+
+def _checked_store_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(STORE_OPTIONS))
+    if unknown:
+        raise UserError(f"store options: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not how stores "
+                        f"are read; expected some of {', '.join(STORE_OPTIONS)} (QuantumGravJLDataset's arguments)")
+    return options
 
 
 def _check_store_kinds(dataset: QuantumGravJLDataset, task: tasks.Task, source: str) -> None:

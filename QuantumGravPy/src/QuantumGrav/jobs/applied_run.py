@@ -36,6 +36,7 @@ from ..runs.checkpoint_files import load_best_checkpoint
 from ..training.loaders import load_run_data, make_loader
 from ..training.model_builder import build_model, check_model_forward
 from ..training.optimization import autocast, build_named
+from ..data.sources import data_notes
 from .applied_data import AppliedData, DataPaths, open_data
 from .entry import run_in_group
 from .launcher import check_main_guard, check_spawnable, launch_processes
@@ -113,7 +114,7 @@ class AppliedRun:
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
 
     def evaluate(self, data: DataPaths, *, split: str = "all", out: str | os.PathLike | None = None,
-                 nproc: int = 1) -> dict[str, Any] | None:
+                 nproc: int = 1, store_options: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The run's metrics on ``data``, written with every set's prediction.
 
         Args:
@@ -123,6 +124,9 @@ class AppliedRun:
             out: the predictions CSV; ``metrics.json`` goes beside it. None:
                 ``<run_dir>/evaluations/<data name>/predictions.csv``.
             nproc: processes, each predicting a shard (ignored inside a process group: its ranks share the work).
+            store_options: how QuantumGrav.jl stores are read (``applied_data.STORE_OPTIONS``: ``max_elements``,
+                ``not_partial_orders``, ``cache``, ``cache_dir``, as ``QuantumGravJLDataset`` takes them); by default
+                as the run read its own stores (its ``data.kwargs``), else the reader's defaults.
 
         Returns:
             On rank 0: the task's metrics (``accuracy``, ...; ``loss``, ``count``), for classification
@@ -141,9 +145,9 @@ class AppliedRun:
         if nproc > 1 and not self.runtime.distributed:
             check_main_guard("AppliedRun.evaluate")
             check_spawnable(self.config)
-            self._open(data, split)  # bad input is one line here, before any worker starts
-            return launch_processes(self.config, nproc, Evaluation(str(self.run_dir), data, split, out))
-        applied, predictions = self._predictions(data, split)
+            self._open(data, split, store_options)  # bad input is one line here, before any worker starts
+            return launch_processes(self.config, nproc, Evaluation(str(self.run_dir), data, split, out, store_options))
+        applied, predictions = self._predictions(data, split, store_options)
         if predictions is None:
             return None
         csv_path = Path(out) if out is not None else self.run_dir / "evaluations" / applied.name / "predictions.csv"
@@ -151,17 +155,18 @@ class AppliedRun:
         given = [data] if isinstance(data, (str, os.PathLike)) else list(data)
         result = {"run": str(self.run_dir), "data": [str(path) for path in given], "data_name": applied.name,
                   "split": split, "task": self.task.type, **predictions.metrics(self.task, self.criterion),
-                  **self._by_defect_size(applied, predictions),
+                  **self._by_defect_size(applied, predictions), "notes": data_notes(applied.dataset),
                   "predictions_csv": str(csv_path), "metrics_json": str(json_path)}
         write_predictions(csv_path, predictions.rows(self.task, applied.describe_set), json_path, result)
         return result
 
-    def predict(self, data: DataPaths, *, split: str = "all") -> list[dict[str, Any]] | None:
+    def predict(self, data: DataPaths, *, split: str = "all",
+                store_options: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
         """One row per set of ``data`` (as ``evaluate`` takes it), in the data's order: ``set`` (its index; for
         stores also ``store`` and ``group``), ``kind``, ``truth``, and ``score``: the probability of the positive
         class (binary), the ``predicted`` class and its probability (multiclass), the value (regression). None on
         ranks other than 0."""
-        applied, predictions = self._predictions(data, split)
+        applied, predictions = self._predictions(data, split, store_options)
         return predictions.rows(self.task, applied.describe_set) if predictions is not None else None
 
     def _by_defect_size(self, applied: AppliedData, predictions: Predictions) -> dict[str, Any]:
@@ -173,16 +178,17 @@ class AppliedRun:
         descriptions = [applied.dataset.describe(index) for index in predictions.sets]
         return {"by_defect_size": kind_breakdown(descriptions, {"model": correct.numpy()})["by_defect_size"]}
 
-    def _open(self, data: DataPaths, split: str) -> AppliedData:
-        applied = open_data(data, split, self.sections, self.task, self.in_channels, self.runtime)
+    def _open(self, data: DataPaths, split: str, store_options: dict[str, Any] | None) -> AppliedData:
+        applied = open_data(data, split, self.sections, self.task, self.in_channels, self.runtime, store_options)
         check_model_forward(self.model, applied.first, self.task, self.sections.model.as_mapping(),
                             self.runtime.device)
         return applied
 
-    def _predictions(self, data: DataPaths, split: str) -> tuple[AppliedData, Predictions | None]:
+    def _predictions(self, data: DataPaths, split: str,
+                     store_options: dict[str, Any] | None) -> tuple[AppliedData, Predictions | None]:
         """This rank's shard predicted with the evaluation loop of training (``Evaluator.outputs``, the run's
         test batch size and autocast), gathered: every set's prediction on rank 0, None on the others."""
-        applied, runtime = self._open(data, split), self.runtime
+        applied, runtime = self._open(data, split, store_options), self.runtime
         shard = applied.indices[runtime.rank::runtime.world_size]
         loader = make_loader(applied.dataset, self.sections.loaders.testing, shard, runtime.device)
         evaluator = Evaluator(self.model, self.task, self.criterion, runtime, "sharded",
@@ -207,21 +213,24 @@ class Evaluation:
     data: Any
     split: str
     out: Any
+    store_options: dict[str, Any] | None = None
 
     def __call__(self, config: ResolvedConfig, rank: int, *, report, run_dirs, console_level) -> dict[str, Any] | None:
         return run_in_group(config, rank, self.run, report=report, console_level=console_level)
 
     def run(self) -> dict[str, Any] | None:
-        return load_run(self.run_dir).evaluate(self.data, split=self.split, out=self.out)
+        return load_run(self.run_dir).evaluate(self.data, split=self.split, out=self.out,
+                                               store_options=self.store_options)
 
 
 def evaluate_from_entry_point(run_dir: str | os.PathLike, data: DataPaths, *, split: str = "all",
-                              out: str | os.PathLike | None = None, nproc: int = 1) -> dict[str, Any] | None:
+                              out: str | os.PathLike | None = None, nproc: int = 1,
+                              **options: Any) -> dict[str, Any] | None:
     """What the command line calls: this torchrun worker's share if torchrun started us (``nproc`` is then the
-    job's), else ``load_run(run_dir).evaluate`` on ``nproc`` processes."""
+    job's), else ``load_run(run_dir).evaluate`` on ``nproc`` processes; ``options``: ``evaluate``'s others."""
     if not launched_by_torchrun():
-        return load_run(run_dir).evaluate(data, split=split, out=out, nproc=nproc)
+        return load_run(run_dir).evaluate(data, split=split, out=out, nproc=nproc, **options)
     stop_when_the_agent_dies()
     run = read_run(run_dir)
     return run_in_group(run[2], int(os.environ["RANK"]),
-                        lambda: AppliedRun(*run).evaluate(data, split=split, out=out))
+                        lambda: AppliedRun(*run).evaluate(data, split=split, out=out, **options))

@@ -51,6 +51,7 @@ def summarise_run(result: dict[str, Any]) -> str:
                 lines.append(f"{label:<15} f1 {f1:.3f}  iou {iou:.3f}  ({test[how]})")
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
+    lines += [f"note            {note}" for note in summary.get("notes", [])]
     run_dir = Path(str(summary.get("run_dir")))
     files = [name for name in RUN_FILES if (run_dir / name).exists()]  # figures/ only when training.figures
     lines.append(f"files           {', '.join(files)}")

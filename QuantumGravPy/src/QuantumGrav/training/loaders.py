@@ -44,9 +44,10 @@ def load_run_data(sections: ConfigSections, runtime: Runtime, dataset: Any = Non
     data, task, early-stopping metric and the settings that need the order invariants are read."""
     data_cfg = sections.data.as_mapping()
     source = source_name(data_cfg, dataset)
+    needed = keys_needing_invariants(sections)
+    loaded = load_dataset(data_cfg, sections.parallel.data_timeout_s, runtime, dataset)
     # Items without the order invariants that the model or the baselines need get them from edge_index.
-    loaded = with_order_invariants(load_dataset(data_cfg, sections.parallel.data_timeout_s, runtime, dataset),
-                                   keys_needing_invariants(sections), source)
+    loaded = with_order_invariants(loaded, needed, source)
     samples = check_samples(loaded, source)
     task = tasks.resolve_task(sections.task, loaded, samples, source)
     tasks.check_metric(sections.early_stopping.metric, task)

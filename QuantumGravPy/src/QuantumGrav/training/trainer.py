@@ -2,12 +2,9 @@
 
 fit = for each epoch: train one epoch, evaluate, let the callbacks act, stop when their votes say so.
 
-Everything else lives in a module named for it: the data and its loaders (``loaders``), the optimizer, schedule and
-step (``optimization``), exact evaluation (``evaluation.evaluator``), resuming (``restore``, ``runs.resume``),
-SIGTERM (``distributed.preemption``), and the callbacks (``callbacks/``): early stopping, checkpoints, the
-run's records, figures, baselines, destroyed-set curves, W&B, the users' own. The callbacks see the run
-through one ``RunState``, which the trainer keeps current. Rank-specific work goes through ``self.runtime`` (``distributed.runtime.Runtime``): in one
-process its collectives are no-ops, so the loop reads the same for both and there is one copy of it.
+The run's parts are built in ``components``; the callbacks see the run through one ``RunState``, kept current
+here. Rank-specific work goes through ``self.runtime``: in one process its collectives are no-ops, so there is
+one copy of the loop for both.
 """
 
 from __future__ import annotations
@@ -22,36 +19,26 @@ from typing import Any, Sequence
 import torch
 from torch_geometric.loader import DataLoader
 
-from ..data import sources as data_sources
-from . import loaders
-from ..evaluation import tasks
 from ..callbacks.base import Callback, CallbackList, Decision, configured_callbacks
 from ..callbacks.checkpointing import Checkpointing
 from ..callbacks.early_stopping import EarlyStopping
-from ..callbacks.records import RunRecords
-from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBreakdown, NodeRival
-from ..callbacks.state import RunState
-from ..callbacks.wandb_logging import WandbCallback
-from ..runs.checkpoint_files import RunLock
-from .restore import ResumePoint, read_resume_state, restore
 from ..config.schema import ResolvedConfig, dump_config, resolve_config
 from ..distributed.environment import resolve_device
-from ..distributed.runtime import Runtime, names_stalled_ranks
-from .batch_norm import recompute_batch_norm_statistics
-from .denormals import flush_denormals
-from ..errors import ConfigError, Preempted
-from ..evaluation.evaluator import Evaluator
-from ..logging_utils import close_run_log, get_logger, setup_logging
-from .memory import MemoryMonitor
-from .model_builder import build_model, check_model_forward
-from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
-from .optimization import Optimization, batches_per_epoch, build_named, check_unused_parameters
-from .schedules import derive_hyperparameters
 from ..distributed.preemption import sigterm_requests_a_stop
-from .progress import Progress
-from ..runs.resume import find_run_to_continue, job_token, open_run_dir
-from ..runs.artifacts import run_provenance
+from ..distributed.runtime import Runtime, names_stalled_ranks
+from ..errors import Preempted
+from ..evaluation import tasks
+from ..evaluation.evaluator import Evaluator
+from ..logging_utils import close_run_log, get_logger
 from ..runs.records import write_resolved_config
+from ..runs.resume import find_run_to_continue, job_token
+from . import components, loaders
+from .batch_norm import recompute_batch_norm_statistics
+from .memory import MemoryMonitor
+from .optimization import check_unused_parameters
+from .progress import Progress
+from .restore import ResumePoint, read_resume_state, restore
+from .testing import evaluate_test_split
 
 logger = get_logger("training")
 
@@ -72,11 +59,11 @@ def seed_step_generators(seed: int, device: torch.device) -> None:
 
 
 class Trainer:
-    """Train, validate and test a GNN on causal sets in one process.
+    """Train, validate and test a GNN on causal sets in one process; ``TrainerDDP`` is the same on every rank.
 
     ``prepare_dataloaders()``, ``run_training(train_loader, val_loader)``, ``run_test(test_loader)`` and
-    ``close()`` are the whole API; ``TrainerDDP`` has the same. Creating it creates the run directory
-    (``training.path``/``training.run_name``, or the one ``training.resume`` continues).
+    ``close()`` are the whole API. Creating it creates the run directory (``training.path``/``training.run_name``,
+    or the one ``training.resume`` continues).
 
     Args:
         config: a config path, dict or resolved config (``load_config``).
@@ -85,8 +72,7 @@ class Trainer:
         callbacks: ``QG.Callback`` instances run with the built-in ones.
 
     Raises:
-        ConfigError: an invalid config, or settings this machine cannot run (e.g. ``training.amp: fp16``
-            without CUDA).
+        ConfigError: an invalid config, or settings this machine cannot run (``training.amp: fp16`` without CUDA).
         UserError: bad data, or a run directory that cannot be created or is used by another job.
 
     Example:
@@ -104,52 +90,38 @@ class Trainer:
         self.sections = s = self.config.sections  # each component below is handed its own
         self.runtime = runtime or self._runtime()
         self.device = self.runtime.device
-        if s.loop.flush_denormals and self.device.type == "cpu":
-            flush_denormals()  # before any parallel op of the run: its threads start with the flag
-        if s.loop.amp == "fp16" and self.device.type != "cuda":
-            raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
-                              "use amp: bf16 on CPU, or amp: off")
+        components.prepare_device(s.loop, self.device)
         self.job_token = job_token() if self.runtime.is_main else None
         continued = find_run_to_continue(s.checkpoint, self.runtime, self.job_token)
         resume_state = read_resume_state(continued, self.config, self.device) if continued else None
         torch.manual_seed(s.loop.seed)  # same initial weights on every rank
         data = loaders.load_run_data(s, self.runtime, dataset)
         self.task = data.task
-        # The items' sizes, read once per run: the batch budget packs by them, the preflight finds the largest batch.
-        self.sizes = loaders.split_sizes(data.dataset, data.split, self.runtime) \
-            if s.loaders.training.batch_budget is not None or s.memory.preflight else None
-        self.train_batches = loaders.training_batches(self.sizes, s.loaders.training, s.loop.seed, self.runtime) \
-            if self.sizes is not None else None
-        self.core_model = self._build_model(data.first)
-        self.memory_estimate = self._preflight(data.dataset, data.split)  # before DDP wraps the model: its hooks would take this backward
+        self.sizes, self.train_batches = components.batch_plan(data, s, self.runtime)
+        self.core_model, self.model_io = components.build_run_model(s, data.first, self.task, self.device)
+        self.memory_estimate = components.preflight(self.core_model, data, self.sizes, self.train_batches, s,
+                                                    self.runtime)
         self.model = self._wrap_model(self.core_model)
+        self.optimization = components.build_optimization(self.core_model, s, self.runtime, len(data.split["train"]),
+                                                          self.train_batches)
+        self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
+        self.progress = Progress(self.runtime, s, self.memory)
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.device)
-        num_batches = len(self.train_batches) if self.train_batches is not None else \
-            batches_per_epoch(s.loaders.training, len(data.split["train"]), self.runtime.world_size)
-        self.optimization = Optimization(
-            self.core_model, optimizer=s.optimizer, scheduler=s.scheduler, loop=s.loop,
-            derived=derive_hyperparameters(s, self.runtime.world_size), monitored_mode=s.early_stopping.mode,
-            world_size=self.runtime.world_size, num_batches=num_batches)
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime, s.loaders.validation.mode,
                                    lambda: self.optimization.autocast(self.device.type))
         self.early_stopping = EarlyStopping.from_section(s.early_stopping)
         from_config = configured_callbacks(self.config["callbacks"])  # built here: constructors may refuse kwargs
-        # Only now, with data, model and optimizer built, is there a run to write: bad input found
-        # above leaves nothing on disk.
-        self.run_dir = open_run_dir(s.checkpoint, self.runtime, self.job_token, continued)
-        # One job per run; a restart of this job (same token) takes over the lock its first attempt left.
-        self._run_lock = RunLock.acquire(self.run_dir, self.job_token) if self.runtime.is_main else None
-        setup_logging(self.runtime.rank, self.run_dir)
+        # Only now, with data, model and optimizer built, is there a run to write: bad input found above leaves
+        # nothing on disk.
+        self.run_dir, self._run_lock = components.open_run(s.checkpoint, self.runtime, self.job_token, continued)
         if self.memory_estimate is not None:
             logger.debug(f"preflight: {self.memory_estimate.line()}")
-        self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
-        self.progress = Progress(self.runtime, s, self.memory)
-        self.state = RunState(
-            runtime=self.runtime, config=self.config, run_dir=self.run_dir, model=self.core_model,
-            optimizer=self.optimization.optimizer, scheduler=self.optimization.scheduler, task=self.task,
-            dataset=data.dataset, split=data.split, derived=self.optimization.derived,
-            summary={"run_dir": str(self.run_dir), **run_provenance(self.runtime.world_size)})
-        self.callbacks = CallbackList(self._callbacks([*from_config, *callbacks]), self.runtime.is_main)
+        self.state = components.run_state(self.config, self.runtime, self.run_dir, self.core_model,
+                                          self.optimization, data)
+        self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
+        self.callbacks = CallbackList(components.run_callbacks(s, self.task, self.run_dir, self.early_stopping,
+                                                               self.checkpointing, [*from_config, *callbacks]),
+                                      self.runtime.is_main)
         self._checked_unused_parameters = False
         self.resume_point = restore(self.state, self.optimization, self.callbacks, resume_state) \
             if resume_state else ResumePoint()
@@ -163,42 +135,8 @@ class Trainer:
         """This process's place in the job: a single process here (TrainerDDP: its rank in the process group)."""
         return Runtime(device=resolve_device(self.sections.loop.device))
 
-    def _build_model(self, first) -> torch.nn.Module:
-        """The model for items like ``first`` and the task; what it was built for goes into every checkpoint
-        (``model_io``), so that an applied run (``jobs.applied_run``) rebuilds it without the training data."""
-        section = self.sections.model
-        self.model_io = tasks.model_io(first.x.size(1), self.task)
-        key = "model.kwargs" if section.type is not None else "model"
-        model = build_named(key, build_model, section, first.x.size(1), self.task.output_width,
-                            node_level=self.task.node_level)
-        model = model.to(self.device)  # move to the device *before* any DDP wrapping
-        check_model_forward(model, first, self.task, section.as_mapping(), self.device)
-        return model
-
-    def _preflight(self, dataset: Any, split: dict[str, list[int]]) -> MemoryEstimate | None:
-        """The largest training batch, run once: a UserError (one line, exit 2) if it would not fit in memory."""
-        if not self.sections.memory.preflight:
-            return None
-        train = data_sources.subset(dataset, split["train"])
-        found = run_preflight(self.core_model, train, self.sizes["train"], self.train_batches, self.sections,
-                              self.runtime)
-        refuse_if_too_large(found, self.sections.loaders.training)
-        return found
-
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return model  # TrainerDDP wraps it in DistributedDataParallel
-
-    def _callbacks(self, users: Sequence[Callback]) -> list[Callback]:
-        """Early stopping, the users' (config's, then code's: they may extend the epoch's record), then writers
-        in the order their inputs need: metrics row before checkpoint (a resume drops later rows), summary, W&B."""
-        s = self.sections
-        wandb_cfg = s.wandb.as_mapping() if s.wandb is not None else None
-        self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
-        baselines = NodeRival() if self.task.node_level else Baselines()  # per element: the rival rule
-        return [self.early_stopping, *users,
-                *([baselines] if s.loaders.testing.baselines else []), DestroyedSetCurves(), KindBreakdown(),
-                *([Figures()] if s.logging.figures else []), RunRecords(self.run_dir, self.early_stopping),
-                self.checkpointing, *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
 
     def _checkpoint_contents(self, epoch: int, in_epoch: dict[str, Any] | None) -> dict[str, Any]:
         """What a checkpoint holds. ``epoch``: the last completed one; ``in_epoch``: where a mid-epoch
@@ -384,24 +322,9 @@ class Trainer:
             return None
         if self.state.best_state is not None:
             self.core_model.load_state_dict(self.state.best_state)
-        self.state.test_predictions = []
-        # The loader's batches in the order its predictions come (packed by size under a batch budget).
-        self.state.test_order = [self.state.split["test"][i] for batch in test_loader.batch_sampler for i in batch]
-        test = self.task.metrics(self.evaluator.local_totals(test_loader, self.state.test_predictions))
-        result = {**{f"test_{m}": test[m] for m in self.task.metric_names}, "num_test": test["count"]}
-        if isinstance(self.task, tasks.RegressionTask):
-            result.update(tasks.train_mean_metrics(self._targets("train"), self._targets("test")))
-        else:  # classes of sets (with each class's F1), or of elements for a node task
-            result.update(confusion_matrix=test["confusion"], class_names=self.task.class_names,
-                          **({"per_class_f1": test["per_class_f1"]} if "per_class_f1" in test else {}))
-        if self.task.node_level:
-            result.update(num_test_elements=test["nodes"])
+        result = evaluate_test_split(self.evaluator, self.task, self.state, test_loader)
         self.callbacks.call("on_test_end", self.state, result)
         return result
-
-    def _targets(self, split: str) -> list[float]:
-        """The ``y`` values of one split (rank 0, at test time)."""
-        return [float(self.state.dataset[i].y.reshape(-1)[0]) for i in self.state.split[split]]
 
     def close(self) -> None:
         """Tear the callbacks down (the W&B run finishes), release the run and close this rank's log file.

@@ -1,0 +1,94 @@
+"""How large a set of a QuantumGrav.jl store may be, judged before anything of it is read.
+
+A store is input like any other: a group whose ``adj`` declares 200,000 x 200,000 elements is a tiny folder (its
+chunks need never be written), yet reading it allocates 37 GiB and its features hours of products. So the shape each
+group's ``adj`` *declares* (its metadata file: ``.zarray`` in Zarr format 2, ``zarr.json`` in format 3) is read
+first, for every group, and checked against two limits before any chunk is read, any cache folder made or any run
+folder written:
+
+* ``max_elements``: the most elements a set may have (``data.kwargs.max_elements``);
+* the memory this process may use (what the machine has free, and the cgroup's limit where a job runs under one):
+  reading and deriving the features of a set of N elements holds about ``BYTES_PER_PAIR`` x N^2 bytes at its peak.
+
+The declared sizes are also each set's element count, known without reading it (``element_counts``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+
+from ..errors import UserError
+
+# The largest set read by default: 32,768 elements (a 1 GiB dense matrix; its features need about 16 GiB).
+DEFAULT_MAX_ELEMENTS = 32_768
+# Peak memory of reading one set and deriving its features, per pair of elements: 15.0 bytes at N = 2,048 and 13.1
+# at N = 4,096 measured (the growth of the peak resident memory of a process reading a 2D sprinkling, uint8 matrix,
+# its bool copies and the float32 product), rounded up.
+BYTES_PER_PAIR = 16
+GIB = 2**30
+_METADATA = ((".zarray", 2), ("zarr.json", 3))
+
+
+def declared_shape(store: Path, group: str) -> tuple[int, ...]:
+    """The shape the group's ``adj`` declares in its metadata file, read without zarr and without its chunks."""
+    folder = store / group / "adj"
+    for name, zarr_format in _METADATA:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            shape = json.loads(path.read_text()).get("shape")
+        except (OSError, ValueError, AttributeError) as err:
+            raise store_error(store, group, f"the metadata of 'adj' ({name}) cannot be read: {err}") from None
+        if not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape):
+            raise store_error(store, group, f"the metadata of 'adj' ({name}) declares the shape {shape!r}; expected a "
+                                         f"list of sizes (Zarr format {zarr_format})")
+        return tuple(shape)
+    raise store_error(store, group, "array 'adj' is missing (no .zarray or zarr.json in its folder); produce_data writes "
+                                 "adj, manifold_like, cset_type in every group")
+
+
+def usable_memory() -> int:
+    """Bytes this process may still allocate: the machine's available memory, or less under a cgroup limit."""
+    available = psutil.virtual_memory().available
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+    except (OSError, ValueError):
+        return available
+    return available if limit == "max" else min(available, max(int(limit) - used, 0))
+
+
+def checked_size(store: Path, group: str, max_elements: int, memory: int) -> int:
+    """N of the group's set, from its declared ``adj`` shape: one UserError naming store, group and shape if it is
+    not a non-empty square, has more than ``max_elements`` elements or needs more than ``memory`` bytes to read."""
+    shape = declared_shape(store, group)
+    if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
+        raise store_error(store, group, f"'adj' declares the shape {shape}; expected a non-empty square N x N causal "
+                                     f"matrix")
+    n = shape[0]
+    if n > max_elements:
+        raise store_error(store, group, f"'adj' declares {n:,} x {n:,} elements, more than max_elements ({max_elements:,}, "
+                                     f"data.kwargs.max_elements); nothing was read. Leave the store out, or raise the "
+                                     f"limit if sets of that size are meant")
+    needed = BYTES_PER_PAIR * n * n
+    if needed > memory:
+        raise store_error(store, group, f"'adj' declares {n:,} x {n:,} elements: reading it needs about "
+                                     f"{needed / GIB:,.1f} GiB, more than the {memory / GIB:,.1f} GiB this process may "
+                                     f"use; nothing was read. Leave the store out, or read it on a machine with more "
+                                     f"memory")
+    return n
+
+
+def check_max_elements(value: object) -> int:
+    if type(value) is not int or value < 1:
+        raise UserError(f"max_elements: expected a positive integer (the most elements a set may have), got {value!r}")
+    return value
+
+
+def store_error(store: Path, group: str, problem: str) -> UserError:
+    """One UserError naming the store, the group and what is wrong with it."""
+    return UserError(f"QuantumGrav.jl store {store}, group {group}: {problem}")

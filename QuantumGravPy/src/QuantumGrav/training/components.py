@@ -1,0 +1,122 @@
+"""What a training run is built of, each part from its own config sections (as torchtitan's trainer builds its
+model, optimizers and loaders): ``Trainer.__init__`` calls these in an order that finds bad input before the
+run directory exists, so a refused run leaves nothing on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..callbacks.base import Callback
+from ..callbacks.checkpointing import Checkpointing
+from ..callbacks.early_stopping import EarlyStopping
+from ..callbacks.records import RunRecords
+from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBreakdown, NodeRival
+from ..callbacks.state import RunState
+from ..callbacks.wandb_logging import WandbCallback
+from ..config.schema import ResolvedConfig
+from ..config.sections import ConfigSections
+from ..config.training_sections import CheckpointSection, LoopSection
+from ..data import sources as data_sources
+from ..distributed.runtime import Runtime
+from ..errors import ConfigError
+from ..evaluation import tasks
+from ..logging_utils import setup_logging
+from ..runs.artifacts import run_provenance
+from ..runs.checkpoint_files import RunLock
+from ..runs.resume import open_run_dir
+from . import loaders
+from .denormals import flush_denormals
+from .model_builder import build_model, check_model_forward
+from .optimization import Optimization, batches_per_epoch, build_named
+from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
+from .schedules import derive_hyperparameters
+
+
+def prepare_device(loop: LoopSection, device: torch.device) -> None:
+    """Refuse what this device cannot run, and flush denormal floats on a CPU."""
+    if loop.flush_denormals and device.type == "cpu":
+        flush_denormals()  # before any parallel op of the run: its threads start with the flag
+    if loop.amp == "fp16" and device.type != "cuda":
+        raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
+                          "use amp: bf16 on CPU, or amp: off")
+
+
+def batch_plan(data: loaders.RunData, sections: ConfigSections, runtime: Runtime
+               ) -> tuple[dict[str, np.ndarray] | None, Any]:
+    """The items' sizes, read once per run (the batch budget packs by them, the preflight finds the largest
+    batch), and the training batches packed by size; (None, None) where neither is configured."""
+    if sections.loaders.training.batch_budget is None and not sections.memory.preflight:
+        return None, None
+    sizes = loaders.split_sizes(data.dataset, data.split, runtime)
+    return sizes, loaders.training_batches(sizes, sections.loaders.training, sections.loop.seed, runtime)
+
+
+def build_run_model(sections: ConfigSections, first: Any, task: tasks.Task, device: torch.device
+                    ) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The model for items like ``first`` on ``device``, checked on ``first``, and what it was built for
+    (``model_io``: every checkpoint holds it, so that an applied run rebuilds the model without the data)."""
+    section = sections.model
+    key = "model.kwargs" if section.type is not None else "model"
+    model = build_named(key, build_model, section, first.x.size(1), task.output_width, node_level=task.node_level)
+    model = model.to(device)  # on the device *before* any DDP wrapping
+    check_model_forward(model, first, task, section.as_mapping(), device)
+    return model, tasks.model_io(first.x.size(1), task)
+
+
+def preflight(model: torch.nn.Module, data: loaders.RunData, sizes: dict[str, np.ndarray] | None, train_batches: Any,
+              sections: ConfigSections, runtime: Runtime) -> MemoryEstimate | None:
+    """The largest training batch, run once: a UserError (one line, exit 2) if it would not fit in memory.
+    Before DDP wraps the model: its hooks would take this backward."""
+    if not sections.memory.preflight:
+        return None
+    train = data_sources.subset(data.dataset, data.split["train"])
+    found = run_preflight(model, train, sizes["train"], train_batches, sections, runtime)
+    refuse_if_too_large(found, sections.loaders.training)
+    return found
+
+
+def build_optimization(model: torch.nn.Module, sections: ConfigSections, runtime: Runtime, num_train: int,
+                       train_batches: Any) -> Optimization:
+    """The optimizer, its schedule, AMP and the step, sized by the batches per epoch."""
+    num_batches = len(train_batches) if train_batches is not None else \
+        batches_per_epoch(sections.loaders.training, num_train, runtime.world_size)
+    return Optimization(model, optimizer=sections.optimizer, scheduler=sections.scheduler, loop=sections.loop,
+                        derived=derive_hyperparameters(sections, runtime.world_size),
+                        monitored_mode=sections.early_stopping.mode, world_size=runtime.world_size,
+                        num_batches=num_batches)
+
+
+def open_run(checkpoint: CheckpointSection, runtime: Runtime, token: str | None, continued: Path | None
+             ) -> tuple[Path, RunLock | None]:
+    """The run directory, this job's lock on it (rank 0) and this rank's log file in it. One job per run; a
+    restart of this job (same token) takes over the lock its first attempt left."""
+    run_dir = open_run_dir(checkpoint, runtime, token, continued)
+    lock = RunLock.acquire(run_dir, token) if runtime.is_main else None
+    setup_logging(runtime.rank, run_dir)
+    return run_dir, lock
+
+
+def run_state(config: ResolvedConfig, runtime: Runtime, run_dir: Path, model: torch.nn.Module,
+              optimization: Optimization, data: loaders.RunData) -> RunState:
+    """What every callback hook receives, with the summary's first lines: the run directory and provenance."""
+    return RunState(runtime=runtime, config=config, run_dir=run_dir, model=model, optimizer=optimization.optimizer,
+                    scheduler=optimization.scheduler, task=data.task, dataset=data.dataset, split=data.split,
+                    derived=optimization.derived,
+                    summary={"run_dir": str(run_dir), **run_provenance(runtime.world_size)})
+
+
+def run_callbacks(sections: ConfigSections, task: tasks.Task, run_dir: Path, early_stopping: EarlyStopping,
+                  checkpointing: Checkpointing, users: Sequence[Callback]) -> list[Callback]:
+    """Early stopping, the users' (config's, then code's: they may extend the epoch's record), then writers
+    in the order their inputs need: metrics row before checkpoint (a resume drops later rows), summary, W&B."""
+    wandb_cfg = sections.wandb.as_mapping() if sections.wandb is not None else None
+    baselines = NodeRival() if task.node_level else Baselines()  # per element: the rival rule
+    return [early_stopping, *users,
+            *([baselines] if sections.loaders.testing.baselines else []), DestroyedSetCurves(), KindBreakdown(),
+            *([Figures()] if sections.logging.figures else []), RunRecords(run_dir, early_stopping),
+            checkpointing, *([WandbCallback(wandb_cfg)] if wandb_cfg else [])]
+

@@ -1,0 +1,36 @@
+"""A run's last measurement: the model's metrics on the whole test split, on rank 0, with what each task adds
+(the training mean as a yardstick for regression, the confusion matrix for classes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_geometric.loader import DataLoader
+
+from ..callbacks.state import RunState
+from ..evaluation import tasks
+from ..evaluation.evaluator import Evaluator
+
+
+def evaluate_test_split(evaluator: Evaluator, task: tasks.Task, state: RunState, loader: DataLoader
+                        ) -> dict[str, Any]:
+    """``test_<metric>`` for each of the task's metrics, ``num_test`` and the task's extras; fills
+    ``state.test_predictions`` and ``state.test_order`` for the callbacks."""
+    state.test_predictions = []
+    # The loader's batches in the order its predictions come (packed by size under a batch budget).
+    state.test_order = [state.split["test"][i] for batch in loader.batch_sampler for i in batch]
+    test = task.metrics(evaluator.local_totals(loader, state.test_predictions))
+    result = {**{f"test_{m}": test[m] for m in task.metric_names}, "num_test": test["count"]}
+    if isinstance(task, tasks.RegressionTask):
+        result.update(tasks.train_mean_metrics(targets(state, "train"), targets(state, "test")))
+    else:  # classes of sets (with each class's F1), or of elements for a node task
+        result.update(confusion_matrix=test["confusion"], class_names=task.class_names,
+                      **({"per_class_f1": test["per_class_f1"]} if "per_class_f1" in test else {}))
+    if task.node_level:
+        result.update(num_test_elements=test["nodes"])
+    return result
+
+
+def targets(state: RunState, split: str) -> list[float]:
+    """The ``y`` values of one split."""
+    return [float(state.dataset[i].y.reshape(-1)[0]) for i in state.split[split]]
