@@ -261,6 +261,9 @@ OTHER_CONFIGS = {
     "train_quantumgrav_jl.yaml": ("data.", "training.num_workers"),  # QuantumGrav.jl's stores, read in workers
     # the nine kinds, as stores read in workers, and the strong baseline and the strongest rival made for them
     "manifold_like.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "testing.strongest_baseline"),
+    # the same question with the sprinklings in 3 (or 4) dimensions
+    "manifold_like_dimensions.yaml": ("data.", "training.num_workers", "testing.strong_baseline",
+                                      "testing.strongest_baseline"),
     # upstream QuantumGrav's model, optimizer and stopping metric on manifold_like.yaml's data (checked below)
     "upstream_gcn.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "model.", "training.batch_size",
                           "training.optimizer_kwargs.", "training.scheduler_type", *UPSTREAM_STOPPING),
