@@ -19,7 +19,7 @@ compute a few whole-set invariants and hand them to an off-the-shelf classifier.
   build today. Gradient-boosted trees on the order invariants, the distribution over the elements of every
   per-element feature and the layer widths (as the strong baseline's ``invariants_and_elements``), plus the exact
   test of two-dimensionality (``causal_sets.is_two_dimensional`` and the share of the elements on a violation,
-  ``TWO_DIMENSION_FEATURES``: every manifold-like kind here is a 2D order) and the field's graph observables
+  ``TWO_DIMENSION_FEATURES``: every manifold-like kind in d = 2 is a 2D order) and the field's graph observables
   (``causal_sets.GRAPH_OBSERVABLE_NAMES``: link-degree histograms, the link Laplacian's lambda_2 and lambda_max,
   the interval-size histogram; arXiv:2605.27514). Its own columns (``STRONGEST_FEATURE_NAMES``) are computed from
   each set's edges (the causal matrix is their closure), about 10 ms per set at N = 128.

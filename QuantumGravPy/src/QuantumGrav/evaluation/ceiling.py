@@ -6,7 +6,8 @@
   changed nothing (its elements take part in no relation: the sprinkling is untouched, and a sprinkling's elements
   can be related to nothing too). Such a set is labelled not manifold-like, and every method calls it wrongly.
 * **The exact test cannot call** a set whose label disagrees with ``causal_sets.is_two_dimensional``: a defect set
-  that is still a 2D order (every manifold-like kind generated here is one), or a manifold-like set that is not.
+  that is still a 2D order (every manifold-like kind generated in d = 2 is one), or a manifold-like set that is not
+  (every one in d = 3 or 4: the exact test answers the 2D question only).
 
 ``ceiling_counts`` counts both per kind; ``callable_sets`` marks the sets a model can call, so that results can be
 read on all sets and on the changed ones. Everything is read from each set's description (``describe(i)``: the
