@@ -163,14 +163,14 @@ def test_a_threshold_carries_its_caveat_and_a_constant_predictor_shows_none(smok
     run.model = Constant(28)
     varied = run.evaluate(other_kinds, out=tmp_path / "varied.csv")
     table = describe_evaluation(varied)
-    assert varied["constant_prediction"] is None and "recognised at 90% recall" in table
+    assert varied["constant_prediction"] is None and "90% recall crossed at" in table
     assert ("thresholds: read each threshold beside the recall of the manifold-like kinds (polynomial, "
             "complex_topology) above: a model that calls nearly every set not manifold-like recognises the smallest "
             "defects for free") in table
     run.model = Constant(1000)
     constant = run.evaluate(other_kinds, out=tmp_path / "constant.csv")
     table = describe_evaluation(constant)
-    assert constant["constant_prediction"] == "non_manifold_like" and "recognised at 90% recall" not in table
+    assert constant["constant_prediction"] == "non_manifold_like" and "90% recall crossed at" not in table
     assert ("thresholds: none shown; the model predicts non_manifold_like for every set, so a detection threshold "
             "would measure that, not the defects") in table
     assert constant["precision"] is None and constant["f1"] == 0.0 and constant["recall"] == 0.0
@@ -223,4 +223,4 @@ def test_the_recall_figure_labels_a_kind_without_test_sets_and_an_empty_panel(mo
     bars, curves = drawn["figure"].axes
     assert [label.get_text() for label in bars.get_xticklabels()] == ["grid", "polynomial"]
     assert [text.get_text() for text in bars.texts] == ["no test set"]
-    assert curves.texts and curves.texts[0].get_text().startswith("no test set of a kind whose defect is a fraction")
+    assert curves.texts and curves.texts[0].get_text().startswith("no test set of a kind with a drawn defect")

@@ -66,7 +66,8 @@ def apply_smoke_test(raw: dict[str, Any], explicit: Iterable[str] = ()) -> dict[
     data = _shrunk(data, {key: value for key, value in SMOKE_DATA.items() if key not in kept})
     if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"]:
         kept = _kept(data["kwargs"], SMOKE_KINDS, "data.kwargs.", explicit)
-        data["kwargs"] = _shrunk(data["kwargs"], {key: value for key, value in SMOKE_KINDS.items() if key not in kept})
+        data["kwargs"] = _defects_that_fit(_shrunk(data["kwargs"], {key: value for key, value in SMOKE_KINDS.items()
+                                                                     if key not in kept}))
     warn_smoke_data(data, kept)
     return {**raw, "data": data}
 
@@ -86,6 +87,21 @@ def _shrunk(values: dict[str, Any], smallest: dict[str, int]) -> dict[str, Any]:
     if _is_int(values["n_min"]) and _is_int(values["n_max"]):
         values["n_max"] = max(values["n_min"], values["n_max"])
     return values
+
+
+def _defects_that_fit(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The kinds' exact defect sizes that the shrunk sets can hold (a block leaves one element of n_min, changes
+    are at most its pairs); where none can, the largest that can. Anything not a list of integers is left for
+    validation to report."""
+    n_min = kwargs["n_min"]
+    if not _is_int(n_min):
+        return kwargs
+    kwargs = dict(kwargs)
+    for key, most in (("block_sizes", n_min - 1), ("changed_relations", n_min * (n_min - 1) // 2)):
+        sizes = kwargs.get(key)
+        if isinstance(sizes, list) and sizes and all(_is_int(size) for size in sizes):
+            kwargs[key] = [size for size in sizes if size <= most] or [most]
+    return kwargs
 
 
 def warn_smoke_data(data: dict[str, Any], kept: Iterable[str] = ()) -> None:

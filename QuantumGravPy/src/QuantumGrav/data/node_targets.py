@@ -1,11 +1,11 @@
 """Questions about each element of a causal set, read from the stores our generator writes (``data.kinds``).
 
-``inserted_block``: is the element inside the small layered block inserted into a ``merged`` (or
-``merged_ambiguous``) set? Each group of such a set keeps a ``node_labels`` array (uint8, 1 inside the block, in
-element order, so node k of an item is element k + 1 of the store's set); a group of another kind without it has no
-inserted block: all its labels are 0. QuantumGrav.jl's produce_data.jl writes no ``node_labels``: its merged sets
-have a block nobody recorded, so a per-element target on them is refused (``check_node_labels``), as is data that
-records no label at all (every target would be 0).
+``inserted_block``: is the element inside the random 3-layer block inserted into a ``merged`` (or
+``merged_ambiguous``) set (from 4 elements to all but one of the set)? Each group of such a set keeps a
+``node_labels`` array (uint8, 1 inside the block, in element order, so node k of an item is element k + 1 of the
+store's set); a group of another kind without it has no inserted block: all its labels are 0. QuantumGrav.jl's
+produce_data.jl writes no ``node_labels``: its merged sets have a block nobody recorded, so a per-element target on
+them is refused (``check_node_labels``), as is data that records no label at all (every target would be 0).
 """
 
 from __future__ import annotations

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from . import tasks
-from .kinds import mean_by_kind, recall_by_kind
+from .kinds import describe_threshold, mean_by_kind, recall_by_kind
+from .scores import classification_metrics
 from .undefined import undefined_metrics, with_undefined_as_none
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
@@ -98,8 +100,12 @@ class Predictions:
                     "undefined": undefined_metrics(task, result)}
         true, predicted = self.targets.view(-1).long().tolist(), task.predict(self.outputs).tolist()
         correct = [float(t == p) for t, p in zip(true, predicted)]
+        positive = torch.sigmoid(self.outputs.view(-1)).numpy() if isinstance(task, tasks.BinaryTask) else None
+        ranking = classification_metrics(np.array(true, dtype=np.int64), np.array(predicted, dtype=np.int64),
+                                         task.num_classes, positive) if true else {}
         undefined = undefined_metrics(task, result)
         result = {**result, "per_class_f1": dict(zip(task.class_names, result["per_class_f1"])),
+                  **{key: ranking[key] for key in ("balanced_accuracy", "roc_auc") if key in ranking},
                   "per_kind": recall_by_kind(self.kinds, correct)}
         return {**with_undefined_as_none(result, undefined), "undefined": undefined}
 
@@ -163,6 +169,8 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     (sets outside the training range, sets closed or left out), and where the files are."""
     shown = [m for m in tasks.TASK_METRICS[result["task"]] if m != "loss"]
     scores = "  ".join(f"{m} {_number(result[m])}" for m in shown)
+    ranking = [m for m in ("balanced_accuracy", "roc_auc") if m in result]
+    scores += "".join(f"  {m} {_number(result[m])}" for m in ranking)
     lines = ["", f"=== {result['run']} applied to {result['data_name']} ({result['count']} causal sets) ===",
              f"{scores}  (loss {result['loss']:.4f})"]
     width = max(len(name) for name in [*result.get("per_class_f1", {}), *result["per_kind"], "class"]) + 2
@@ -170,8 +178,11 @@ def describe_evaluation(result: dict[str, Any]) -> str:
         lines += [f"{'class':<{width}}{'F1':>8}"]
         lines += [f"{name:<{width}}{_number(f1):>8}" for name, f1 in result["per_class_f1"].items()]
     measure = "recall" if "per_class_f1" in result else "mae"
-    lines += [f"{'kind':<{width}}{'sets':>8}{measure:>8}"]
-    lines += [f"{kind:<{width}}{row['sets']:>8}{row[measure]:>8.3f}" for kind, row in result["per_kind"].items()]
+    interval = "recall_low" in next(iter(result["per_kind"].values()), {})
+    lines += [f"{'kind':<{width}}{'sets':>8}{measure:>8}" + ("  95% interval" if interval else "")]
+    lines += [f"{kind:<{width}}{row['sets']:>8}{row[measure]:>8.3f}"
+              + (f"  {row['recall_low']:.3f}-{row['recall_high']:.3f}" if interval else "")
+              for kind, row in result["per_kind"].items()]
     lines += describe_thresholds(result)
     lines += [f"undefined: {name}: {why}" for name, why in result.get("undefined", {}).items()]
     lines += [f"note: {note}" for note in result.get("notes", [])]
@@ -194,11 +205,8 @@ def describe_thresholds(result: dict[str, Any]) -> list[str]:
     if constant is not None:
         return [f"thresholds: none shown; the model predicts {constant} for every set, so a detection threshold "
                 f"would measure that, not the defects"]
-    lines = []
-    for kind, sizes in by_size.items():
-        smallest = sizes["model"]["smallest_at_90"]
-        shown = "none" if smallest is None else f"{smallest:.3g}"
-        lines.append(f"{kind}: smallest {sizes['size']} recognised at 90% recall: {shown}")
+    lines = [f"{kind}: 90% recall crossed at {sizes['size']} {describe_threshold(sizes['model']['threshold_at_90'])}"
+             for kind, sizes in by_size.items()]
     return lines + [f"thresholds: {THRESHOLD_CAVEAT}"]
 
 
