@@ -168,7 +168,7 @@ def test_manifold_like_yaml_trains_on_generated_sets_and_on_the_same_stores_read
     assert applied["count"] == 18 and set(applied["per_kind"]) == set(GENERATORS)
     other = KindsDataset(tmp_path / "other", num_per_kind=4, seed=1, workers=1, kinds=["destroyed"], **SMALL)
     by_size = QG.load_run(trainer.run_dir).evaluate(str(other.folder))["by_defect_size"]["destroyed"]
-    assert by_size["size"] == "flip_fraction" and sum(row["sets"] for row in by_size["model"]["bins"]) == 4
+    assert by_size["size"] == "changed_relations" and sum(row["sets"] for row in by_size["model"]["bins"]) == 4
     folder, = (tmp_path / "kinds").iterdir()
     stores = QG.load_config(REPO / "configs" / "train_quantumgrav_jl.yaml", [
         f"data.kwargs.path={folder}", f"data.kwargs.target={target}", *_job_settings(tmp_path, target)[6:]])
@@ -255,3 +255,4 @@ def test_upstreams_model_trains_on_the_same_sets_and_stops_on_the_weighted_f1(tm
     trainer.close()
     assert type(trainer.core_model).__name__ == "UpstreamGCN" and trainer.early_stopping.metric == "val_weighted_f1"
     assert all(0 <= row["val_weighted_f1"] <= 1 for row in trainer.history) and "test_weighted_f1" in test
+    assert 0 <= test["test_balanced_accuracy"] <= 1 and (test["test_roc_auc"] is None or 0 <= test["test_roc_auc"] <= 1)
