@@ -87,7 +87,9 @@ def test_the_csv_has_a_row_per_set_with_its_kind_truth_prediction_and_probabilit
     run = QG.load_run(runs["multiclass"])
     result = run.evaluate(runs["multiclass"] / "config.yaml")
     rows = read_csv(result["predictions_csv"])
-    assert list(rows[0]) == ["set", "kind", "truth", "predicted", "score"]
+    assert list(rows[0]) == ["set", "kind", "num_elements", "truth", "predicted", "score", "outside_training_range"]
+    low, high = TINY["data"]["n_min"], TINY["data"]["n_max"]
+    assert all(low <= int(row["num_elements"]) <= high for row in rows)
     assert [int(row["set"]) for row in rows] == list(range(TINY["data"]["num_samples"])) == list(range(result["count"]))
     assert all(row["kind"] == row["truth"] for row in rows), "the generator's cset types are this run's classes"
     assert {row["truth"] for row in rows} == set(run.task.class_names)
@@ -113,7 +115,9 @@ def test_a_store_a_list_of_stores_and_a_folder_of_stores(runs, stores):
     assert metrics_of(folder) == metrics_of(listed)
     assert {kind: found["sets"] for kind, found in folder["per_kind"].items()} == {"layered": 4, "polynomial": 6}
     rows = read_csv(folder["predictions_csv"])
-    assert list(rows[0]) == ["set", "store", "group", "kind", "truth", "predicted", "score"]
+    assert list(rows[0]) == ["set", "store", "group", "kind", "num_elements", "truth", "predicted", "score",
+                             "outside_training_range"]
+    assert {row["num_elements"] for row in rows} == {"16"}
     assert [(row["store"], row["group"]) for row in rows] == [("layered_2.zarr", f"cset_{i}") for i in range(1, 5)] + [
         ("polynomial_1.zarr", f"cset_{i}") for i in range(1, 7)]
     assert all(row["truth"] == ("manifold_like" if row["kind"] == "polynomial" else "non_manifold_like") for row in rows)
@@ -121,6 +125,15 @@ def test_a_store_a_list_of_stores_and_a_folder_of_stores(runs, stores):
     assert all((float(row["score"]) >= threshold) == (row["predicted"] == "manifold_like") for row in rows)
     assert folder["per_kind"]["layered"]["recall"] == sum(row["predicted"] == "non_manifold_like"
                                                           for row in rows[:4]) / 4
+    layered = folder["per_kind"]["layered"]
+    assert layered["recall_low"] <= layered["recall"] <= layered["recall_high"]
+    truth = [row["truth"] == "manifold_like" for row in rows]
+    predicted = [row["predicted"] == "manifold_like" for row in rows]
+    assert folder["balanced_accuracy"] == pytest.approx(  # the mean of the two classes' recalls
+        (sum(p and t for p, t in zip(predicted, truth)) / 6 + sum(not p for p in predicted[:4]) / 4) / 2)
+    positives = [float(row["score"]) for row in rows[4:]]
+    assert folder["roc_auc"] == pytest.approx(  # how often a manifold-like set outscores a layered one
+        sum((p > n) + 0.5 * (p == n) for p in positives for n in map(float, (r["score"] for r in rows[:4]))) / 24)
 
 
 def test_the_command_prints_the_table_and_writes_the_files(cli_in_process, runs, stores, tmp_path):
@@ -129,7 +142,8 @@ def test_the_command_prints_the_table_and_writes_the_files(cli_in_process, runs,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "applied to output (10 causal sets)" in done.stdout
-    for line in ("kind", "layered", "polynomial", "non_manifold_like", "weighted_f1", str(out)):
+    for line in ("kind", "layered", "polynomial", "non_manifold_like", "weighted_f1", "balanced_accuracy", "roc_auc",
+                 "95% interval", str(out)):
         assert line in done.stdout
     assert len(read_csv(out)) == 10 and json.loads((out.parent / "metrics.json").read_text())["count"] == 10
 

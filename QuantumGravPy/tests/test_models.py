@@ -54,21 +54,38 @@ def test_hybrid_head_reads_the_invariants_and_the_plain_model_ignores_them():
 def test_the_constructors_defaults_are_the_default_jobs_model():
     """GNNClassifier(in_channels, num_classes) is the model of configs/train.yaml but for its invariants, which
     depend on the data (graph_features: the number of features, 0 unless build_model is given the data's)."""
-    import inspect
-
-    from QuantumGrav.models.gnn import DEFAULT_CONV_KWARGS, GNNClassifier
+    from QuantumGrav.models.gnn import GNNClassifier
 
     model_section = QG.load_config(None)["model"]
-    signature = inspect.signature(GNNClassifier).parameters
-    for key in ("conv", "hidden_channels", "norm", "activation", "dropout", "pooling", "head_hidden", "directions"):
-        default = signature[key].default
-        assert (list(default) if isinstance(default, tuple) else default) == model_section[key], key
-    assert DEFAULT_CONV_KWARGS == model_section["conv_kwargs"]
     direct, built = GNNClassifier(NUM_FEATURES, 5), build_model({**model_section, "graph_features": False}, NUM_FEATURES, 5)
     assert str(direct) == str(built)  # the same layers, of the same sizes
     assert {k: v.shape for k, v in direct.state_dict().items()} == {k: v.shape for k, v in built.state_dict().items()}
     # another layer without conv_kwargs gets none (heads=2 would be GraphConv's error)
     assert isinstance(GNNClassifier(NUM_FEATURES, 5, conv=GraphConv).convs[0].forward_conv, GraphConv)
+
+
+def test_the_model_sections_defaults_are_written_once_in_gnn_classifier(monkeypatch):
+    """The config's model section has no defaults of its own for the built-in model: a default changed in
+    GNNClassifier's signature (or DEFAULT_CONV_KWARGS) is the config's default, in a loaded config and in a
+    section built without one."""
+    from QuantumGrav.config import sections
+    from QuantumGrav.config.learning_sections import ModelSection
+    from QuantumGrav.models import gnn
+
+    kwdefaults = {**gnn.GNNClassifier.__init__.__kwdefaults__, "dropout": 0.25, "hidden_channels": (16, 8),
+                  "conv": GraphConv, "directions": "forward"}
+    monkeypatch.setattr(gnn.GNNClassifier.__init__, "__kwdefaults__", kwdefaults)
+    monkeypatch.setattr(gnn, "DEFAULT_CONV_KWARGS", {"aggr": "max"})
+    sections._layout.cache_clear()  # the config's layout, and so its defaults, is read once per process
+    try:
+        loaded, built = QG.load_config(None)["model"], ModelSection()
+    finally:
+        sections._layout.cache_clear()
+    assert {k: loaded[k] for k in ("dropout", "hidden_channels", "conv", "directions", "conv_kwargs")} == \
+        {"dropout": 0.25, "hidden_channels": [16, 8], "conv": GraphConv, "directions": "forward",
+         "conv_kwargs": {"aggr": "max"}}
+    assert (built.dropout, built.hidden_channels, built.conv, built.conv_kwargs) == \
+        (0.25, (16, 8), GraphConv, {"aggr": "max"})
 
 
 def test_gnn_classifier_named_as_model_type_is_built_as_any_named_class():
@@ -82,9 +99,9 @@ def test_gnn_classifier_named_as_model_type_is_built_as_any_named_class():
     check_model_forward(model, item, MulticlassTask(4), model_section, torch.device("cpu"))
 
 
-def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_config):
+def test_default_config_model_trains_end_to_end_and_reports_the_baselines(tiny_config):
     config = tiny_config({"model.directions": "both", "model.graph_features": True, "training.num_epochs": 2,
-                          **ALL_RESULTS})
+                          "testing.strongest_baseline": True, **ALL_RESULTS})
     trainer = QG.Trainer(config)
     train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
     trainer.run_training(train_loader, val_loader)
@@ -94,8 +111,12 @@ def test_default_config_model_trains_end_to_end_and_reports_both_baselines(tiny_
     assert 0.0 <= summary["baseline_accuracy"] <= 1.0 and 0.0 <= summary["strong_baseline_accuracy"] <= 1.0
     assert "gradient boosting" in summary["strong_baseline_method"]
     assert len(summary["baselines"]["strong"]["per_class_recall"]) == trainer.dataset.num_classes
+    assert 0.0 <= summary["strongest_baseline_accuracy"] <= 1.0 and 0.0 <= summary["strong_baseline_balanced_accuracy"]
+    assert "2D-order test" in summary["strongest_baseline_method"]
+    assert 0.0 <= summary["test_balanced_accuracy"] <= 1.0 and "test_roc_auc" not in summary  # 5 classes: no ROC
     lines = QG.runs.records.summarise_run({"summary": summary, "test": test}).splitlines()
     assert any(line.startswith("strong baseline  accuracy") for line in lines)
+    assert any(line.startswith("strongest baseline  accuracy") for line in lines)
 
 
 # --------------------------------------------------------------------------- the check of the first item
@@ -164,3 +185,7 @@ def test_upstreams_gcn_reads_the_link_degrees_as_counts_and_gives_one_output_per
     assert torch.allclose(seen[0][:, 0], in_degrees), "in-link degrees as counts, as upstream feeds them"
     with pytest.raises(ValueError, match="feature_columns: expected columns of the 10 node features, got \\[2, 10\\]"):
         UpstreamGCN(10, 1, feature_columns=[2, 10])
+    assert model.blocks[0].norm.momentum == 0.1  # torch's default unless asked
+    assert UpstreamGCN(10, 1, batch_norm_momentum=0.2).blocks[0].norm.momentum == 0.2  # upstream's
+    with pytest.raises(ValueError, match="batch_norm_momentum: expected a number in \\(0, 1\\], got 0"):
+        UpstreamGCN(10, 1, batch_norm_momentum=0)

@@ -104,6 +104,22 @@ def test_classes_fit_on_a_few_screens():
     assert not long_classes, f"classes over {MAX_CLASS_LINES} lines: {long_classes}"
 
 
+def test_no_module_docstring_outweighs_its_code():
+    """A module's docstring says what it holds and why in fewer lines than the code it opens (a subpackage's
+    __init__.py, a docstring alone, excepted)."""
+    wordy = {}
+    for name, path in GRAPH.files.items():
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        if path.name == "__init__.py" and len(tree.body) == 1 or not ast.get_docstring(tree):
+            continue
+        docstring = tree.body[0]
+        code = [line for line in text.splitlines()[docstring.end_lineno:] if line.strip()]
+        if docstring.end_lineno - docstring.lineno + 1 > len(code):
+            wordy[name] = (docstring.end_lineno - docstring.lineno + 1, len(code))
+    assert not wordy, f"modules whose docstring is longer than their code (docstring lines, code lines): {wordy}"
+
+
 def test_the_graph_reader_sees_inner_and_type_only_imports(tmp_path):
     """The checks above cannot pass for want of seeing an import: a cycle closed inside a function or under
     TYPE_CHECKING is found."""

@@ -23,8 +23,8 @@ from .state import RunState
 
 
 class Baselines(Callback):
-    """After the test (rank 0, with ``testing.baselines``): both baselines fitted on the training split and
-    scored on the test split, next to the model's result. Their predictions on the test split are kept in
+    """After the test (rank 0, with ``testing.baselines``): the baselines (with ``testing.strongest_baseline`` the
+    strongest rival too) fitted on the training split and scored on the test split, next to the model's result. Their predictions on the test split are kept in
     ``state.baseline_predictions`` (the destroyed-set curves compare them with the model's)."""
 
     main_process_only = True
@@ -33,13 +33,13 @@ class Baselines(Callback):
         if getattr(state.dataset[0], "invariants", None) is None:  # the generator's per-set invariants
             return
         classification = isinstance(state.task, ClassificationTask)
-        features = state.config["testing"]["strong_baseline"]
-        kind, truth, predictions = predict_baselines(state.dataset, state.split["train"], state.split["test"],
-                                                     "classification" if classification else "regression", features)
-        baselines = score_baselines(kind, truth, predictions, state.task.num_classes if classification else None,
-                                    features)
+        features, strongest = state.config["testing"]["strong_baseline"], state.config["testing"]["strongest_baseline"]
+        test = predict_baselines(state.dataset, state.split["train"], state.split["test"],
+                                 "classification" if classification else "regression", features, strongest)
+        baselines = score_baselines(test.task, test.truth, test.predictions,
+                                    state.task.num_classes if classification else None, features, test.positive_scores)
         result.update(**flatten_baselines(baselines), baselines=baselines)
-        state.baseline_predictions = predictions
+        state.baseline_predictions = test.predictions
 
 
 class NodeRival(Callback):
@@ -102,6 +102,10 @@ class KindBreakdown(Callback):
         correct.update({f"{name}_baseline": np.asarray(predictions) == np.array([truth[i] for i in test])
                         for name, predictions in state.baseline_predictions.items()})
         result.update(kind_breakdown([state.dataset.describe(i) for i in test], correct))
+        # The kinds the data holds (each store's) that the test split has no set of: their recall is undefined.
+        present = set(result["by_kind"]["gnn"])
+        result["kinds_without_test_sets"] = [kind for kind in getattr(state.dataset, "found_cset_types", None) or []
+                                             if kind not in present]
 
 
 class Figures(Callback):
@@ -120,7 +124,7 @@ class Figures(Callback):
             self._draw(state, "predictions", plot_predictions, [(p, t) for p, t, _ in state.test_predictions])
         if result.get("by_kind"):
             self._draw(state, "recall_by_kind", plot_recall_by_kind, result["by_kind"], result["by_defect_size"],
-                       MODEL_LABELS)
+                       MODEL_LABELS, absent=result.get("kinds_without_test_sets", ()))
         if state.task.node_level:
             *example, title = inserted_block_example(state)
             self._draw(state, "inserted_block", plot_inserted_block, *example, title=title)

@@ -71,10 +71,16 @@ class EarlyStoppingSection(Section):
     window: int = setting(3, integer(1), "judge the metric's mean over the last window epochs, so that one lucky "
                                          "epoch is not the best one (the best epoch is the window's last); 1: each "
                                          "epoch alone")
+    grace: int = setting(0, integer(0), "the first epochs, in which an epoch without improvement does not count "
+                                        "toward patience (upstream QuantumGrav's grace_period: 8)")
 
 
-# The built-in model's defaults are the default job's (configs/train.yaml, the study's best), and
-# GNNClassifier's: tests/test_config.py and tests/test_models.py keep them equal.
+def _gnn_default(keyword: str) -> PyObjectName:
+    """The default of GNNClassifier's ``keyword``: the built-in model declares its defaults, the default job's
+    model, once (config/ reads them by name: it imports nothing of models/)."""
+    return PyObjectName("QuantumGrav.models.gnn.GNNClassifier", keyword)
+
+
 @dataclass(frozen=True)
 class ModelSection(Section):
     """``model:``: the built-in GNNClassifier's architecture, or your own model.type."""
@@ -88,30 +94,33 @@ class ModelSection(Section):
                             "conv to graph_features then do not apply. null: the built-in "
                             "QuantumGrav.models.gnn.GNNClassifier")
     conv: type = setting(
-        PyObjectName("QuantumGrav.models.sparse_attention.SparseTransformerConv"), pyobject_of("convolution"),
+        _gnn_default("conv"), pyobject_of("convolution"),
         "message-passing layer class (a subclass of torch.nn.Module), built as conv(in, out, **conv_kwargs): the "
         "default, QuantumGrav.models.sparse_attention.SparseTransformerConv, computes PyG's TransformerConv (same "
         "parameters, same state_dict) without [edges, heads, channels] tensors; PyG's own layers (TransformerConv, "
         "GraphConv, GCNConv, GINConv, GATv2Conv, SAGEConv) can be named instead")
-    conv_kwargs: dict[str, Any] = setting({"heads": 2, "concat": False}, mapping,
+    conv_kwargs: dict[str, Any] = setting(PyObjectName("QuantumGrav.models.gnn.DEFAULT_CONV_KWARGS"), mapping,
                                           "keyword arguments of every conv layer; the default is "
                                           "(Sparse)TransformerConv's (two attention heads, averaged): set it too "
                                           "when you change conv, e.g. --set model.conv_kwargs={} for GraphConv")
-    hidden_channels: tuple[int, ...] = setting((128, 128, 128), list_of(integer(1), min_len=1),
+    hidden_channels: tuple[int, ...] = setting(_gnn_default("hidden_channels"), list_of(integer(1), min_len=1),
                                                "one message-passing layer per entry, its width")
-    norm: str = setting("batch", choice("batch", "layer", "graph", "none"), "normalisation after each layer")
-    activation: str = setting("relu", choice("relu", "gelu", "elu", "tanh", "leaky_relu"),
+    norm: str = setting(_gnn_default("norm"), choice("batch", "layer", "graph", "none"),
+                        "normalisation after each layer")
+    activation: str = setting(_gnn_default("activation"), choice("relu", "gelu", "elu", "tanh", "leaky_relu"),
                               "activation after each layer and in the head")
-    dropout: float = setting(0.1, number(0.0, 0.99), "dropout probability after each layer and in the head")
-    pooling: str = setting("mean", choice("mean", "max", "add", "mean_max"),
+    dropout: float = setting(_gnn_default("dropout"), number(0.0, 0.99),
+                             "dropout probability after each layer and in the head")
+    pooling: str = setting(_gnn_default("pooling"), choice("mean", "max", "add", "mean_max"),
                            "per-graph readout of the node states (mean_max: both, concatenated)")
     readout: str = setting("auto", choice("auto", "graph", "node"),
                            "graph: the head sees each set's pooled node states and gives outputs per set; node: no "
                            "pooling, the head sees each element's state (with its set's invariants, under "
                            "graph_features) and gives outputs per element; auto: node for a node-level task "
                            "(node_binary), graph otherwise")
-    head_hidden: tuple[int, ...] = setting((64,), list_of(integer(1)), "hidden widths of the classifier MLP")
-    directions: str = setting("both", choice("forward", "both"),
+    head_hidden: tuple[int, ...] = setting(_gnn_default("head_hidden"), list_of(integer(1)),
+                                           "hidden widths of the classifier MLP")
+    directions: str = setting(_gnn_default("directions"), choice("forward", "both"),
                               "forward: messages past -> future only; both: past -> future and future -> past, with "
                               "separate weights")
     graph_features: bool = setting(True, boolean, "hybrid: the set's order invariants (data.invariants) join the "

@@ -5,6 +5,7 @@ from these declarations."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
@@ -48,10 +49,16 @@ def thaw(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class PyObjectName:
-    """A default given by its dotted path, imported when first read: a class of a module above config/
-    (the model's default layer lives in models/)."""
+    """A default given by its dotted path, imported when first read: an object of a module above config/, or
+    with ``keyword`` that keyword's default in the object's signature (the built-in model's defaults are
+    declared once, by ``GNNClassifier``)."""
 
     path: str
+    keyword: str | None = None
+
+    def resolve(self) -> Any:
+        named = resolve_pyobject(self.path)
+        return named if self.keyword is None else inspect.signature(named).parameters[self.keyword].default
 
 
 def setting(default: Any, check: Callable[[Any], Any], doc: str, *, nullable: bool = False,
@@ -79,7 +86,7 @@ class Section:
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
             if isinstance(value, PyObjectName):
-                object.__setattr__(self, item.name, resolve_pyobject(value.path))
+                object.__setattr__(self, item.name, freeze(value.resolve()))
 
     def as_mapping(self) -> dict[str, Any]:
         """The section as the plain mapping its YAML keys hold (``sections.data.as_mapping()["n_min"]``), for the
@@ -112,7 +119,7 @@ def schema_field(item: dataclasses.Field) -> Field:
     """The setting as validation reads it, its default in the resolved config's (YAML) form."""
     default = item.default
     if isinstance(default, PyObjectName):
-        default = resolve_pyobject(default.path)
+        default = default.resolve()
     meta = item.metadata
     return Field(meta["check"], thaw(default), meta["nullable"], meta["doc"])
 

@@ -15,6 +15,14 @@ compute a few whole-set invariants and hand them to an off-the-shelf classifier.
   the layers of equal longest past chain: what separates QuantumGrav.jl's kinds (a grid's regular degrees, a
   layered order's few wide layers, an inserted block's anomalous elements) where whole-set invariants average
   it away.
+* The **strongest** rival (``testing.strongest_baseline``): what a causal-set theorist with scikit-learn would
+  build today. Gradient-boosted trees on the order invariants, the distribution over the elements of every
+  per-element feature and the layer widths (as the strong baseline's ``invariants_and_elements``), plus the exact
+  test of two-dimensionality (``causal_sets.is_two_dimensional`` and the share of the elements on a violation,
+  ``TWO_DIMENSION_FEATURES``: every manifold-like kind in d = 2 is a 2D order) and the field's graph observables
+  (``causal_sets.GRAPH_OBSERVABLE_NAMES``: link-degree histograms, the link Laplacian's lambda_2 and lambda_max,
+  the interval-size histogram; arXiv:2605.27514). Its own columns (``STRONGEST_FEATURE_NAMES``) are computed from
+  each set's edges (the causal matrix is their closure), about 10 ms per set at N = 128.
 
 The classifiers are scikit-learn's (the field's well-kept implementations: solvers with
 convergence checks, deterministic with a fixed ``random_state``). Both are fitted on the
@@ -27,14 +35,18 @@ on a shared 2-core machine).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
 from ..config.training_sections import STRONG_BASELINE_FEATURES as STRONG_FEATURES
-from ..data.causal_sets import INVARIANT_NAMES, NODE_FEATURES, SIMPLE_INVARIANT_NAMES
+from ..data.causal_sets import (GRAPH_OBSERVABLE_NAMES, INVARIANT_NAMES, NODE_FEATURES, SIMPLE_INVARIANT_NAMES,
+                                TWO_DIMENSION_FEATURES, elements_between, features_and_invariants, graph_observables,
+                                natural_order, two_dimension_features)
+from ..data.derived_invariants import NotACausalSet, causal_matrix_of_edges
+from .scores import classification_metrics
 
 TASKS = ("classification", "regression")
 
@@ -79,21 +91,61 @@ def element_statistics(x: np.ndarray) -> np.ndarray:
     return np.concatenate([np.stack(columns, axis=1).reshape(-1), layers])
 
 
-def baseline_features(graphs: Iterable, strong_features: str = "invariants") -> np.ndarray:
+def element_statistic_names() -> list[str]:
+    """The names of ``element_statistics``' columns: ``<feature>_<statistic>``, then ``LAYER_STATISTICS``."""
+    return [f"{feature}_{statistic}" for feature in NODE_FEATURES for statistic in ELEMENT_STATISTICS] \
+        + list(LAYER_STATISTICS)
+
+
+# The strongest rival's own columns, computed from each set's causal matrix (``strongest_features``).
+STRONGEST_FEATURE_NAMES: tuple[str, ...] = (*element_statistic_names(), *TWO_DIMENSION_FEATURES,
+                                            *GRAPH_OBSERVABLE_NAMES)
+
+
+def strongest_features(graph: Any, index: int = 0) -> np.ndarray:
+    """The strongest rival's own columns (``STRONGEST_FEATURE_NAMES``) of one graph, from its causal matrix: the
+    closure of its ``edge_index`` (links or relations, past to future), in a natural labelling."""
+    try:
+        R = causal_matrix_of_edges(graph.edge_index, int(graph.num_nodes))
+    except NotACausalSet as err:
+        raise ValueError(f"item {index} is not a causal set (a partial order): {err}; the strongest baseline reads "
+                         f"each set's order from its edges (give edge_index past -> future along the links or "
+                         f"relations of a partial order, or set testing.strongest_baseline: false)") from None
+    order = natural_order(R)
+    R = R[np.ix_(order, order)]
+    between = elements_between(R)
+    elements, _ = features_and_invariants(R, between)
+    return np.concatenate([element_statistics(elements), two_dimension_features(R), graph_observables(R, between)])
+
+
+def baseline_features(graphs: Iterable, strong_features: str = "invariants", strongest: bool = False) -> np.ndarray:
     """The baselines' input per set: ``INVARIANT_NAMES`` first, then (``invariants_and_elements``) each set's
-    ``element_statistics`` of its node features ``x``."""
+    ``element_statistics`` of its node features ``x``, then (``strongest``) its ``strongest_features``."""
     if strong_features not in STRONG_FEATURES:
         raise ValueError(f"strong_features: expected one of {STRONG_FEATURES}, got {strong_features!r}")
     graphs = list(graphs)
-    invariants = invariants_matrix(graphs)
-    if strong_features == "invariants":
-        return invariants
-    return np.hstack([invariants, np.stack([element_statistics(graph.x.numpy()) for graph in graphs])])
+    columns = [invariants_matrix(graphs)]
+    if strong_features == "invariants_and_elements":
+        columns.append(np.stack([element_statistics(graph.x.numpy()) for graph in graphs]))
+    if strongest:
+        columns.append(np.stack([strongest_features(graph, index) for index, graph in enumerate(graphs)]))
+    return np.hstack(columns)
 
 
-def baseline_models(task: str, strong_features: str = "invariants") -> dict[str, tuple[Any, list[int] | None, str]]:
+def _columns(strong_features: str, strongest: bool) -> dict[str, list[int] | None]:
+    """Which columns of ``baseline_features`` each baseline reads (None: all)."""
+    strong = len(INVARIANT_NAMES) + (len(element_statistic_names()) if strong_features != "invariants" else 0)
+    columns: dict[str, list[int] | None] = {"simple": [INVARIANT_NAMES.index(name) for name in SIMPLE_INVARIANT_NAMES],
+                                            "strong": list(range(strong))}
+    if strongest:
+        columns["strongest"] = [*range(len(INVARIANT_NAMES)), *range(strong, strong + len(STRONGEST_FEATURE_NAMES))]
+    return columns
+
+
+def baseline_models(task: str, strong_features: str = "invariants",
+                    strongest: bool = False) -> dict[str, tuple[Any, list[int] | None, str]]:
     """The (unfitted estimator, columns of ``baseline_features`` (None: all), description) of the simple and
-    strong baseline."""
+    strong baseline, and (``strongest``) of the strongest rival."""
     # scikit-learn is imported here, not at the top: it (with scipy) is a quarter of ``import QuantumGrav``,
     # paid by every worker process, while only rank 0 fits the baselines, once per run.
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
@@ -103,51 +155,73 @@ def baseline_models(task: str, strong_features: str = "invariants") -> dict[str,
 
     if task not in TASKS:
         raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
-    simple_columns = [INVARIANT_NAMES.index(name) for name in SIMPLE_INVARIANT_NAMES]
+    columns = _columns(strong_features, strongest)
     strong_inputs = f"all {len(INVARIANT_NAMES)} order invariants (+ interval abundances, Benincasa-Dowker actions, ...)"
     if strong_features == "invariants_and_elements":
         strong_inputs = (f"the {len(INVARIANT_NAMES)} order invariants and the distribution over the elements of "
                          f"each of the {len(NODE_FEATURES)} per-element features, and the layer widths")
     if task == "classification":
         linear, linear_name = LogisticRegression(max_iter=5000), "logistic regression"
-        trees, trees_name = HistGradientBoostingClassifier(random_state=0), "gradient boosting"
+        trees = HistGradientBoostingClassifier
     else:
         linear, linear_name = Ridge(alpha=1.0), "ridge regression"
-        trees, trees_name = HistGradientBoostingRegressor(random_state=0), "gradient boosting"
-    return {"simple": (make_pipeline(StandardScaler(), linear), simple_columns,
-                       f"{linear_name} on {', '.join(SIMPLE_INVARIANT_NAMES)}"),
-            "strong": (trees, None, f"{trees_name} on {strong_inputs}")}
+        trees = HistGradientBoostingRegressor
+    models = {"simple": (make_pipeline(StandardScaler(), linear), columns["simple"],
+                         f"{linear_name} on {', '.join(SIMPLE_INVARIANT_NAMES)}"),
+              "strong": (trees(random_state=0), columns["strong"], f"gradient boosting on {strong_inputs}")}
+    if strongest:
+        models["strongest"] = (trees(random_state=0), columns["strongest"],
+                               f"gradient boosting on the {len(INVARIANT_NAMES)} order invariants, the distribution "
+                               f"over the elements of each per-element feature and the layer widths, the exact "
+                               f"2D-order test and the graph observables ({len(GRAPH_OBSERVABLE_NAMES)}: link "
+                               f"degrees, link-Laplacian extremes, interval sizes)")
+    return models
 
 
-def _metrics(task: str, truth: np.ndarray, predicted: np.ndarray, num_classes: int | None) -> dict[str, Any]:
-    from sklearn.metrics import (accuracy_score, f1_score, mean_absolute_error, mean_squared_error, r2_score,
-                                 recall_score)
+def _metrics(task: str, truth: np.ndarray, predicted: np.ndarray, num_classes: int | None,
+             positive_score: np.ndarray | None = None) -> dict[str, Any]:
+    from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
 
     if task == "regression":
         return {"mse": float(mean_squared_error(truth, predicted)), "mae": float(mean_absolute_error(truth, predicted)),
                 "r2": float(r2_score(truth, predicted))}
-    labels = list(range(num_classes if num_classes is not None else int(truth.max()) + 1))
-    recall = recall_score(truth, predicted, labels=labels, average=None, zero_division=0.0)
-    f1 = f1_score(truth, predicted, labels=labels, average=None, zero_division=0.0)
-    return {"accuracy": float(accuracy_score(truth, predicted)), "per_class_recall": [float(r) for r in recall],
-            "per_class_f1": [float(f) for f in f1],
-            "weighted_f1": float(f1_score(truth, predicted, labels=labels, average="weighted", zero_division=0.0))}
+    return classification_metrics(truth, predicted, num_classes, positive_score)
 
 
-def fit_and_predict(task: str, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray,
-                    strong_features: str = "invariants") -> dict[str, np.ndarray]:
-    """Test-set predictions of both baselines fitted on (X_train, y_train); X's columns are
-    ``baseline_features``' (all INVARIANT_NAMES first).
+class BaselineTest(NamedTuple):
+    """The baselines' test: the task, the test targets, each baseline's predictions and, for a binary classifier,
+    each one's probability of class 1 per test set (for the ROC-AUC)."""
+
+    task: str
+    truth: np.ndarray
+    predictions: dict[str, np.ndarray]
+    positive_scores: dict[str, np.ndarray]
+
+
+def fit_baselines(task: str, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray,
+                  strong_features: str = "invariants",
+                  strongest: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Test-set predictions of the baselines fitted on (X_train, y_train), and for two classes each one's
+    probability of class 1; X's columns are ``baseline_features``' (all INVARIANT_NAMES first).
 
     On one thread: for a thousand sets the OpenMP threads of gradient boosting only synchronise,
     and on a shared 2-core machine that made the fit 18x slower (22 s instead of 1.2 s for 1400 sets).
     """
-    predictions = {}
+    predictions, positive_scores = {}, {}
     with threadpool_limits(limits=1):
-        for name, (estimator, columns, _) in baseline_models(task, strong_features).items():
+        for name, (estimator, columns, _) in baseline_models(task, strong_features, strongest).items():
             columns = slice(None) if columns is None else columns
-            predictions[name] = estimator.fit(X_train[:, columns], y_train).predict(X_test[:, columns])
-    return predictions
+            estimator.fit(X_train[:, columns], y_train)
+            predictions[name] = estimator.predict(X_test[:, columns])
+            if task == "classification" and len(estimator.classes_) == 2:
+                positive_scores[name] = estimator.predict_proba(X_test[:, columns])[:, 1]
+    return predictions, positive_scores
+
+
+def fit_and_predict(task: str, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray,
+                    strong_features: str = "invariants", strongest: bool = False) -> dict[str, np.ndarray]:
+    """Test-set predictions of the baselines fitted on (X_train, y_train) (``fit_baselines`` without the scores)."""
+    return fit_baselines(task, X_train, y_train, X_test, strong_features, strongest)[0]
 
 
 def infer_task(targets: np.ndarray) -> str:
@@ -156,42 +230,50 @@ def infer_task(targets: np.ndarray) -> str:
 
 
 def predict_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int], task: str | None = None,
-                      strong_features: str = "invariants") -> tuple[str, np.ndarray, dict[str, np.ndarray]]:
-    """Fit the simple and the strong baseline on the train sets: (task, test targets, test predictions of
-    each, ``{"simple": ..., "strong": ...}``). ``task`` defaults to the one the targets imply;
-    ``strong_features`` chooses the strong baseline's input (``STRONG_FEATURES``)."""
+                      strong_features: str = "invariants", strongest: bool = False) -> BaselineTest:
+    """Fit the baselines on the train sets and predict the test sets (``BaselineTest``: predictions of each,
+    ``{"simple": ..., "strong": ...}`` and with ``strongest`` the strongest rival's). ``task`` defaults to the one
+    the targets imply; ``strong_features`` chooses the strong baseline's input (``STRONG_FEATURES``). Features are
+    computed for the train and test sets only."""
     if len(train_idx) == 0 or len(test_idx) == 0:
         raise ValueError(f"train_idx, test_idx: expected both non-empty, "
                          f"got {len(train_idx)} and {len(test_idx)} items")
-    X, y = baseline_features(dataset, strong_features), labels_vector(dataset)
-    task = task or infer_task(y)
+    train, test = [dataset[int(i)] for i in train_idx], [dataset[int(i)] for i in test_idx]
+    X_train, X_test = (baseline_features(items, strong_features, strongest) for items in (train, test))
+    y_train, y_test = labels_vector(train), labels_vector(test)
+    task = task or infer_task(y_train)
     if task == "classification":
-        y = y.astype(np.int64)  # a binary task may store its 0/1 targets as floats
-    train, test = np.asarray(train_idx), np.asarray(test_idx)
-    return task, y[test], fit_and_predict(task, X[train], y[train], X[test], strong_features)
+        y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)  # binary 0/1 targets may be floats
+    return BaselineTest(task, y_test, *fit_baselines(task, X_train, y_train, X_test, strong_features, strongest))
 
 
 def score_baselines(task: str, truth: np.ndarray, predictions: dict[str, np.ndarray],
-                    num_classes: int | None = None, strong_features: str = "invariants") -> dict[str, dict[str, Any]]:
-    """``{"simple": {...}, "strong": {...}}``, each with ``method``, ``num_test`` and the metrics of the
-    task: ``accuracy``, ``weighted_f1``, ``per_class_f1`` and ``per_class_recall`` for classification, ``mse``,
-    ``mae`` and ``r2`` for regression."""
-    return {name: {"method": method, "num_test": int(len(truth)),
-                   **_metrics(task, truth, predictions[name], num_classes)}
-            for name, (_, _, method) in baseline_models(task, strong_features).items()}
+                    num_classes: int | None = None, strong_features: str = "invariants",
+                    positive_scores: dict[str, np.ndarray] | None = None) -> dict[str, dict[str, Any]]:
+    """One entry per baseline in ``predictions`` (``{"simple": {...}, "strong": {...}, ...}``), each with
+    ``method``, ``num_test`` and the metrics of the task: ``classification_metrics`` (accuracy, balanced accuracy,
+    weighted F1, per-class F1 and recall, and ROC-AUC where ``positive_scores`` has the baseline's) for
+    classification, ``mse``, ``mae`` and ``r2`` for regression."""
+    methods = baseline_models(task, strong_features, strongest="strongest" in predictions)
+    positive_scores = positive_scores or {}
+    return {name: {"method": methods[name][2], "num_test": int(len(truth)),
+                   **_metrics(task, truth, predicted, num_classes, positive_scores.get(name))}
+            for name, predicted in predictions.items()}
 
 
 def evaluate_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int], task: str | None = None,
-                       strong_features: str = "invariants") -> dict[str, dict[str, Any]]:
-    """Fit the simple and the strong baseline on the train sets, score both on the test sets
-    (``predict_baselines``, then ``score_baselines``)."""
-    task, truth, predictions = predict_baselines(dataset, train_idx, test_idx, task, strong_features)
-    num_classes = getattr(dataset, "num_classes", None) if task == "classification" else None
-    return score_baselines(task, truth, predictions, num_classes, strong_features)
+                       strong_features: str = "invariants", strongest: bool = False) -> dict[str, dict[str, Any]]:
+    """Fit the baselines on the train sets, score them on the test sets (``predict_baselines``, then
+    ``score_baselines``)."""
+    test = predict_baselines(dataset, train_idx, test_idx, task, strong_features, strongest)
+    num_classes = getattr(dataset, "num_classes", None) if test.task == "classification" else None
+    return score_baselines(test.task, test.truth, test.predictions, num_classes, strong_features,
+                           test.positive_scores)
 
 
 def flatten_baselines(baselines: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Summary keys: ``baseline_<metric>`` for the simple one, ``strong_baseline_<metric>`` for the strong one."""
+    """Summary keys: ``baseline_<metric>`` for the simple one, ``<name>_baseline_<metric>`` for the others
+    (``strong_baseline_<metric>``, ``strongest_baseline_<metric>``)."""
     flat = {}
     for name, result in baselines.items():
         prefix = "baseline" if name == "simple" else f"{name}_baseline"

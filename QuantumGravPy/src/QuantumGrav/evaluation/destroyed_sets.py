@@ -18,7 +18,8 @@ import numpy as np
 
 
 NUM_BINS = 5
-MODEL_LABELS = {"gnn": "GNN", "simple_baseline": "simple baseline", "strong_baseline": "strong baseline"}
+MODEL_LABELS = {"gnn": "GNN", "simple_baseline": "simple baseline", "strong_baseline": "strong baseline",
+                "strongest_baseline": "strongest rival"}
 
 
 def flip_fractions(graphs: Iterable) -> np.ndarray:

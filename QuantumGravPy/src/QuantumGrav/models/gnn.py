@@ -16,8 +16,8 @@ from torch_geometric import nn as pyg_nn
 
 from .sparse_attention import Adjacency, SparseTransformerConv
 
-# GNNClassifier's defaults are the default job's model (the config's model section, configs/train.yaml), so that
-# GNNClassifier(in_channels, num_classes) is that model; tests/test_models.py keeps them equal.
+# GNNClassifier's defaults are the default job's model: the config's model section reads them from here by name
+# (this one and the signature's), so that GNNClassifier(in_channels, num_classes) is that model.
 DEFAULT_CONV_KWARGS = {"heads": 2, "concat": False}
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
 # Convolutions whose constructor takes an MLP instead of (in, out) channel counts. (GINEConv
@@ -78,8 +78,8 @@ class GNNClassifier(nn.Module):
     """Message passing -> per-graph pooling -> MLP head, giving class logits per causal set.
 
     The built-in model of ``model:`` in the config (``QG.build_model`` builds it from there); its arguments are
-    that section's keys, and its defaults the section's (the default job's model) but for ``graph_features``,
-    which depends on the data: ``QG.build_model`` sets it from ``model.graph_features``.
+    that section's keys, and the section takes its defaults from here (the default job's model) but for
+    ``graph_features``, which depends on the data: ``QG.build_model`` sets it from ``model.graph_features``.
 
     Args:
         in_channels: node features per element (``x``'s width).

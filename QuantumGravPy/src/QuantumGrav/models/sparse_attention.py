@@ -1,29 +1,15 @@
 """PyG's ``TransformerConv`` computed with sparse matrix products, in memory that grows with the graph.
 
-PyG's ``TransformerConv`` gathers ``query_i``, ``key_j`` and ``value_j`` for every edge and multiplies them
-elementwise: tensors of shape [edges, heads, channels], several of them kept for the backward pass. A causal
-set of 1,024 elements has about 27,000 links, so a batch of 32 holds 870,000 edges and one such tensor at 2 x 128
-channels is 0.9 GB; the default model (3 layers, both directions) needed 23.6 GB at N = 1,024 and batch 32.
-
-``SparseTransformerConv`` computes the same function with no tensor larger than [edges, heads]:
-
-- the scores ``<q_i, k_j>`` of every edge j -> i are a sampled dense-dense product (SDDMM,
-  ``torch.sparse.sampled_addmm``): ``Q K^T`` evaluated only where the adjacency has an entry;
-- the softmax runs over each node's incoming edges on the [edges x heads] scores (PyG's own ``softmax``);
-- the aggregation ``sum_j alpha_ij v_j`` is a sparse-dense product (SpMM, CSR @ dense);
-- their backward passes (``_SampledDot``, ``_Aggregate``) are again SDDMMs and SpMMs, with the transposed
-  adjacency for the gradients of keys and values.
-
-All heads go through one product each (``HeadBlocks``): the [N, heads, channels] projections are read as
-[N * heads, channels] (a view, no copy) against the block-diagonal adjacency with one block per head, whose
-row i * heads + h lists the sources j * heads + h. The scores, the softmax (over each block row: one node's
-incoming edges for one head) and the attention weights live in that block order; per-head slices, their
-copies and the stacking of the results (about a fifth of a step at N = 1,024, batch 8, in a profile, when each
-head was a product of its own) are gone.
-
-The same ``torch.sparse`` CSR kernels run on CPU (MKL) and CUDA (cuSPARSE); nothing here names a device.
-It subclasses ``TransformerConv``: same parameters, names, shapes, initialisation and ``state_dict``, so a
-checkpoint of one loads into the other and the same seed gives the same weights.
+Why: PyG's layer gathers ``query_i``, ``key_j`` and ``value_j`` per edge, tensors of [edges, heads, channels]
+kept for the backward pass; the default model needed 23.6 GB at N = 1,024 and batch 32.
+``SparseTransformerConv`` computes the same function with no tensor larger than [edges, heads]: the scores
+``<q_i, k_j>`` are a sampled dense-dense product (SDDMM, ``torch.sparse.sampled_addmm``) where the adjacency has
+an entry, the softmax runs over each node's incoming edges, the aggregation is a sparse-dense product (SpMM),
+and the backward passes (``_SampledDot``, ``_Aggregate``) are SDDMMs and SpMMs again. All heads share one
+product (``HeadBlocks``: [N * heads, channels] against a block-diagonal adjacency, one block per head), so no
+per-head slices or copies remain. The CSR kernels run on CPU (MKL) and CUDA (cuSPARSE) alike. It subclasses
+``TransformerConv``: same parameters and ``state_dict``, so checkpoints load into either and a seed gives the
+same weights.
 """
 
 from __future__ import annotations

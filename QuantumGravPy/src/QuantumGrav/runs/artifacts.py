@@ -86,3 +86,15 @@ class MetricsCSV:
                 writer.writerows(rows)
 
         atomic_replace(self.path, write)
+
+
+def records_before(run_dir: Path, epoch: int, prune: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run's summary and its metrics rows of the epochs before ``epoch``, read back to resume it there.
+    ``prune`` (rank 0): drop the later rows from metrics.csv too (written after the checkpoint)."""
+    summary_file = run_dir / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    metrics_csv = MetricsCSV(run_dir / "metrics.csv")
+    rows = [r for r in metrics_csv.rows() if int(r["epoch"]) < epoch]
+    if prune:
+        metrics_csv.keep_epochs_before(epoch)
+    return summary, [{k: (float(v) if k != "epoch" else int(v)) for k, v in r.items() if v != ""} for r in rows]

@@ -22,10 +22,12 @@ from ..data.batching import (BatchBudget, DistributedBudgetBatchSampler, Sharded
                              graph_sizes)
 from ..data.dataset import generate_share, split_indices
 from ..data.derived_invariants import with_order_invariants
-from ..data.sources import (ShardSampler, build_dataset, check_samples, make_train_sampler, naming_the_cache_folder,
-                            source_name, subset)
+from ..data.sources import (DistributedClassBalancedSampler, ShardSampler, build_dataset, check_samples, graph_labels,
+                            make_train_sampler, naming_the_cache_folder, source_name, subset)
 from ..distributed.runtime import Runtime
+from ..errors import ConfigError
 from ..evaluation import tasks
+from ..processes import dataloader_workers
 
 
 @dataclass
@@ -44,14 +46,28 @@ def load_run_data(sections: ConfigSections, runtime: Runtime, dataset: Any = Non
     data, task, early-stopping metric and the settings that need the order invariants are read."""
     data_cfg = sections.data.as_mapping()
     source = source_name(data_cfg, dataset)
+    needed = keys_needing_invariants(sections)
+    loaded = load_dataset(data_cfg, sections.parallel.data_timeout_s, runtime, dataset)
     # Items without the order invariants that the model or the baselines need get them from edge_index.
-    loaded = with_order_invariants(load_dataset(data_cfg, sections.parallel.data_timeout_s, runtime, dataset),
-                                   keys_needing_invariants(sections), source)
+    loaded = with_order_invariants(loaded, needed, source)
     samples = check_samples(loaded, source)
     task = tasks.resolve_task(sections.task, loaded, samples, source)
     tasks.check_metric(sections.early_stopping.metric, task)
+    check_sampler(sections.loaders.training, task)
     split = dict(zip(("train", "val", "test"), split_indices(len(loaded), data_cfg["split"], data_cfg["split_seed"])))
     return RunData(loaded, task, split, samples[0])
+
+
+def check_sampler(training: TrainingLoaderSection, task: tasks.Task) -> None:
+    """``training.sampler: class_balanced`` needs one class per set, and draws its own items (no batch budget)."""
+    if training.sampler != "class_balanced":
+        return
+    if not isinstance(task, tasks.ClassificationTask) or task.node_level:
+        raise ConfigError(f"training.sampler: class_balanced draws sets by their class, but the {task.type} task has "
+                          f"no class per set; use training.sampler: uniform")
+    if training.batch_budget is not None:
+        raise ConfigError("training.sampler: class_balanced and training.batch_budget both choose the training "
+                          "batches; remove training.batch_budget or use training.sampler: uniform")
 
 
 def keys_needing_invariants(sections: ConfigSections) -> list[str]:
@@ -79,7 +95,7 @@ def load_dataset(data_cfg: dict[str, Any], timeout_s: float, runtime: Runtime, d
 def make_loader(dataset, loader: LoaderSection, sampler: Sampler | None, device: torch.device,
                 batch_sampler: Sampler | None = None) -> DataLoader:
     """A loader of ``loader``'s batch size over ``sampler``, or of the batches ``batch_sampler`` yields."""
-    workers = loader.num_workers
+    workers = dataloader_workers(loader.num_workers)
     extra: dict[str, Any] = {"prefetch_factor": loader.prefetch_factor} if workers and loader.prefetch_factor else {}
     if batch_sampler is None:
         extra.update(batch_size=loader.batch_size, sampler=sampler, drop_last=getattr(loader, "drop_last", False))
@@ -124,7 +140,11 @@ def prepare_dataloaders(dataset, split: dict[str, list[int]], loaders: LoadersSe
         return (make_loader(train, training, None, device, training_batches(sizes, training, seed, runtime)),
                 make_loader(val, validation, None, device, val_batches),
                 make_loader(test, testing, None, device, ShardedBudgetBatches(sizes["test"], budget, 0, 1)))
-    train_sampler = make_train_sampler(train, rank, world, training.shuffle, seed)
+    if training.sampler == "class_balanced":
+        # Every rank reads the training labels itself (the same items, so the same weights): no collective needed.
+        train_sampler = DistributedClassBalancedSampler(graph_labels(train), rank, world, seed)
+    else:
+        train_sampler = make_train_sampler(train, rank, world, training.shuffle, seed)
     val_sampler = ShardSampler(len(val), rank, world) if sharded else None
     return (make_loader(train, training, train_sampler, device),
             make_loader(val, validation, val_sampler, device),

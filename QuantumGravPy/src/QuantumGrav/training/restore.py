@@ -3,7 +3,6 @@ weights, optimizer and schedule, callbacks, epoch and records back."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from ..callbacks.state import RunState
 from ..config.schema import load_config, load_yaml_text
 from ..errors import ConfigError
 from ..logging_utils import get_logger, rank_zero_warn
-from ..runs.artifacts import CHECKPOINT_DIR, MetricsCSV
+from ..runs.artifacts import CHECKPOINT_DIR, records_before
 from ..runs.checkpoint_files import load_checkpoint, load_resume_checkpoint
 from .optimization import Optimization
 
@@ -78,20 +77,11 @@ def restore(run: RunState, optimization: Optimization, callbacks: CallbackList,
     best = run.run_dir / CHECKPOINT_DIR / "best.pt"
     if best.is_file():
         run.best_state = load_checkpoint(best)["model"]
-    _restore_records(run, point.start_epoch)
+    # The summary and history of the epochs before the resumed one; what the interrupted run reported stays
+    # until it is superseded.
+    summary, run.history[:] = records_before(run.run_dir, point.start_epoch, prune=run.runtime.is_main)
+    run.summary.update({**summary, **run.summary})
     logger.info(f"resuming {run.run_dir} at epoch {point.start_epoch}"
                 + (f", batch {point.completed_batches}" if point.completed_batches else ""))
     return point
 
-
-def _restore_records(run: RunState, start_epoch: int) -> None:
-    """The summary and history of the epochs before the resumed one; later rows (written after the
-    checkpoint) are dropped."""
-    summary_file = run.run_dir / "summary.json"
-    if summary_file.is_file():  # keep what the interrupted run reported until it is superseded
-        run.summary.update({**json.loads(summary_file.read_text()), **run.summary})
-    metrics_csv = MetricsCSV(run.run_dir / "metrics.csv")
-    rows = [r for r in metrics_csv.rows() if int(r["epoch"]) < start_epoch]
-    run.history[:] = [{k: (float(v) if k != "epoch" else int(v)) for k, v in r.items() if v != ""} for r in rows]
-    if run.runtime.is_main:
-        metrics_csv.keep_epochs_before(start_epoch)
