@@ -10,7 +10,7 @@ from typing import Any
 from ..data.sources import data_notes
 from ..evaluation.baselines import describe_baselines
 from ..evaluation.destroyed_sets import describe_curves
-from ..logging_utils import get_logger
+from ..common.logging_utils import get_logger
 from ..runs.artifacts import MetricsCSV, write_json
 from .base import Callback, Decision
 from .early_stopping import EarlyStopping

@@ -12,9 +12,9 @@ import socket
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
-# The process helpers live below data/ (processes.py); a job's modules find them here too.
-from ..processes import cores_per_process, get_world_size, usable_cpu_count, worker_context  # noqa: F401
+from ..common.errors import ConfigError
+# The process helpers live below data/ (common/processes.py); a job's modules find them here too.
+from ..common.processes import cores_per_process, get_world_size, usable_cpu_count, worker_context  # noqa: F401
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

@@ -21,7 +21,7 @@ from . import tasks
 from .kinds import mean_by_kind, recall_by_kind
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
-from ..files import atomic_replace, atomic_write_text
+from ..common.files import atomic_replace, atomic_write_text
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor, Any]]  # (outputs, target, batch): Evaluator.outputs
 

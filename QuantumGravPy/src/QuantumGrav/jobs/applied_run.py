@@ -21,12 +21,13 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..config.schema import ResolvedConfig, load_config, load_yaml_text
-from ..config.sections import ConfigSections
+from ..config.schema import ResolvedConfig, load_config
+from ..config.yaml_io import load_yaml_text
+from ..config.layout import ConfigSections
 from ..distributed.environment import launched_by_torchrun, resolve_device
 from ..distributed.lifeline import stop_when_the_agent_dies
 from ..distributed.runtime import Runtime
-from ..errors import ConfigError, UserError
+from ..common.errors import ConfigError, UserError
 from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
 from ..evaluation.kinds import kind_breakdown

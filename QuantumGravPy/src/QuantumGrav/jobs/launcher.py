@@ -23,12 +23,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..callbacks.base import Callback
-from ..config.schema import ResolvedConfig, find_unimportable, resolve_config, with_world_size
+from ..config.schema import ResolvedConfig, resolve_config, with_world_size
+from ..config.yaml_io import find_unimportable
 from ..distributed.environment import (choose_backend, configured_device_type, cores_per_process, find_free_port,
                                        launched_by_torchrun, resolve_device, worker_context)
 from ..distributed.lifeline import Lifeline, stop_when_the_agent_dies, stop_when_the_launcher_dies
-from ..errors import Preempted, UserError
-from ..logging_utils import chosen_console_level, get_logger
+from ..common.errors import Preempted, UserError
+from ..common.logging_utils import chosen_console_level, get_logger
 from .entry import remove_unfinished_run, run_job, run_process
 
 logger = get_logger("launch")

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluation.baselines import describe_baselines
-from ..config.schema import dump_config
+from ..config.yaml_io import dump_config
 from ..evaluation.destroyed_sets import MODEL_LABELS, describe_curves
 from ..evaluation.kinds import describe_recall_by_kind
-from ..logging_utils import get_logger
-from ..files import atomic_write_text
+from ..common.logging_utils import get_logger
+from ..common.files import atomic_write_text
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")

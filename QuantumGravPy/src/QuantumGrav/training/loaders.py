@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import Sampler
 from torch_geometric.loader import DataLoader
 
-from ..config.sections import ConfigSections
-from ..config.training_sections import LoaderSection, LoadersSection, TrainingLoaderSection
+from ..config.layout import ConfigSections
+from ..config.sections.loaders import LoaderSection, LoadersSection, TrainingLoaderSection
 from ..data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
                              graph_sizes)
 from ..data.dataset import generate_share, split_indices
