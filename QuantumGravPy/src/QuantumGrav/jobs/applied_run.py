@@ -40,7 +40,7 @@ from ..training.optimization import autocast, build_named
 from ..data.sources import data_notes
 from .applied_data import AppliedData, DataPaths, open_data
 from .entry import run_in_group
-from .launcher import check_main_guard, check_spawnable, launch_processes
+from .launcher import check_main_guard, launch_processes
 
 
 def load_run(run_dir: str | os.PathLike) -> "AppliedRun":
@@ -145,7 +145,6 @@ class AppliedRun:
             raise UserError(f"out: {out} is a folder; give the predictions CSV's path, e.g. {Path(out) / 'predictions.csv'}")
         if nproc > 1 and not self.runtime.distributed:
             check_main_guard("AppliedRun.evaluate")
-            check_spawnable(self.config)
             self._open(data, split, store_options)  # bad input is one line here, before any worker starts
             return launch_processes(self.config, nproc, Evaluation(str(self.run_dir), data, split, out, store_options))
         applied, predictions = self._predictions(data, split, store_options)

@@ -21,8 +21,9 @@ def write_resolved_config(run_dir: Path, config: dict[str, Any], derived: dict[s
     """Rank 0: the run's config.yaml. Without resume and run_name, `--config <run dir>/config.yaml`
     starts the same run anew."""
     repeatable = {**config, "training": {**config["training"], "resume": None, "run_name": None}}
+    text = dump_config({**repeatable, "derived": derived})
     header = "# Resolved config of this run. 'derived' is recomputed by the trainer and ignored on load.\n"
-    atomic_write_text(run_dir / "config.yaml", header + dump_config({**repeatable, "derived": derived}))
+    atomic_write_text(run_dir / "config.yaml", header + text)
 
 
 def summarise_run(result: dict[str, Any]) -> str:
