@@ -6,6 +6,8 @@
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n 1024 2048 --large-num 12
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --kinds-n 128 2048 \
         --json benchmarks/results_generation_kinds.json
+    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --dimensions-n 256 1024 \
+        --json benchmarks/results_generation_dimensions.json
 
 Stages use the public functions of ``QuantumGrav.data.causal_sets`` on chunks of 128 sets, the
 classes of ``DEFAULT_CLASSES`` in equal shares; the last row is the whole generator
@@ -21,6 +23,11 @@ first, on its own (a user waits for it once), and is in no row.
 The kinds table times each of QuantumGrav.jl's nine kinds (``QuantumGrav.data.kinds``: the relation alone, one
 process, one thread) at each ``--kinds-n``: sets/s and CPU seconds per set.
 
+The dimensions table times the kinds sprinkled in d = 2, 3 and 4 (``catalogue.DIMENSIONAL_KINDS``) at each
+``--dimensions-n``, with QuantumGrav.jl's drawn defects and with defects of an exact size (destroyed: changed
+relations ``EXACT_CHANGES``; merged: block elements ``EXACT_BLOCKS``); and, from draws of QuantumGrav.jl's
+default N and ``merged_ambiguous``'s block fraction, the share of its blocks that have the least size, 4.
+
 ``--json FILE`` stores every table with the command, the date and the load average:
 ``benchmarks/results_generation.json`` is the run that docs/large_data.md quotes.
 """
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import resource
@@ -140,6 +148,55 @@ def kinds_rows(sizes: list[int], seconds_per_cell: float, seed: int) -> list[tup
     return rows
 
 
+EXACT_CHANGES = (1, 16, 256)
+EXACT_BLOCKS = (4, 64)
+
+
+def dimension_rows(sizes: list[int], seconds_per_cell: float,
+                   seed: int) -> list[tuple[str, int, int, str, int, float, float]]:
+    """(kind, d, N, defect, sets, sets/s, CPU seconds per set) of each kind built on a sprinkling, in each
+    dimension, with its drawn defect ("drawn") and with exact sizes ("k=..": changed relations, "m=..": block
+    elements); sets are made until ``seconds_per_cell`` have passed (at least two)."""
+    from QuantumGrav.data.kinds.catalogue import DEFECT_SIZE_ARGUMENTS, DIMENSIONAL_KINDS, GENERATORS, generate_kind
+
+    rows = []
+    for kind in (kind for kind in GENERATORS if kind in DIMENSIONAL_KINDS):
+        exact = {"changes": EXACT_CHANGES, "block_elements": EXACT_BLOCKS}.get(DEFECT_SIZE_ARGUMENTS.get(kind), ())
+        for dimension in (2, 3, 4):
+            for n in sizes:
+                for defect in (None, *exact):
+                    rng = np.random.default_rng(seed)
+                    make = functools.partial(generate_kind, kind, rng, n=n, dimension=dimension, defect_size=defect)
+                    make()  # warm-up: numpy's first calls
+                    count, start, cpu_start = 0, time.perf_counter(), time.process_time()
+                    while count < 2 or time.perf_counter() - start < seconds_per_cell:
+                        make()
+                        count += 1
+                    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+                    label = "drawn" if defect is None else f"{'k' if kind.startswith('destroyed') else 'm'}={defect}"
+                    rows.append((kind, dimension, n, label, count, count / wall, cpu / count))
+    return rows
+
+
+def least_block_share(draws: int, seed: int) -> float:
+    """The share of ``merged_ambiguous`` sets whose block has the least size (4 elements: max(4, rint(f n)), as
+    QuantumGrav.jl rounds it), over ``draws`` draws of QuantumGrav.jl's default N and the kind's block fraction."""
+    from QuantumGrav.data.kinds.common import draw_n
+    from QuantumGrav.data.kinds.merged import MERGED_AMBIGUOUS, MIN_BLOCK_SIZE, block_size
+
+    rng = np.random.default_rng(seed)
+    sizes = [block_size(draw_n(rng), float(rng.uniform(*MERGED_AMBIGUOUS.block_fraction_range)))
+             for _ in range(draws)]
+    return float(np.mean(np.array(sizes) == MIN_BLOCK_SIZE))
+
+
+def dimensions_table(rows: list[tuple[str, int, int, str, int, float, float]]) -> str:
+    lines = ["| kind | d | N | defect | sets | sets/s | CPU s per set |", "|---|---:|---:|---|---:|---:|---:|"]
+    lines += [f"| {kind} | {d} | {n:,} | {defect} | {num} | {rate:,.2f} | {cpu:.4f} |"
+              for kind, d, n, defect, num, rate, cpu in rows]
+    return "\n".join(lines)
+
+
 def kinds_table(rows: list[tuple[str, int, int, float, float]]) -> str:
     lines = ["| kind | N | sets | sets/s | CPU s per set |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {kind} | {n:,} | {num} | {rate:,.2f} | {cpu:.4f} |" for kind, n, num, rate, cpu in rows]
@@ -166,7 +223,9 @@ def markdown_table(rows: list[tuple[str, int, float]]) -> str:
     return "\n".join(lines)
 
 
-COLUMNS = {"stages": ["stage", "sets", "seconds"], "kinds": ["kind", "n", "sets", "sets_per_s", "cpu_s_per_set"], "large": ["n", "sets", "sets_per_s", "cpu_s_per_set", "peak_rss_mb"],
+COLUMNS = {"stages": ["stage", "sets", "seconds"], "kinds": ["kind", "n", "sets", "sets_per_s", "cpu_s_per_set"],
+           "dimensions": ["kind", "dimension", "n", "defect", "sets", "sets_per_s", "cpu_s_per_set"],
+           "large": ["n", "sets", "sets_per_s", "cpu_s_per_set", "peak_rss_mb"],
            "workers": ["n", "workers", "sets_per_s"]}
 
 
@@ -183,6 +242,10 @@ def main() -> None:
     parser.add_argument("--kinds-n", type=int, nargs="*", default=[],
                         help="N of the table of QuantumGrav.jl's nine kinds (nothing: skip)")
     parser.add_argument("--kinds-seconds", type=float, default=3.0, help="seconds of generation per kind and N")
+    parser.add_argument("--dimensions-n", type=int, nargs="*", default=[],
+                        help="N of the table of the kinds sprinkled in d = 2, 3, 4 (nothing: skip)")
+    parser.add_argument("--dimensions-seconds", type=float, default=1.0,
+                        help="seconds of generation per kind, d, N and defect")
     parser.add_argument("--json", help="also store the tables in this file")
     args = parser.parse_args()
     stored = {"command": " ".join(["python", *sys.argv]), "load_average_before": os.getloadavg(),
@@ -209,6 +272,13 @@ def main() -> None:
         print(f"\nQuantumGrav.jl's nine kinds, one process, {torch_threads()} thread(s)\n")
         stored["kinds"] = kinds_rows(args.kinds_n, args.kinds_seconds, args.seed)
         print(kinds_table(stored["kinds"]))
+    if args.dimensions_n:
+        print(f"\nThe kinds sprinkled in d dimensions, one process, {torch_threads()} thread(s)\n")
+        stored["dimensions"] = dimension_rows(args.dimensions_n, args.dimensions_seconds, args.seed)
+        print(dimensions_table(stored["dimensions"]))
+        stored["merged_ambiguous_least_block_share"] = least_block_share(100_000, args.seed)
+        print(f"\nmerged_ambiguous at N 64-128: {stored['merged_ambiguous_least_block_share']:.1%} of the blocks have "
+              "4 elements")
     if args.json:
         stored.update(load_average_after=os.getloadavg(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
         for table, columns in COLUMNS.items():  # rows as records, named

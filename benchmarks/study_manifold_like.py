@@ -14,12 +14,16 @@ seed is the data seed too):
 * ``gnn_without_invariants``: the same without the order invariants in its head (``model.graph_features=false``):
   is it the graph or the invariants?
 * ``upstream_gcn``: upstream QuantumGrav's model (``configs/upstream_gcn.yaml``);
-* ``simple_baseline`` and ``strong_baseline``: ``QuantumGrav.evaluation.baselines`` fitted on the training split
-  (the strong one on the invariants and the distribution of every per-element feature, as manifold_like.yaml's
-  runs fit it).
+* ``upstream_gcn_balanced``: its class-balanced variant (``configs/upstream_gcn_balanced.yaml``);
+* ``simple_baseline``, ``strong_baseline`` and ``strongest_baseline``: ``QuantumGrav.evaluation.baselines`` fitted on
+  the training split (the strong one on the invariants and the distribution of every per-element feature, as
+  manifold_like.yaml's runs fit it; the strongest rival adds the exact 2D-order test and the graph observables);
+* ``exact_test``: the exact test alone (manifold-like iff a 2D order), nothing fitted;
+* ``ceiling``: per kind, the test sets no model can call and those the exact test cannot (``evaluation.ceiling``).
 
-Each row records accuracy, weighted F1 (upstream's metric), per-class F1, recall per kind and the recall against
-each defect's size with the smallest defect recognised at 90 % recall (``QuantumGrav.evaluation.kinds``). Runs
+Each row records accuracy, balanced accuracy, ROC-AUC, weighted F1 (upstream's metric), per-class F1, recall per
+kind with its Wilson interval (the baseline rows also on the sets a model can call) and the recall against each
+defect's realised size with the threshold where that curve crosses 90 % recall (``QuantumGrav.evaluation.kinds``). Runs
 are separate processes (``python -m QuantumGrav train``), one after the other, ``--threads`` torch threads each;
 results are written after every row, and a row already in ``--json`` is not run again (a stopped study continues).
 A benchmark, not a test.
@@ -40,15 +44,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
 
-MODELS = {  # run in this order: the cheap one first
+MODELS = {  # run in this order: the cheap ones first
     "upstream_gcn": ("configs/upstream_gcn.yaml", []),
+    "upstream_gcn_balanced": ("configs/upstream_gcn_balanced.yaml", []),
     "gnn": ("configs/manifold_like.yaml", []),
     "gnn_without_invariants": ("configs/manifold_like.yaml", ["model.graph_features=false"]),
 }
-BASELINES = ("simple_baseline", "strong_baseline")
+BASELINES = ("simple_baseline", "strong_baseline", "strongest_baseline", "exact_test")
 ROWS = (*BASELINES, *MODELS)
-KEPT = ("test_accuracy", "test_weighted_f1", "test_f1", "per_class_f1", "by_kind", "by_defect_size", "num_test",
-        "best_epoch", "stopped_at_epoch", "wall_time_s")
+KEPT = ("test_accuracy", "test_balanced_accuracy", "test_roc_auc", "test_weighted_f1", "test_f1", "per_class_f1",
+        "by_kind", "by_defect_size", "num_test", "best_epoch", "stopped_at_epoch", "wall_time_s")
 
 
 def data_settings(args: argparse.Namespace, seed: int) -> list[str]:
@@ -77,58 +82,91 @@ def train_row(args: argparse.Namespace, row: str, seed: int) -> dict:
 
 
 def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
-    """Both baselines on the split that the runs of ``seed`` use, with the recall per kind and defect size."""
+    """The baselines, the strongest rival and the exact 2D-order test alone on the split that the runs of ``seed``
+    use, with the recall per kind (on all test sets and on those a model can call) and per defect size; and the
+    ceiling of the test split (``evaluation.ceiling``) as the row ``ceiling``."""
     import numpy as np
 
     import QuantumGrav as QG
     from QuantumGrav.data.dataset import split_indices
+    from QuantumGrav.data.derived_invariants import causal_matrix_of_edges
     from QuantumGrav.evaluation.baselines import predict_baselines, score_baselines
+    from QuantumGrav.evaluation.ceiling import callable_sets, ceiling_counts, exact_test_predictions
     from QuantumGrav.evaluation.kinds import kind_breakdown
+    from QuantumGrav.evaluation.scores import classification_metrics
 
     config = QG.load_config(REPO / "configs" / "manifold_like.yaml", data_settings(args, seed))
     dataset = config["data"]["type"](**config["data"]["kwargs"])
     train, _, test = split_indices(len(dataset), config["data"]["split"], config["data"]["split_seed"])
     features = config["testing"]["strong_baseline"]
-    baseline_test = predict_baselines(dataset, train, test, "classification", features)
-    truth, predictions = baseline_test.truth, baseline_test.predictions
+    baseline_test = predict_baselines(dataset, train, test, "classification", features, strongest=True)
+    truth, predictions = baseline_test.truth, dict(baseline_test.predictions)
     scores = score_baselines("classification", truth, predictions, dataset.num_classes, features,
                              baseline_test.positive_scores)
-    breakdown = kind_breakdown([dataset.describe(i) for i in test],
-                               {f"{name}_baseline": np.asarray(p) == truth for name, p in predictions.items()})
-    rows = {}
-    for name in predictions:
-        row = f"{name}_baseline"
+    descriptions = [dataset.describe(i) for i in test]
+    relations = [causal_matrix_of_edges(dataset[i].edge_index, int(dataset[i].num_nodes)) for i in test]
+    predictions["exact_test"] = exact_test_predictions(relations)
+    scores["exact_test"] = {"method": "the exact test alone: manifold-like iff a 2D order",
+                            **classification_metrics(truth, predictions["exact_test"], 2, predictions["exact_test"])}
+    names = {name: name if name == "exact_test" else f"{name}_baseline" for name in predictions}
+    correct = {names[name]: np.asarray(p) == truth for name, p in predictions.items()}
+    breakdown = kind_breakdown(descriptions, correct)
+    changed = callable_sets(descriptions, relations)
+    on_changed = kind_breakdown([d for d, c in zip(descriptions, changed) if c],
+                                {row: hits[changed] for row, hits in correct.items()})
+    rows = {"ceiling": {"num_test": len(test), "by_kind": ceiling_counts(descriptions, relations, truth.tolist())}}
+    for name, row in names.items():
         rows[row] = {"test_accuracy": scores[name]["accuracy"], "test_weighted_f1": scores[name]["weighted_f1"],
-                     "per_class_f1": scores[name]["per_class_f1"], "method": scores[name]["method"],
-                     "num_test": len(test), "by_kind": {row: breakdown["by_kind"][row]},
+                     "test_balanced_accuracy": scores[name]["balanced_accuracy"],
+                     "test_roc_auc": scores[name].get("roc_auc"), "per_class_f1": scores[name]["per_class_f1"],
+                     "method": scores[name]["method"], "num_test": len(test), "num_test_changed": int(changed.sum()),
+                     "by_kind": {row: breakdown["by_kind"][row]},
+                     "by_kind_changed": {row: on_changed["by_kind"][row]},
                      "by_defect_size": {kind: {"size": sizes["size"], row: sizes[row]}
                                         for kind, sizes in breakdown["by_defect_size"].items()}}
     return rows
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float | None]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "undefined"
     if len(values) == 1:
         return f"{values[0]:.3f}"
     return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
 
 
-def print_tables(results: dict) -> None:
-    runs = results["runs"]
-    print(f"{results['setup']}\n")
-    print("| row | seeds | accuracy | weighted F1 |\n|---|---|---|---|")
+def print_recall(runs: list[dict], key: str, title: str) -> None:
+    """Each row's recall per kind under ``key`` (``by_kind`` or ``by_kind_changed``), the mean over seeds."""
+    rows = [run for run in runs if run["row"] in ROWS and run.get(key)]
+    kinds = sorted({kind for run in rows for kind in run[key][run["row"]]})
+    print(f"\n{title}\n\n| row | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds))
     for row in ROWS:
-        done = [run for run in runs if run["row"] == row]
-        if done:
-            print(f"| {row} | {len(done)} | {spread([r['test_accuracy'] for r in done])} | "
-                  f"{spread([r['test_weighted_f1'] for r in done])} |")
-    kinds = sorted({kind for run in runs for kind in next(iter((run.get("by_kind") or {"": {}}).values()))})
-    print("\nrecall per kind (mean over seeds)\n")
-    print("| row | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds))
-    for row in ROWS:
-        done = [next(iter(run["by_kind"].values())) for run in runs if run["row"] == row and run.get("by_kind")]
+        done = [run[key][row] for run in rows if run["row"] == row]
         if done:
             print(f"| {row} | " + " | ".join(f"{statistics.mean(d[k]['recall'] for d in done if k in d):.3f}"
                                                for k in kinds) + " |")
+
+
+def print_tables(results: dict) -> None:
+    runs = results["runs"]
+    print(f"{results['setup']}\n")
+    print("| row | seeds | accuracy | balanced accuracy | ROC-AUC | weighted F1 |\n|---|---|---|---|---|---|")
+    for row in ROWS:
+        done = [run for run in runs if run["row"] == row]
+        if done:
+            print(f"| {row} | {len(done)} | " + " | ".join(spread([r.get(key) for r in done]) for key in (
+                "test_accuracy", "test_balanced_accuracy", "test_roc_auc", "test_weighted_f1")) + " |")
+    print_recall(runs, "by_kind", "recall per kind (mean over seeds)")
+    print_recall(runs, "by_kind_changed", "recall per kind on the sets a model can call (mean over seeds)")
+    ceilings = [run["by_kind"] for run in runs if run["row"] == "ceiling"]
+    if ceilings:
+        print("\nceiling of the test splits (summed over seeds)\n\n| kind | sets | no model can call | 2D orders "
+              "| the exact test cannot call |\n|---|---|---|---|---|")
+        for kind in sorted({kind for ceiling in ceilings for kind in ceiling}):
+            totals = [sum(c[kind][key] for c in ceilings if kind in c) for key in (
+                "sets", "no_model_can_call", "two_dimensional", "exact_test_cannot_call")]
+            print(f"| {kind} | " + " | ".join(map(str, totals)) + " |")
 
 
 def main() -> int:
@@ -154,7 +192,7 @@ def main() -> int:
     for seed in args.seeds:
         if any(row in BASELINES and (row, seed) not in done for row in args.rows):
             for row, result in baseline_rows(args, seed).items():
-                if row in args.rows and (row, seed) not in done:
+                if (row in args.rows or row == "ceiling") and (row, seed) not in done:
                     results["runs"].append({"row": row, "seed": seed, **result})
             save(path, results)
     for row in (row for row in args.rows if row in MODELS):

@@ -253,15 +253,24 @@ def test_train_ddp_yaml_is_train_yaml_plus_parallel(monkeypatch):
     assert sorted(k for k in single if single[k] != ddp[k]) == sorted(DDP_DIFFERENT_VALUES)
 
 
+# Upstream's stopping rule: each epoch's weighted F1, a grace of 8 epochs, patience 12, up to 100 epochs.
+UPSTREAM_STOPPING = ("early_stopping.metric", "early_stopping.mode", "early_stopping.window", "early_stopping.grace",
+                     "early_stopping.patience", "training.num_epochs")
 # Where each of the other shipped configs may differ from the default job (its comments say why).
 OTHER_CONFIGS = {
     "train_quantumgrav_jl.yaml": ("data.", "training.num_workers"),  # QuantumGrav.jl's stores, read in workers
     # the nine kinds, as stores read in workers, and the strong baseline and the strongest rival made for them
     "manifold_like.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "testing.strongest_baseline"),
+    # the same question with the sprinklings in 3 (or 4) dimensions
+    "manifold_like_dimensions.yaml": ("data.", "training.num_workers", "testing.strong_baseline",
+                                      "testing.strongest_baseline"),
     # upstream QuantumGrav's model, optimizer and stopping metric on manifold_like.yaml's data (checked below)
     "upstream_gcn.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "model.", "training.batch_size",
-                          "training.optimizer_kwargs.", "training.scheduler_type", "early_stopping.metric",
-                          "early_stopping.mode"),
+                          "training.optimizer_kwargs.", "training.scheduler_type", *UPSTREAM_STOPPING),
+    # the same, its training batches drawn class-balanced (upstream's balanced variant)
+    "upstream_gcn_balanced.yaml": ("data.", "training.num_workers", "testing.strong_baseline", "model.",
+                                   "training.batch_size", "training.optimizer_kwargs.", "training.scheduler_type",
+                                   "training.sampler", *UPSTREAM_STOPPING),
     # merged sets as stores read in workers; per element: the node task, stopped on its F1
     "inserted_block.yaml": ("data.", "training.num_workers", "task.type", "early_stopping.metric",
                             "early_stopping.mode"),
@@ -280,6 +289,10 @@ def test_upstreams_model_trains_on_the_data_of_manifold_like_yaml(monkeypatch):
     ours, upstream = _resolved("manifold_like.yaml", monkeypatch), _resolved("upstream_gcn.yaml", monkeypatch)
     assert {k: v for k, v in ours.items() if k.startswith("data.")} == {
         k: v for k, v in upstream.items() if k.startswith("data.")}
+    balanced = _resolved("upstream_gcn_balanced.yaml", monkeypatch)
+    assert [k for k in sorted(upstream) if upstream[k] != balanced.get(k)] == ["training.sampler"]
+    assert (upstream["early_stopping.grace"], upstream["early_stopping.patience"], upstream["training.num_epochs"],
+            upstream["model.kwargs.batch_norm_momentum"]) == (8, 12, 100, 0.2)
 
 
 def test_a_study_config_is_the_default_jobs_task_and_data(monkeypatch):

@@ -106,3 +106,34 @@ def test_a_resumed_run_continues_the_window():
     fresh = EarlyStopping(patience=5, window=3)
     fresh.load_state_dict(legacy)  # a checkpoint written before the window existed
     assert fresh.recent == [] and fresh.best_epoch == old.best_epoch
+
+
+def test_a_grace_period_keeps_the_first_epochs_out_of_the_patience_count():
+    without, graced = EarlyStopping(patience=2), EarlyStopping(patience=2, grace=3)
+    values = [1.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    stopped = {}
+    for name, es in (("without", without), ("graced", graced)):
+        for epoch, value in enumerate(values):
+            es.update(value, epoch)
+            if es.should_stop:
+                stopped[name] = epoch
+                break
+    # without: epochs 1 and 2 use up the patience; graced: epochs 1 and 2 are in the grace (3 epochs), 3 and 4 count
+    assert stopped == {"without": 2, "graced": 4}
+    assert graced.best_epoch == 0 and "after a grace of 3 epoch(s)" in graced.reason()
+
+
+def test_a_checkpoint_keeps_the_grace_periods_progress():
+    old = EarlyStopping(patience=2, grace=4)
+    for epoch, value in enumerate([1.0, 2.0, 2.0]):
+        old.update(value, epoch)
+    resumed = EarlyStopping(patience=2, grace=4)
+    resumed.load_state_dict(old.state_dict())
+    assert resumed.epochs_seen == 3 and resumed.epochs_without_improvement == 0
+    resumed.update(2.0, 3)  # the fourth epoch: still in the grace
+    resumed.update(2.0, 4)
+    assert resumed.epochs_without_improvement == 1 and not resumed.should_stop
+    written_before_grace = {k: v for k, v in old.state_dict().items() if k != "epochs_seen"}
+    resumed = EarlyStopping(patience=2, grace=4)
+    resumed.load_state_dict(written_before_grace)
+    assert resumed.epochs_seen == 4  # such a run counted every epoch: its grace is over

@@ -121,6 +121,15 @@ def test_a_store_a_list_of_stores_and_a_folder_of_stores(runs, stores):
     assert all((float(row["score"]) >= threshold) == (row["predicted"] == "manifold_like") for row in rows)
     assert folder["per_kind"]["layered"]["recall"] == sum(row["predicted"] == "non_manifold_like"
                                                           for row in rows[:4]) / 4
+    layered = folder["per_kind"]["layered"]
+    assert layered["recall_low"] <= layered["recall"] <= layered["recall_high"]
+    truth = [row["truth"] == "manifold_like" for row in rows]
+    predicted = [row["predicted"] == "manifold_like" for row in rows]
+    assert folder["balanced_accuracy"] == pytest.approx(  # the mean of the two classes' recalls
+        (sum(p and t for p, t in zip(predicted, truth)) / 6 + sum(not p for p in predicted[:4]) / 4) / 2)
+    positives = [float(row["score"]) for row in rows[4:]]
+    assert folder["roc_auc"] == pytest.approx(  # how often a manifold-like set outscores a layered one
+        sum((p > n) + 0.5 * (p == n) for p in positives for n in map(float, (r["score"] for r in rows[:4]))) / 24)
 
 
 def test_the_command_prints_the_table_and_writes_the_files(cli_in_process, runs, stores, tmp_path):
@@ -129,7 +138,8 @@ def test_the_command_prints_the_table_and_writes_the_files(cli_in_process, runs,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "applied to output (10 causal sets)" in done.stdout
-    for line in ("kind", "layered", "polynomial", "non_manifold_like", "weighted_f1", str(out)):
+    for line in ("kind", "layered", "polynomial", "non_manifold_like", "weighted_f1", "balanced_accuracy", "roc_auc",
+                 "95% interval", str(out)):
         assert line in done.stdout
     assert len(read_csv(out)) == 10 and json.loads((out.parent / "metrics.json").read_text())["count"] == 10
 

@@ -4,46 +4,85 @@ QuantumGrav reports, from the confusion matrix (exact under DDP) and for the bas
 import numpy as np
 import pytest
 
-from QuantumGrav.evaluation.kinds import (defect_size, kind_breakdown, recall_by_defect_size, recall_by_kind,
-                                          smallest_detected)
+from QuantumGrav.evaluation.kinds import (BELOW_SMALLEST, NOT_REACHED, defect_size, describe_threshold,
+                                          detection_threshold, kind_breakdown, recall_by_defect_size, recall_by_kind,
+                                          wilson_interval)
 from QuantumGrav.evaluation.tasks import BinaryTask, MulticlassTask, f1_scores
 
 
-def test_the_detection_threshold_is_the_smallest_size_above_which_nine_in_ten_are_recognised():
-    sizes = np.array([0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005, 0.0002, 0.0001])
-    correct = np.array([1, 1, 1, 1, 1, 1, 1, 1, 0, 0], dtype=bool)
-    assert smallest_detected(sizes, correct) == 0.0005  # the 8 largest: 8 of 8; with the 9th: 8 of 9 < 0.9
-    correct[3] = False  # one miss among the large ones: 9 largest hold 7 of 9
-    assert smallest_detected(sizes, correct) == 0.02  # 3 of 3; the 4th makes it 3 of 4
-    assert smallest_detected(sizes, np.zeros(10, dtype=bool)) is None
+def bins_of(*recalls: float) -> list[dict]:
+    """Bins [1, 2), [2, 4), [4, 8), ... with the given recalls."""
+    return [{"low": 2.0 ** b, "high": 2.0 ** (b + 1), "recall": r} for b, r in enumerate(recalls)]
 
 
-def test_recall_per_kind_and_per_bin_of_equal_counts():
+def test_the_detection_threshold_is_where_the_curve_crosses_nine_in_ten():
+    crossing = detection_threshold(bins_of(0.5, 0.8, 1.0, 1.0))
+    # between the centres sqrt(2 * 4) (recall 0.8) and sqrt(4 * 8) (1.0), halfway on a log axis: 4
+    assert crossing["reading"] == "crossing" and crossing["threshold"] == pytest.approx(4.0)
+    # a dip below the level among larger defects moves the threshold up: the last crossing on the way up counts
+    assert detection_threshold(bins_of(1.0, 0.5, 1.0, 1.0))["threshold"] > crossing["threshold"]
+    below = detection_threshold(bins_of(0.95, 0.9, 1.0))
+    assert below == {"threshold": None, "reading": BELOW_SMALLEST, "smallest_drawn": 1.0}
+    assert describe_threshold(below) == "below the smallest drawn (1)"
+    assert detection_threshold(bins_of(1.0, 0.8))["reading"] == NOT_REACHED
+    assert describe_threshold(detection_threshold([])) == NOT_REACHED
+
+
+def test_the_old_cumulative_reading_would_have_claimed_the_smallest_bin():
+    """4 of 6 recognised in the smallest bin, all in the others: cumulative from the top that is still above nine in
+    ten, and was reported as the smallest size drawn; the curve crosses above the smallest bin."""
+    sizes = np.array([1, 1, 1, 1, 1, 1] + [10] * 30 + [100] * 30 + [1000] * 30, dtype=float)
+    correct = np.array([1, 1, 1, 1, 0, 0] + [1] * 90, dtype=bool)
+    threshold = recall_by_defect_size(sizes, correct)["threshold_at_90"]
+    assert threshold["reading"] == "crossing" and threshold["threshold"] > 1.0
+
+
+def test_recall_per_kind_and_per_bin_come_with_counts_and_intervals():
     kinds = ["grid", "destroyed", "grid", "destroyed", "grid"]
-    assert recall_by_kind(kinds, np.array([1, 0, 1, 1, 0], dtype=bool)) == {
-        "grid": {"sets": 3, "correct": 2, "recall": 2 / 3}, "destroyed": {"sets": 2, "correct": 1, "recall": 0.5}}
+    found = recall_by_kind(kinds, np.array([1, 0, 1, 1, 0], dtype=bool))
+    assert {kind: (row["sets"], row["correct"], row["recall"]) for kind, row in found.items()} == {
+        "destroyed": (2, 1, 0.5), "grid": (3, 2, 2 / 3)}
+    assert found["grid"]["recall_low"] < 2 / 3 < found["grid"]["recall_high"]
     sizes = np.arange(1, 9, dtype=float)
     result = recall_by_defect_size(sizes, sizes > 4, num_bins=4)
     assert [(row["sets"], row["correct"]) for row in result["bins"]] == [(2, 0), (2, 0), (2, 2), (2, 2)]
-    assert result["smallest_at_90"] == 5.0
+    assert result["threshold_at_90"]["reading"] == "crossing"
+    centres = [np.sqrt(row["low"] * row["high"]) for row in result["bins"]]
+    assert centres[1] < result["threshold_at_90"]["threshold"] < centres[2]  # between the last bin below and above
+    repeated = recall_by_defect_size(np.array([4.0] * 9 + [5.0]), np.ones(10, dtype=bool))
+    assert [row["sets"] for row in repeated["bins"]] == [10], "equal sizes never split: one bin"
 
 
-def test_a_sets_defect_size_follows_its_kind():
-    assert defect_size({"kind": "destroyed_ambiguous", "flip_fraction": 0.003}) == 0.003
-    assert defect_size({"kind": "merged", "block_fraction": 0.1, "block_size": 9}) == 0.1
+def test_the_wilson_interval_matches_its_formula():
+    low, high = wilson_interval(40, 50)
+    z, p, n = 1.959963984540054, 0.8, 50
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (
+        1 + z * z / n)
+    assert (low, high) == pytest.approx((centre - half, centre + half))
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_a_sets_defect_size_is_the_realised_one():
+    assert defect_size({"kind": "destroyed_ambiguous", "flip_fraction": 0.003, "changed_relations": 7}) == 7
+    assert defect_size({"kind": "merged", "block_fraction": 0.1, "block_size": 9}) == 9
     assert defect_size({"kind": "complex_topology", "n_vertical_cuts": 2, "n_finite_cuts": 3}) == 5
     assert defect_size({"kind": "grid", "lattice": "hexagonal"}) is None
-    assert defect_size({"kind": "merged"}) is None, "a store of QuantumGrav.jl's own: no drawn parameters"
+    assert defect_size({"kind": "merged"}) is None, "a store of QuantumGrav.jl's own: no recorded defect"
+    assert defect_size({"kind": "destroyed", "flip_fraction": 0.1}) is None, "drawn, not realised"
 
 
 def test_the_breakdown_has_every_model_and_the_kinds_with_enough_sets():
-    descriptions = [{"kind": "destroyed", "flip_fraction": f} for f in (0.1, 0.01, 0.001, 0.0001)]
-    descriptions += [{"kind": "grid"}] * 2 + [{"kind": "merged", "block_fraction": 0.1}]
+    descriptions = [{"kind": "destroyed", "changed_relations": c} for c in (400, 40, 4, 1)]
+    descriptions += [{"kind": "grid"}] * 2 + [{"kind": "merged", "block_size": 9}]
     correct = {"gnn": np.array([1, 1, 1, 0, 1, 1, 1], dtype=bool), "strong_baseline": np.ones(7, dtype=bool)}
     result = kind_breakdown(descriptions, correct)
     assert result["by_kind"]["gnn"]["destroyed"]["recall"] == 0.75 and result["by_kind"]["strong_baseline"]["grid"]
     assert list(result["by_defect_size"]) == ["destroyed"], "one merged set is too few for bins"
-    assert result["by_defect_size"]["destroyed"]["gnn"]["smallest_at_90"] == 0.001
+    destroyed = result["by_defect_size"]["destroyed"]
+    assert destroyed["size"] == "changed_relations"
+    assert destroyed["gnn"]["threshold_at_90"]["reading"] == "crossing"
+    assert destroyed["strong_baseline"]["threshold_at_90"] == {"threshold": None, "reading": BELOW_SMALLEST,
+                                                                "smallest_drawn": 1.0}
 
 
 def test_weighted_f1_from_the_confusion_matrix_equals_scikit_learns():

@@ -65,18 +65,18 @@ def test_a_refused_draw_is_drawn_again_as_quantumgrav_jl_does(monkeypatch):
 
     calls = []
 
-    def refuses_twice(n, rng):
+    def refuses_twice(n, rng, **options):
         calls.append(n)
         if len(calls) < 3:
             raise SetRefused("no set this time")
-        return catalogue.generate_polynomial(n, rng)
+        return catalogue.generate_polynomial(n, rng, **options)
 
     monkeypatch.setitem(catalogue.GENERATORS, "polynomial", refuses_twice)
     sample = catalogue.generate_kind("polynomial", np.random.default_rng(0))
     assert len(calls) == 3 and sample.n == calls[-1], "each attempt draws a new element count"
     attempts = []
 
-    def always_refuses(n, rng):
+    def always_refuses(n, rng, **options):
         attempts.append(n)
         raise SetRefused("never")
 

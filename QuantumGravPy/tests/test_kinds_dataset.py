@@ -71,6 +71,27 @@ def test_every_set_keeps_its_kind_its_drawn_parameters_and_merged_sets_their_blo
     assert labels[start:start + described[2]["block_size"]].all() and labels.sum() == described[2]["block_size"]
 
 
+def test_sets_in_another_dimension_with_exact_defects_take_the_sizes_in_turn_and_record_them(tmp_path):
+    kinds = ["polynomial", "destroyed", "merged_ambiguous", "grid"]
+    dataset = KindsDataset(tmp_path, kinds=kinds, num_per_kind=5, seed=3, dimension=4, changed_relations=[1, 8],
+                           block_sizes=[4, 12], workers=1, **SMALL)
+    described = [dataset.describe(i) for i in range(len(dataset))]
+    by_kind = {kind: [d for d in described if d["kind"] == kind] for kind in kinds}
+    assert [d["changed_relations"] for d in by_kind["destroyed"]] == [1, 8, 1, 8, 1]
+    assert [d["block_size"] for d in by_kind["merged_ambiguous"]] == [4, 12, 4, 12, 4]
+    assert all(d["dimension"] == 4 for kind in kinds[:3] for d in by_kind[kind])
+    assert "dimension" not in by_kind["grid"][0], "grid stays a 2D lattice"
+    record = json.loads((dataset.folder / "generation.json").read_text())
+    assert (record["dimension"], record["changed_relations"], record["block_sizes"]) == (4, [1, 8], [4, 12])
+    rng = np.random.default_rng([3, CSET_TYPE_NUMBERS["destroyed"], 0])
+    first = generate_kind("destroyed", rng, n_range=(24, 32), dimension=4, defect_size=1)
+    second = generate_kind("destroyed", rng, n_range=(24, 32), dimension=4, defect_size=8)
+    stored = stored_relations(dataset.folder / "destroyed_3.zarr")
+    assert np.array_equal(stored[0], first.relation) and np.array_equal(stored[1], second.relation)
+    two_d = KindsDataset(tmp_path, kinds=kinds, num_per_kind=5, seed=3, workers=1, **SMALL)
+    assert two_d.folder != dataset.folder and all(two_d.describe(i)["dimension"] == 2 for i in range(5))
+
+
 def test_a_failed_generation_leaves_no_folder_that_looks_finished(tmp_path, monkeypatch):
     def fails(*args):
         raise RuntimeError("disk full")
@@ -88,6 +109,14 @@ def test_a_failed_generation_leaves_no_folder_that_looks_finished(tmp_path, monk
     ({"n_min": 10}, "n_min, n_max: expected integers with 21 <= n_min <= n_max"),
     ({"n_min": 40, "n_max": 30}, "n_min, n_max: expected integers with 21 <= n_min <= n_max"),
     ({"workers": 0}, "workers: expected a positive integer or null"),
+    ({"dimension": 5}, "dimension: expected one of 2, 3, 4, got 5"),
+    ({"dimension": 3}, "dimension 3: complex_topology is 2-dimensional only"),
+    ({"kinds": ["grid"], "changed_relations": [1, 2]}, "changed_relations: applies to destroyed and "
+                                                       "destroyed_ambiguous sets, and kinds has none"),
+    ({"kinds": ["merged"], "block_sizes": [4, 24]}, r"block_sizes: expected a list of distinct integers from 4 to 23"),
+    ({"kinds": ["destroyed"], "changed_relations": [0]}, "changed_relations: expected a list of distinct integers "
+                                                         "from 1 to 276"),
+    ({"kinds": ["destroyed"], "changed_relations": 4}, "changed_relations: expected a list"),
 ])
 def test_bad_settings_are_one_message_and_write_nothing(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -139,7 +168,7 @@ def test_manifold_like_yaml_trains_on_generated_sets_and_on_the_same_stores_read
     assert applied["count"] == 18 and set(applied["per_kind"]) == set(GENERATORS)
     other = KindsDataset(tmp_path / "other", num_per_kind=4, seed=1, workers=1, kinds=["destroyed"], **SMALL)
     by_size = QG.load_run(trainer.run_dir).evaluate(str(other.folder))["by_defect_size"]["destroyed"]
-    assert by_size["size"] == "flip_fraction" and sum(row["sets"] for row in by_size["model"]["bins"]) == 4
+    assert by_size["size"] == "changed_relations" and sum(row["sets"] for row in by_size["model"]["bins"]) == 4
     folder, = (tmp_path / "kinds").iterdir()
     stores = QG.load_config(REPO / "configs" / "train_quantumgrav_jl.yaml", [
         f"data.kwargs.path={folder}", f"data.kwargs.target={target}", *_job_settings(tmp_path, target)[6:]])
@@ -163,6 +192,25 @@ def test_manifold_like_yaml_trains_on_two_processes(tmp_path, cli_in_process):
     assert len(list((tmp_path / "kinds").iterdir())) == 1, "rank 0 generated the stores, rank 1 read them"
 
 
+def test_manifold_like_dimensions_yaml_trains_in_4_dimensions_and_a_2d_only_kind_exits_2(tmp_path, cli_in_process):
+    config = REPO / "configs" / "manifold_like_dimensions.yaml"
+    settings = ["data.kwargs.dimension=4", *_job_settings(tmp_path, "manifold_like")]
+    trainer = QG.Trainer(QG.load_config(config, settings))
+    loaders = trainer.prepare_dataloaders()
+    trainer.run_training(*loaders[:2])
+    test = trainer.run_test(loaders[2])
+    trainer.close()
+    assert test["num_test"] == len(loaders[2].dataset) and 0 <= test["test_weighted_f1"] <= 1
+    folder, = (tmp_path / "kinds").iterdir()
+    assert json.loads((folder / "generation.json").read_text())["dimension"] == 4
+    bad = cli_in_process("generate", "--config", str(config), "--set", f"data.kwargs.path={tmp_path / 'other'}",
+                         "--set", "data.kwargs.kinds=[polynomial,complex_topology]", "--set",
+                         "data.kwargs.num_per_kind=2", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "complex_topology is 2-dimensional only" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "other").exists()
+
+
 def test_the_smoke_test_switch_shrinks_the_kinds_to_four_small_sets_each(monkeypatch):
     monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
     kwargs = QG.load_config(REPO / "configs" / "manifold_like.yaml")["data"]["kwargs"]
@@ -170,6 +218,32 @@ def test_the_smoke_test_switch_shrinks_the_kinds_to_four_small_sets_each(monkeyp
     monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST")
     kwargs = QG.load_config(REPO / "configs" / "manifold_like.yaml")["data"]["kwargs"]
     assert (kwargs["num_per_kind"], kwargs["n_min"], kwargs["n_max"]) == (1000, 64, 128)
+
+
+def test_generate_makes_exact_defects_and_the_smoke_switch_keeps_the_sizes_its_small_sets_hold(
+        tmp_path, cli_in_process, monkeypatch):
+    """The documented command of docs/your_own_data_zarr.md (N = 256, blocks of up to 64 elements) under the
+    smoke-test switch: its sets of 24-32 elements keep the sizes they can hold."""
+    monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
+    exact = ["--set", "data.kwargs.n_min=256", "--set", "data.kwargs.n_max=256",
+             "--set", "data.kwargs.changed_relations=[1,2,4,8,16,32,64,128,256,512]",
+             "--set", "data.kwargs.block_sizes=[4,8,16,32,64]"]
+    config = REPO / "configs" / "manifold_like_dimensions.yaml"
+    kwargs = QG.load_config(config, [setting for setting in exact if setting != "--set"])["data"]["kwargs"]
+    assert (kwargs["n_min"], kwargs["block_sizes"], kwargs["changed_relations"]) == (
+        24, [4, 8, 16], [1, 2, 4, 8, 16, 32, 64, 128, 256]), "24 elements: 23 in a block at most, 276 pairs"
+    result = cli_in_process("generate", "--config", str(config), "--set", f"data.kwargs.path={tmp_path / 'kinds'}",
+                            "--set", "data.kwargs.dimension=4", *exact, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    folder, = (tmp_path / "kinds").iterdir()
+    described = QuantumGravJLDataset(folder).describe
+    sets = [described(i) for i in range(32)]
+    assert [d["changed_relations"] for d in sets if d["kind"] == "destroyed"] == [1, 2, 4, 8]
+    assert [d["block_size"] for d in sets if d["kind"] == "merged"] == [4, 8, 16, 4]
+    assert {d["dimension"] for d in sets if d["kind"] != "grid" and "dimension" in d} == {4}
+    monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST")
+    kwargs = QG.load_config(config, [setting for setting in exact if setting != "--set"])["data"]["kwargs"]
+    assert kwargs["block_sizes"] == [4, 8, 16, 32, 64], "without the switch, as given"
 
 
 def test_upstreams_model_trains_on_the_same_sets_and_stops_on_the_weighted_f1(tmp_path):
@@ -181,3 +255,4 @@ def test_upstreams_model_trains_on_the_same_sets_and_stops_on_the_weighted_f1(tm
     trainer.close()
     assert type(trainer.core_model).__name__ == "UpstreamGCN" and trainer.early_stopping.metric == "val_weighted_f1"
     assert all(0 <= row["val_weighted_f1"] <= 1 for row in trainer.history) and "test_weighted_f1" in test
+    assert 0 <= test["test_balanced_accuracy"] <= 1 and (test["test_roc_auc"] is None or 0 <= test["test_roc_auc"] <= 1)

@@ -6,9 +6,9 @@ import pytest
 
 from QuantumGrav.data.kinds.catalogue import generate_kind
 from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_relation, sprinkle
-from QuantumGrav.data.kinds.destroyed import (DESTROYED_AMBIGUOUS, DestroyedSettings, destroy, draw_flip_fraction,
-                                              flip_count, generate_destroyed, generate_destroyed_ambiguous,
-                                              toggled_pairs)
+from QuantumGrav.data.kinds.destroyed import (DESTROYED_AMBIGUOUS, DestroyedSettings, destroy, destroy_exactly,
+                                              draw_flip_fraction, flip_count, generate_destroyed,
+                                              generate_destroyed_ambiguous, toggled_pairs)
 from QuantumGrav.data.kinds.layered import layer_sizes
 from QuantumGrav.data.kinds.merged import (MERGED_AMBIGUOUS, MergedSettings, block_size, generate_merged,
                                            generate_merged_ambiguous, insert_block, layered_block)
@@ -224,3 +224,78 @@ def test_a_destroyed_set_records_its_realised_defect_as_counts_of_changed_relati
         assert (params["added_relations"], params["removed_relations"]) == (added, removed)
         assert params["changed_relations"] == added + removed > 0
         assert params["changed_relations"] == round(params["changed_fraction"] * 80 * 79 / 2)
+
+
+# defects of an exact size
+
+CHANGES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+BLOCKS = [4, 8, 16, 32, 64]
+
+
+def sprinkling_of(seed: int, n: int, dimension: int) -> np.ndarray:
+    """The sprinkling a destroyed set of this seed was made from (its generator's first draws)."""
+    rng = np.random.default_rng(seed)
+    coefficients, _, _ = conformal_coefficients(rng, dimension=dimension)
+    return minkowski_relation(sprinkle(rng, n, coefficients))
+
+
+@pytest.mark.parametrize("dimension", [2, 3, 4])
+@pytest.mark.parametrize("kind", ["destroyed", "destroyed_ambiguous"])
+def test_a_destroyed_set_of_an_exact_size_differs_from_its_sprinkling_in_exactly_that_many_relations(kind,
+                                                                                                   dimension):
+    for seed, changes in enumerate(CHANGES):
+        sample = generate_kind(kind, np.random.default_rng(seed), n=256, dimension=dimension, defect_size=changes)
+        sprinkled = sprinkling_of(seed, 256, dimension)
+        assert int((sample.relation ^ sprinkled).sum()) == changes == sample.params["changed_relations"]
+        assert sample.params["added_relations"] + sample.params["removed_relations"] == changes
+        assert is_transitive(sample.relation) and not np.tril(sample.relation).any()
+        params = sample.params
+        assert params["dimension"] == dimension and 1 <= params["toggles"] <= params["pair_draws"]
+        assert "flip_fraction" not in sample.params, "no fraction was drawn"
+
+
+@pytest.mark.parametrize("dimension", [2, 4])
+def test_exact_changes_hold_at_1024_elements(dimension):
+    for seed, changes in enumerate((1, 256)):
+        sample = generate_destroyed(1024, np.random.default_rng(seed), dimension=dimension, changes=changes)
+        assert int((sample.relation ^ sprinkling_of(seed, 1024, dimension)).sum()) == changes
+
+
+def test_an_exact_count_of_changes_removes_only_links_and_adds_only_closed_cones():
+    """Each kept toggle turns a link off (one relation) or turns a pair on and relates everything up to its first
+    element to everything from its second on: the removed relations were links of the sprinkling or of a
+    previous toggle's result, and the result is the closure of the sprinkling with its added relations."""
+    rng = np.random.default_rng(21)
+    sprinkled = sprinkled_order(rng, 200)
+    for changes in (3, 40):
+        relation, drawn = destroy_exactly(rng, sprinkled, changes)
+        removed, added = sprinkled & ~relation, relation & ~sprinkled
+        assert int(removed.sum() + added.sum()) == changes and drawn["toggles"] >= 1
+        assert not (removed & ~transitive_reduction(sprinkled | added)).any(), "only links are ever removed"
+
+
+def test_an_exact_count_that_the_draws_do_not_reach_is_refused_and_an_impossible_one_is_an_error(monkeypatch):
+    from QuantumGrav.data.kinds import destroyed
+    from QuantumGrav.data.kinds.common import SetRefused
+
+    rng = np.random.default_rng(22)
+    sprinkled = sprinkled_order(rng, 30)
+    monkeypatch.setattr(destroyed, "MAX_PAIR_DRAWS_PER_CHANGE", 0)
+    with pytest.raises(SetRefused, match="0 pair draws changed 0 of the 5 relations asked for"):
+        destroy_exactly(rng, sprinkled, 5)
+    with pytest.raises(ValueError, match=r"changes: expected 1 to 435 \(the pairs of 30 elements\), got 436"):
+        destroy_exactly(rng, sprinkled, 436)
+
+
+@pytest.mark.parametrize("dimension", [2, 3, 4])
+@pytest.mark.parametrize("kind", ["merged", "merged_ambiguous"])
+def test_a_merged_set_of_an_exact_size_has_a_block_of_exactly_that_many_elements(kind, dimension):
+    for seed, size in enumerate(BLOCKS):
+        sample = generate_kind(kind, np.random.default_rng(seed), n=256, dimension=dimension, defect_size=size)
+        assert int(sample.node_labels.sum()) == size == sample.params["block_size"] == sum(
+            sample.params["block_layer_sizes"])
+        start = sample.params["block_start"]
+        assert sample.node_labels[start:start + size].all() and sample.relation.shape == (256, 256)
+        assert sample.params["block_fraction"] == size / 256 and is_transitive(sample.relation)
+    with pytest.raises(ValueError, match=r"block_elements: expected 4 to 255 .* got 256"):
+        generate_kind(kind, np.random.default_rng(0), n=256, dimension=dimension, defect_size=256)

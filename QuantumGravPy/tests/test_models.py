@@ -113,6 +113,7 @@ def test_default_config_model_trains_end_to_end_and_reports_the_baselines(tiny_c
     assert len(summary["baselines"]["strong"]["per_class_recall"]) == trainer.dataset.num_classes
     assert 0.0 <= summary["strongest_baseline_accuracy"] <= 1.0 and 0.0 <= summary["strong_baseline_balanced_accuracy"]
     assert "2D-order test" in summary["strongest_baseline_method"]
+    assert 0.0 <= summary["test_balanced_accuracy"] <= 1.0 and "test_roc_auc" not in summary  # 5 classes: no ROC
     lines = QG.runs.records.summarise_run({"summary": summary, "test": test}).splitlines()
     assert any(line.startswith("strong baseline  accuracy") for line in lines)
     assert any(line.startswith("strongest baseline  accuracy") for line in lines)
@@ -184,3 +185,7 @@ def test_upstreams_gcn_reads_the_link_degrees_as_counts_and_gives_one_output_per
     assert torch.allclose(seen[0][:, 0], in_degrees), "in-link degrees as counts, as upstream feeds them"
     with pytest.raises(ValueError, match="feature_columns: expected columns of the 10 node features, got \\[2, 10\\]"):
         UpstreamGCN(10, 1, feature_columns=[2, 10])
+    assert model.blocks[0].norm.momentum == 0.1  # torch's default unless asked
+    assert UpstreamGCN(10, 1, batch_norm_momentum=0.2).blocks[0].norm.momentum == 0.2  # upstream's
+    with pytest.raises(ValueError, match="batch_norm_momentum: expected a number in \\(0, 1\\], got 0"):
+        UpstreamGCN(10, 1, batch_norm_momentum=0)

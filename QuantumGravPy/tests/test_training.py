@@ -282,3 +282,31 @@ def test_each_step_draws_dropout_from_its_own_seed_without_the_cost_of_torch_man
         epoch, step = divmod(i, steps)
         expected = torch.Generator().manual_seed((7 * 1_000_003 + epoch * 10_007 + step) * 1_009 + 0).get_state()
         assert torch.equal(state, expected), (epoch, step)
+
+
+def test_the_class_balanced_sampler_draws_each_class_equally_and_deals_disjoint_shares():
+    from QuantumGrav.data.sources import DistributedClassBalancedSampler
+
+    labels = [0] * 90 + [1] * 10
+    samplers = [DistributedClassBalancedSampler(labels, rank, 2, seed=3) for rank in range(2)]
+    drawn = [list(s) for s in samplers]
+    assert [len(d) for d in drawn] == [50, 50] and all(len(s) == 50 for s in samplers)
+    repeated = [list(DistributedClassBalancedSampler(labels, rank, 2, seed=3)) for rank in range(2)]
+    assert repeated == drawn, "every rank draws the same sample, so their shares are a split of one draw"
+    minority = np.mean([labels[i] for shard in drawn for i in shard])
+    many = [labels[i] for epoch in range(20) for i in (samplers[0].set_epoch(epoch) or samplers[0])]
+    assert 0.3 < minority < 0.7 and abs(np.mean(many) - 0.5) < 0.06  # 1 in 10 sets, drawn half the time
+    samplers[0].set_epoch(21)
+    assert list(samplers[0]) != drawn[0]
+
+
+def test_a_class_balanced_run_trains_and_a_task_without_classes_is_refused(tiny_config):
+    trainer = QG.Trainer(tiny_config({"training.sampler": "class_balanced", "training.num_epochs": 1,
+                                      "testing.baselines": False}))
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    assert type(train_loader.sampler).__name__ == "DistributedClassBalancedSampler"
+    trainer.run_training(train_loader, val_loader)
+    trainer.close()
+    with pytest.raises(QG.ConfigError, match="training.sampler: class_balanced draws sets by their class, but the "
+                                             "regression task"):
+        QG.Trainer(tiny_config({"training.sampler": "class_balanced", "data.target": "myrheim_meyer_dimension"}))

@@ -22,7 +22,8 @@ class EarlyStopping(Callback):
 
     The average keeps one lucky epoch (a validation set of a few hundred sets has them) from being the best
     and ending the run ``patience`` epochs later; the best epoch is the last of the best window, and best.pt
-    its weights. ``window`` 1: each epoch's own value.
+    its weights. ``window`` 1: each epoch's own value. In the first ``grace`` epochs an epoch without improvement
+    does not count toward ``patience`` (upstream QuantumGrav's grace period); the best epoch is tracked as always.
 
     Every rank updates it with the same record (rank 0's, broadcast), so every rank holds the same state
     and casts the same vote. ``improved`` says whether the last epoch was the best so far (the
@@ -35,9 +36,11 @@ class EarlyStopping(Callback):
     min_delta: float = 0.0
     enabled: bool = True
     window: int = 1
+    grace: int = 0
     best_value: float = math.nan
     best_epoch: int = -1
     epochs_without_improvement: int = 0
+    epochs_seen: int = 0
     recent: list[float] = field(default_factory=list)  # the metric of the last ``window`` epochs
     improved: bool = field(default=False, compare=False)
 
@@ -60,10 +63,12 @@ class EarlyStopping(Callback):
         """Record this epoch's value; True when the mean of the last ``window`` values is the best so far."""
         self.recent = [*self.recent, value][-self.window:]
         value = math.fsum(self.recent) / len(self.recent)
+        self.epochs_seen += 1
         if self.is_improvement(value):
             self.best_value, self.best_epoch, self.epochs_without_improvement = value, epoch, 0
             return True
-        self.epochs_without_improvement += 1
+        if self.epochs_seen > self.grace:
+            self.epochs_without_improvement += 1
         return False
 
     @property
@@ -72,8 +77,9 @@ class EarlyStopping(Callback):
 
     def reason(self) -> str:
         averaged = f" (its mean over {self.window} epochs)" if self.window > 1 else ""
+        grace = f" after a grace of {self.grace} epoch(s)" if self.grace else ""
         return (f"early stopping: {self.metric} did not improve by more than {self.min_delta} for "
-                f"{self.patience} epoch(s){averaged}; best {self.metric}{averaged}={self.best_value:.4f} at epoch "
+                f"{self.patience} epoch(s){averaged}{grace}; best {self.metric}{averaged}={self.best_value:.4f} at epoch "
                 f"{self.best_epoch}")
 
     def state_dict(self) -> dict:
@@ -91,15 +97,18 @@ class EarlyStopping(Callback):
             return
         for key in ("best_value", "best_epoch", "epochs_without_improvement"):
             setattr(self, key, state[key])
+        # absent from checkpoints written before the grace period existed: their epochs all counted, so it is over
+        self.epochs_seen = state.get("epochs_seen", self.grace)
         self.recent = list(state.get("recent", []))[-self.window:]  # absent from checkpoints without a window
 
     @classmethod
     def from_section(cls, section: EarlyStoppingSection) -> "EarlyStopping":
         """The config's ``early_stopping`` section (``sections.early_stopping``), its mode resolved."""
-        return cls(section.metric, section.mode, section.patience, section.min_delta, section.enabled, section.window)
+        return cls(section.metric, section.mode, section.patience, section.min_delta, section.enabled, section.window,
+                   section.grace)
 
     @classmethod
     def from_config(cls, es_cfg: dict) -> "EarlyStopping":
         """An ``early_stopping`` mapping written by hand; keys it leaves out keep the defaults above."""
-        keys = ("metric", "mode", "patience", "min_delta", "enabled", "window")
+        keys = ("metric", "mode", "patience", "min_delta", "enabled", "window", "grace")
         return cls(**{k: es_cfg[k] for k in keys if k in es_cfg})  # a section written by hand may leave keys out

@@ -60,7 +60,7 @@ def apply_smoke_test(raw: dict[str, Any]) -> dict[str, Any]:
         return raw  # validation reports it
     data = _shrunk(data, SMOKE_DATA)
     if isinstance(data.get("kwargs"), dict) and "num_per_kind" in data["kwargs"]:
-        data["kwargs"] = _shrunk(data["kwargs"], SMOKE_KINDS)
+        data["kwargs"] = _defects_that_fit(_shrunk(data["kwargs"], SMOKE_KINDS))
     warn_smoke_data(data)
     return {**raw, "data": data}
 
@@ -74,6 +74,21 @@ def _shrunk(values: dict[str, Any], smallest: dict[str, int]) -> dict[str, Any]:
     if _is_int(values["n_min"]) and _is_int(values["n_max"]):
         values["n_max"] = max(values["n_min"], values["n_max"])
     return values
+
+
+def _defects_that_fit(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The kinds' exact defect sizes that the shrunk sets can hold (a block leaves one element of n_min, changes
+    are at most its pairs); where none can, the largest that can. Anything not a list of integers is left for
+    validation to report."""
+    n_min = kwargs["n_min"]
+    if not _is_int(n_min):
+        return kwargs
+    kwargs = dict(kwargs)
+    for key, most in (("block_sizes", n_min - 1), ("changed_relations", n_min * (n_min - 1) // 2)):
+        sizes = kwargs.get(key)
+        if isinstance(sizes, list) and sizes and all(_is_int(size) for size in sizes):
+            kwargs[key] = [size for size in sizes if size <= most] or [most]
+    return kwargs
 
 
 def warn_smoke_data(data: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Questions about each element of a causal set, read from the stores our generator writes (``data.kinds``).
 
-``inserted_block``: is the element inside the small layered block inserted into a ``merged`` (or
-``merged_ambiguous``) set? Each group of such a set keeps a ``node_labels`` array (uint8, 1 inside the block, in
+``inserted_block``: is the element inside the random 3-layer block inserted into a ``merged`` (or
+``merged_ambiguous``) set (from 4 elements to all but one of the set)? Each group of such a set keeps a ``node_labels`` array (uint8, 1 inside the block, in
 element order, so node k of an item is element k + 1 of the store's set); a group without it (every other kind, and
 QuantumGrav.jl's own stores) has no inserted block: all its labels are 0.
 """

@@ -1,6 +1,6 @@
 """Whether a causal set is a 2D order (order dimension <= 2): an exact test in O(N^2) work, with a witness.
 
-Every manifold-like kind generated here is two-dimensional, and the causal order of a sprinkling into a 2D region
+Every manifold-like kind generated in d = 2 (the default) is two-dimensional, and the causal order of a sprinkling into a 2D region
 conformally flat to a diamond is the intersection of two linear orders (its two light-cone coordinates u = t + x,
 v = t - x): a *2D order*. Curvature never changes this (a conformal factor keeps the light cones), so whether a set
 is a 2D order is a yes/no fact that no learned model can beat on a 2D manifold-like set, and that no destroyed,

@@ -6,7 +6,8 @@ dataset object handed to the trainer (``QG.Trainer(config, dataset=ds)``). Any P
 sequence of ``Data`` with ``x`` (float, nodes x features), ``edge_index`` (2 x edges) and ``y`` works;
 other attributes are passed through to the model untouched.
 
-The samplers: training, a ``DistributedSampler`` reshuffled per epoch; validation, disjoint shards (or,
+The samplers: training, a ``DistributedSampler`` reshuffled per epoch (or, with ``training.sampler:
+class_balanced``, a class-balanced draw with replacement); validation, disjoint shards (or,
 under ``training.batch_budget``, batches packed by size: ``batching``). Which rank builds the dataset
 first and the loaders themselves: ``training.loaders``.
 """
@@ -14,10 +15,11 @@ first and the loaders themselves: ``training.loaders``.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import math
+from typing import Any, Iterator, Sequence
 
 import torch
-from torch.utils.data import DistributedSampler, Sampler, Subset
+from torch.utils.data import DistributedSampler, Sampler, Subset, WeightedRandomSampler
 from torch_geometric.data import Dataset as PyGDataset
 
 from ..config.yaml_io import pyobject_path
@@ -49,6 +51,36 @@ def make_train_sampler(dataset, rank: int, world_size: int, shuffle: bool, seed:
     a resumed run, and an N-process run taken together, see the same sample order.
     """
     return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
+
+
+class DistributedClassBalancedSampler(Sampler[int]):
+    """Rank ``rank``'s share of a class-balanced draw (``training.sampler: class_balanced``): each epoch
+    ``len(labels)`` items (rounded up to a multiple of the ranks) are drawn with replacement, each with a
+    probability proportional to 1 / its class's count (torch's ``WeightedRandomSampler``), from the stream (seed,
+    epoch), and dealt out rank by rank. Every rank draws the same items from the same labels and seed, so the ranks'
+    shares are disjoint draws of one sample without talking to each other; ``set_epoch`` draws the next one."""
+
+    def __init__(self, labels: Sequence[int], rank: int, world_size: int, seed: int):
+        labels = torch.as_tensor(list(labels), dtype=torch.long)
+        self.weights = 1.0 / torch.bincount(labels).double()[labels]
+        self.rank, self.world_size, self.seed, self.epoch = rank, world_size, seed, 0
+        self.num_samples = math.ceil(len(labels) / world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        stream = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        drawn = list(WeightedRandomSampler(self.weights, self.num_samples * self.world_size, generator=stream))
+        return iter(drawn[self.rank::self.world_size])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+def graph_labels(dataset) -> list[int]:
+    """The class index of each item (its ``y``, one value per graph), read item by item."""
+    return [int(dataset[i].y.reshape(-1)[0]) for i in range(len(dataset))]
 
 
 # --------------------------------------------------------------------------- sources

@@ -19,7 +19,7 @@ compute a few whole-set invariants and hand them to an off-the-shelf classifier.
   build today. Gradient-boosted trees on the order invariants, the distribution over the elements of every
   per-element feature and the layer widths (as the strong baseline's ``invariants_and_elements``), plus the exact
   test of two-dimensionality (``causal_sets.is_two_dimensional`` and the share of the elements on a violation,
-  ``TWO_DIMENSION_FEATURES``: every manifold-like kind here is a 2D order) and the field's graph observables
+  ``TWO_DIMENSION_FEATURES``: every manifold-like kind in d = 2 is a 2D order) and the field's graph observables
   (``causal_sets.GRAPH_OBSERVABLE_NAMES``: link-degree histograms, the link Laplacian's lambda_2 and lambda_max,
   the interval-size histogram; arXiv:2605.27514). Its own columns (``STRONGEST_FEATURE_NAMES``) are computed from
   each set's edges (the causal matrix is their closure), about 10 ms per set at N = 128.
@@ -46,6 +46,7 @@ from ..data.causal_sets import (GRAPH_OBSERVABLE_NAMES, INVARIANT_NAMES, NODE_FE
                                 TWO_DIMENSION_FEATURES, elements_between, features_and_invariants, graph_observables,
                                 natural_order, two_dimension_features)
 from ..data.derived_invariants import NotACausalSet, causal_matrix_of_edges
+from .scores import classification_metrics
 
 TASKS = ("classification", "regression")
 
@@ -177,28 +178,6 @@ def baseline_models(task: str, strong_features: str = "invariants",
     return models
 
 
-def classification_metrics(truth: np.ndarray, predicted: np.ndarray, num_classes: int | None = None,
-                           positive_score: np.ndarray | None = None) -> dict[str, Any]:
-    """The classification vocabulary shared by the run, ``evaluate`` and the studies: accuracy, balanced accuracy
-    (the mean recall over the classes: 1/2 for calling everything one class of two), weighted F1, per-class recall
-    and F1, and for two classes with ``positive_score`` (a score that ranks class 1 above class 0) the ROC-AUC; None
-    where a metric is undefined (ROC-AUC with one class present)."""
-    from sklearn.metrics import accuracy_score, f1_score, recall_score, roc_auc_score
-
-    labels = list(range(num_classes if num_classes is not None else int(max(truth.max(), predicted.max())) + 1))
-    recall = recall_score(truth, predicted, labels=labels, average=None, zero_division=0.0)
-    present = np.unique(truth)
-    metrics = {"accuracy": float(accuracy_score(truth, predicted)),
-               "balanced_accuracy": float(np.mean(recall[present])),
-               "per_class_recall": [float(r) for r in recall],
-               "per_class_f1": [float(f) for f in f1_score(truth, predicted, labels=labels, average=None,
-                                                           zero_division=0.0)],
-               "weighted_f1": float(f1_score(truth, predicted, labels=labels, average="weighted", zero_division=0.0))}
-    if len(labels) == 2 and positive_score is not None:
-        metrics["roc_auc"] = float(roc_auc_score(truth, positive_score)) if len(present) == 2 else None
-    return metrics
-
-
 def _metrics(task: str, truth: np.ndarray, predicted: np.ndarray, num_classes: int | None,
              positive_score: np.ndarray | None = None) -> dict[str, Any]:
     from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
@@ -306,7 +285,6 @@ def describe_baselines(baselines: dict[str, dict[str, Any]]) -> list[str]:
     """One line per baseline for the log and the CLI summary, e.g. 'strong baseline  accuracy 0.967 (...)'."""
     lines = []
     for name, result in baselines.items():
-        scores = "  ".join(f"{key} {result[key]:.3f}" for key in ("accuracy", "balanced_accuracy", "roc_auc", "mse",
-                                                                  "mae", "r2") if result.get(key) is not None)
+        scores = "  ".join(f"{key} {result[key]:.3f}" for key in ("accuracy", "mse", "mae", "r2") if key in result)
         lines.append(f"{name} baseline  {scores}  ({result['method']})")
     return lines

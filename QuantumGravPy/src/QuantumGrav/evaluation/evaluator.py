@@ -36,9 +36,10 @@ class Evaluator:
         return self.task.metrics(self.runtime.sum_across_ranks(self.local_totals(loader)))
 
     @torch.no_grad()
-    def local_totals(self, loader, predictions: list | None = None) -> torch.Tensor:
+    def local_totals(self, loader, predictions: list | None = None, scores: list | None = None) -> torch.Tensor:
         """The task's metric totals over this rank's batches; each graph's (prediction, true value, flip
-        fraction) is appended to ``predictions`` when it is given."""
+        fraction) is appended to ``predictions`` when it is given, and for a binary task its probability of the
+        positive class to ``scores`` (what the ROC-AUC ranks)."""
         totals = self.task.zero_totals(next(self.model.parameters()).device)
         for outputs, target, batch in self.outputs(loader):
             loss = self.criterion(outputs, target)
@@ -47,6 +48,8 @@ class Evaluator:
                        else self.task.batch_totals(outputs, target, loss))
             if predictions is not None:
                 predictions += self._per_graph(outputs, target, batch)
+            if scores is not None and isinstance(self.task, tasks.BinaryTask):
+                scores += torch.sigmoid(outputs.view(-1)).tolist()
         return totals
 
     def outputs(self, loader) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:

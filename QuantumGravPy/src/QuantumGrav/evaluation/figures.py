@@ -101,8 +101,8 @@ def plot_destroyed_by_flip_fraction(curves: dict[str, Any], labels: dict[str, st
 
 def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any], labels: dict[str, str],
                         path: Path) -> Path:
-    """Left: each model's recall per kind (``evaluation/kinds.py``). Right: recall against the defect's size (its
-    bins' centres) for the kinds whose defect is a fraction (flip fraction, inserted block), one colour per kind,
+    """Left: each model's recall per kind (``evaluation/kinds.py``). Right: recall against the defect's realised size
+    (its bins' centres, each bin's sets beside its point) for the destroyed and merged kinds, one colour per kind,
     a solid line for the GNN, a dashed one for the strong baseline and a dotted one for the strongest rival."""
     figure, (bars, curves) = _new_figure(13, 4.2, columns=2)
     kinds = list(next(iter(by_kind.values())))
@@ -115,14 +115,18 @@ def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any],
     bars.set(ylim=(0, 1.05), ylabel="recall (share classified correctly)", title="Test sets per kind")
     bars.legend(loc="lower left", fontsize=8)
     styles = ["-", "--", ":"]
-    for c, (kind, models) in enumerate((k, m) for k, m in by_defect_size.items() if "fraction" in m["size"]):
+    for c, (kind, models) in enumerate((k, m) for k, m in by_defect_size.items() if k != "complex_topology"):
         for s, name in enumerate(name for name in by_kind if name in ("gnn", "strong_baseline", "strongest_baseline")):
             rows = models[name]["bins"]
             centres = [(row["low"] * row["high"]) ** 0.5 if row["low"] > 0 else row["high"] / 2 for row in rows]
             curves.plot(centres, [row["recall"] for row in rows], styles[s % 3], marker="o", color=f"C{c}",
                         label=f"{kind}, {labels.get(name, name)}")
+            if s == 0:
+                for centre, row in zip(centres, rows):
+                    curves.annotate(str(row["sets"]), (centre, row["recall"]), fontsize=6, color=f"C{c}",
+                                    xytext=(2, 3), textcoords="offset points")
     curves.set_xscale("log")
-    curves.set(ylim=(-0.02, 1.05), xlabel="defect size (flip fraction, inserted block's share)",
+    curves.set(ylim=(-0.02, 1.05), xlabel="realised defect (relations changed; elements of the inserted block)",
                ylabel="recall", title="Against the defect's size")
     if curves.lines:  # kinds with a fractional defect among the test sets
         curves.legend(fontsize=7, loc="lower right")

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from . import tasks
-from .kinds import mean_by_kind, recall_by_kind
+from .kinds import describe_threshold, mean_by_kind, recall_by_kind
+from .scores import classification_metrics
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
 from ..common.files import atomic_replace, atomic_write_text
@@ -82,7 +84,11 @@ class Predictions:
             return {**result, "per_kind": mean_by_kind(self.kinds, errors, "mae")}
         true, predicted = self.targets.view(-1).long().tolist(), task.predict(self.outputs).tolist()
         correct = [float(t == p) for t, p in zip(true, predicted)]
+        positive = torch.sigmoid(self.outputs.view(-1)).numpy() if isinstance(task, tasks.BinaryTask) else None
+        ranking = classification_metrics(np.array(true, dtype=np.int64), np.array(predicted, dtype=np.int64),
+                                         task.num_classes, positive) if true else {}
         return {**result, "per_class_f1": dict(zip(task.class_names, result["per_class_f1"])),
+                **{key: ranking[key] for key in ("balanced_accuracy", "roc_auc") if key in ranking},
                 "per_kind": recall_by_kind(self.kinds, correct)}
 
     def rows(self, task: tasks.Task, describe_set: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,6 +126,8 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     (or mean absolute error), and where the files are."""
     shown = [m for m in tasks.TASK_METRICS[result["task"]] if m != "loss"]
     scores = "  ".join(f"{m} {result[m]:.3f}" for m in shown)
+    ranking = [m for m in ("balanced_accuracy", "roc_auc") if m in result]
+    scores += "".join(f"  {m} " + ("undefined" if result[m] is None else f"{result[m]:.3f}") for m in ranking)
     lines = ["", f"=== {result['run']} applied to {result['data_name']} ({result['count']} causal sets) ===",
              f"{scores}  (loss {result['loss']:.4f})"]
     width = max(len(name) for name in [*result.get("per_class_f1", {}), *result["per_kind"], "class"]) + 2
@@ -127,12 +135,14 @@ def describe_evaluation(result: dict[str, Any]) -> str:
         lines += [f"{'class':<{width}}{'F1':>8}"]
         lines += [f"{name:<{width}}{f1:>8.3f}" for name, f1 in result["per_class_f1"].items()]
     measure = "recall" if "per_class_f1" in result else "mae"
-    lines += [f"{'kind':<{width}}{'sets':>8}{measure:>8}"]
-    lines += [f"{kind:<{width}}{row['sets']:>8}{row[measure]:>8.3f}" for kind, row in result["per_kind"].items()]
+    interval = "recall_low" in next(iter(result["per_kind"].values()), {})
+    lines += [f"{'kind':<{width}}{'sets':>8}{measure:>8}" + ("  95% interval" if interval else "")]
+    lines += [f"{kind:<{width}}{row['sets']:>8}{row[measure]:>8.3f}"
+              + (f"  {row['recall_low']:.3f}-{row['recall_high']:.3f}" if interval else "")
+              for kind, row in result["per_kind"].items()]
     for kind, sizes in result.get("by_defect_size", {}).items():
-        smallest = sizes["model"]["smallest_at_90"]
-        lines.append(f"{kind}: smallest {sizes['size']} recognised at 90% recall: "
-                     f"{'none' if smallest is None else f'{smallest:.3g}'}")
+        lines.append(f"{kind}: 90% recall crossed at {sizes['size']} "
+                     f"{describe_threshold(sizes['model']['threshold_at_90'])}")
     lines += [f"note: {note}" for note in result.get("notes", [])]
     lines += [f"predictions     {result['predictions_csv']}", f"metrics         {result['metrics_json']}"]
     return "\n".join(lines)

@@ -19,10 +19,10 @@ from torch_geometric.nn import GCNConv, global_mean_pool
 class UpstreamGCNBlock(nn.Module):
     """GCNConv, batch norm, ReLU, plus a linear projection of the input (the skip), then dropout."""
 
-    def __init__(self, in_channels: int, out_channels: int, dropout: float):
+    def __init__(self, in_channels: int, out_channels: int, dropout: float, batch_norm_momentum: float = 0.1):
         super().__init__()
         self.conv = GCNConv(in_channels, out_channels)
-        self.norm = nn.BatchNorm1d(out_channels)
+        self.norm = nn.BatchNorm1d(out_channels, momentum=batch_norm_momentum)
         self.skip = nn.Linear(in_channels, out_channels)
         self.dropout = nn.Dropout(dropout)
 
@@ -42,10 +42,13 @@ class UpstreamGCN(nn.Module):
         degrees_as_counts: multiply those columns by each set's number of elements (upstream feeds counts).
         hidden_channels: one block per entry, its width (upstream: one block of 32).
         dropout: after each block (upstream: 0.3).
+        batch_norm_momentum: the batch norms' running-average momentum, in torch's convention (the weight of the
+            newest batch; torch's default 0.1, upstream's 0.2).
     """
 
     def __init__(self, in_channels: int, out_channels: int, *, feature_columns: Sequence[int] = (2, 3),
-                 degrees_as_counts: bool = True, hidden_channels: Sequence[int] = (32,), dropout: float = 0.3):
+                 degrees_as_counts: bool = True, hidden_channels: Sequence[int] = (32,), dropout: float = 0.3,
+                 batch_norm_momentum: float = 0.1):
         super().__init__()
         if not feature_columns or any(not 0 <= c < in_channels for c in feature_columns):
             raise ValueError(f"feature_columns: expected columns of the {in_channels} node features, "
@@ -53,7 +56,10 @@ class UpstreamGCN(nn.Module):
         self.register_buffer("columns", torch.tensor(list(feature_columns)), persistent=False)
         self.degrees_as_counts = degrees_as_counts
         widths = [len(feature_columns), *hidden_channels]
-        self.blocks = nn.ModuleList(UpstreamGCNBlock(a, b, dropout) for a, b in zip(widths, widths[1:]))
+        if not 0.0 < batch_norm_momentum <= 1.0:
+            raise ValueError(f"batch_norm_momentum: expected a number in (0, 1], got {batch_norm_momentum!r}")
+        self.blocks = nn.ModuleList(UpstreamGCNBlock(a, b, dropout, batch_norm_momentum)
+                                    for a, b in zip(widths, widths[1:]))
         self.head = nn.Linear(widths[-1], out_channels)
 
     def forward(self, batch) -> torch.Tensor:

@@ -38,8 +38,8 @@ def summarise_run(result: dict[str, Any]) -> str:
     ]
     test = result.get("test") or {}
     if test:
-        scores = "  ".join(f"{k.removeprefix('test_')} {v:.3f}" for k, v in test.items()
-                           if k.startswith("test_") and k != "test_loss")
+        scores = "  ".join(f"{k.removeprefix('test_')} " + ("undefined" if v is None else f"{v:.3f}")
+                           for k, v in test.items() if k.startswith("test_") and k != "test_loss")
         lines.append(f"test            {scores}  (loss {test['test_loss']:.4f}, {test['num_test']} causal sets)")
         lines += describe_baselines(test.get("baselines", {}))
         if "destroyed_by_flip_fraction" in test:

@@ -22,9 +22,10 @@ from ..data.batching import (BatchBudget, DistributedBudgetBatchSampler, Sharded
                              graph_sizes)
 from ..data.dataset import generate_share, split_indices
 from ..data.derived_invariants import with_order_invariants
-from ..data.sources import (ShardSampler, build_dataset, check_samples, make_train_sampler, naming_the_cache_folder,
-                            source_name, subset)
+from ..data.sources import (DistributedClassBalancedSampler, ShardSampler, build_dataset, check_samples, graph_labels,
+                            make_train_sampler, naming_the_cache_folder, source_name, subset)
 from ..distributed.runtime import Runtime
+from ..common.errors import ConfigError
 from ..evaluation import tasks
 
 
@@ -51,8 +52,21 @@ def load_run_data(sections: ConfigSections, runtime: Runtime, dataset: Any = Non
     samples = check_samples(loaded, source)
     task = tasks.resolve_task(sections.task, loaded, samples, source)
     tasks.check_metric(sections.early_stopping.metric, task)
+    check_sampler(sections.loaders.training, task)
     split = dict(zip(("train", "val", "test"), split_indices(len(loaded), data_cfg["split"], data_cfg["split_seed"])))
     return RunData(loaded, task, split, samples[0])
+
+
+def check_sampler(training: TrainingLoaderSection, task: tasks.Task) -> None:
+    """``training.sampler: class_balanced`` needs one class per set, and draws its own items (no batch budget)."""
+    if training.sampler != "class_balanced":
+        return
+    if not isinstance(task, tasks.ClassificationTask) or task.node_level:
+        raise ConfigError(f"training.sampler: class_balanced draws sets by their class, but the {task.type} task has "
+                          f"no class per set; use training.sampler: uniform")
+    if training.batch_budget is not None:
+        raise ConfigError("training.sampler: class_balanced and training.batch_budget both choose the training "
+                          "batches; remove training.batch_budget or use training.sampler: uniform")
 
 
 def keys_needing_invariants(sections: ConfigSections) -> list[str]:
@@ -125,7 +139,11 @@ def prepare_dataloaders(dataset, split: dict[str, list[int]], loaders: LoadersSe
         return (make_loader(train, training, None, device, training_batches(sizes, training, seed, runtime)),
                 make_loader(val, validation, None, device, val_batches),
                 make_loader(test, testing, None, device, ShardedBudgetBatches(sizes["test"], budget, 0, 1)))
-    train_sampler = make_train_sampler(train, rank, world, training.shuffle, seed)
+    if training.sampler == "class_balanced":
+        # Every rank reads the training labels itself (the same items, so the same weights): no collective needed.
+        train_sampler = DistributedClassBalancedSampler(graph_labels(train), rank, world, seed)
+    else:
+        train_sampler = make_train_sampler(train, rank, world, training.shuffle, seed)
     val_sampler = ShardSampler(len(val), rank, world) if sharded else None
     return (make_loader(train, training, train_sampler, device),
             make_loader(val, validation, val_sampler, device),

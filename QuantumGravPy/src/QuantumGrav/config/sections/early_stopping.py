@@ -31,3 +31,5 @@ class EarlyStoppingSection(Section):
     window: int = setting(3, integer(1), "judge the metric's mean over the last window epochs, so that one lucky "
                                          "epoch is not the best one (the best epoch is the window's last); 1: each "
                                          "epoch alone")
+    grace: int = setting(0, integer(0), "the first epochs, in which an epoch without improvement does not count "
+                                        "toward patience (upstream QuantumGrav's grace_period: 8)")

@@ -44,6 +44,9 @@ class LoaderSection(Section):
 
 
 
+TRAINING_SAMPLERS: tuple[str, ...] = ("uniform", "class_balanced")
+
+
 @dataclass(frozen=True)
 class TrainingLoaderSection(LoaderSection):
     """The training split's loader: batch size or budget, shuffling, the incomplete last batch."""
@@ -51,6 +54,10 @@ class TrainingLoaderSection(LoaderSection):
     batch_budget: BatchBudgetSection | None = subsection(BatchBudgetSection, optional=True)
     drop_last: bool = setting(False, boolean, "drop each epoch's incomplete last training batch")
     shuffle: bool = setting(True, boolean, "reshuffle the training set every epoch (DistributedSampler.set_epoch)")
+    sampler: str = setting("uniform", choice(*TRAINING_SAMPLERS),
+                           "uniform: every training set once per epoch; class_balanced: as many draws, with "
+                           "replacement, each class equally likely (torch's WeightedRandomSampler with weights 1 / "
+                           "the class's count; upstream QuantumGrav's balanced variant); for graph-level classes")
 
 
 

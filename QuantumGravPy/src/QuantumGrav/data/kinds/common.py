@@ -2,8 +2,11 @@
 a sample's record, the random polynomial conformal factor, sprinkling with its density, the flat light cone,
 and the random pair draw of destroyed and random orders.
 
-Every generator is 2-dimensional in conformal coordinates (t, s) on the box [-1, 1]^2, and labels its elements
-by time: ``relation[i, j]`` is True iff i precedes j, only for i < j (strictly upper triangular), and the
+Generators work in conformal coordinates (t, x_1, .., x_{d-1}) on the box [-1, 1]^d: every kind is 2-dimensional
+as QuantumGrav.jl's factory draws it, and ``polynomial`` and the kinds built on it take d = 3 and 4 as its
+``make_polynomial_manifold_cset(...; d)`` does (upstream pull request #110): a rank-d tensor of Chebyshev
+coefficients, the density its square, the box boundary and Minkowski's light cones. Every generator labels its
+elements by time: ``relation[i, j]`` is True iff i precedes j, only for i < j (strictly upper triangular), and the
 relation is transitive (the full order, not its links).
 """
 
@@ -20,6 +23,8 @@ DEFAULT_N_RANGE = (64, 128)
 # The conformal factor's order o ~ DiscreteUniform(5, 15) and decay r ~ Uniform(2, 8) (the `polynomial` anchor).
 ORDER_RANGE = (5, 15)
 DECAY_RANGE = (2.0, 8.0)
+# The spacetime dimensions of the kinds that take one (polynomial, destroyed, merged and their ambiguous ends).
+DIMENSIONS = (2, 3, 4)
 
 
 class SetRefused(RuntimeError):
@@ -55,30 +60,60 @@ def draw_n(rng: np.random.Generator, n_range: tuple[int, int] = DEFAULT_N_RANGE)
     return int(rng.integers(n_range[0], n_range[1] + 1))
 
 
+def check_dimension(dimension: int) -> None:
+    if isinstance(dimension, bool) or dimension not in DIMENSIONS:
+        raise ValueError(f"dimension: expected one of {', '.join(map(str, DIMENSIONS))}, got {dimension!r}")
+
+
 def conformal_coefficients(rng: np.random.Generator, truncated: bool = False,
                            order_range: tuple[int, int] = ORDER_RANGE,
-                           decay_range: tuple[float, float] = DECAY_RANGE) -> tuple[np.ndarray, int, float]:
-    """Chebyshev coefficients c[a, b] = r^-(a+b+2) z_ab of a random conformal factor f(t, s) (building block A),
-    with its order o and decay r. ``truncated`` (complex_topology, grid): row and column o are zero."""
+                           decay_range: tuple[float, float] = DECAY_RANGE,
+                           dimension: int = 2) -> tuple[np.ndarray, int, float]:
+    """Chebyshev coefficients of a random conformal factor f of ``dimension`` variables (building block A), with
+    its order o and decay r: the rank-d tensor c[a_1, .., a_d] = r^-(a_1 + .. + a_d + d) z (z iid standard normal,
+    degrees a_k = 0..o; QuantumGrav.jl's 1-based r^-sum(I)). ``truncated`` (complex_topology, grid): the
+    coefficients of degree o in any variable are zero."""
     order = int(rng.integers(order_range[0], order_range[1] + 1))
     decay = float(rng.uniform(*decay_range))
-    degrees = np.arange(order + 1)
-    coefficients = decay ** -(degrees[:, None] + degrees[None, :] + 2.0) * rng.standard_normal((order + 1, order + 1))
+    shape = (order + 1,) * dimension
+    exponents = np.indices(shape).sum(axis=0) + float(dimension)
+    coefficients = decay ** -exponents * rng.standard_normal(shape)
     if truncated:
-        coefficients[order, :] = 0.0
-        coefficients[:, order] = 0.0
+        for axis in range(dimension):
+            np.moveaxis(coefficients, axis, 0)[order] = 0.0
     return coefficients, order, decay
 
 
+def conformal_factor(points: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+    """f at each of ``points`` (m, d): the Chebyshev series of the rank-d ``coefficients``. In d > 2 the sum over
+    o^d terms is one matrix product: the basis of the first half of the coordinates against that of the rest."""
+    if coefficients.ndim == 2:  # numpy's own 2D evaluation, so that the stored 2D draws stay what they were
+        return chebyshev.chebval2d(points[:, 0], points[:, 1], coefficients)
+    split = coefficients.ndim // 2
+    left, right = (chebyshev_basis(points[:, axes], coefficients.shape[0] - 1)
+                   for axes in (slice(0, split), slice(split, None)))
+    return np.einsum("mi,ij,mj->m", left, coefficients.reshape(left.shape[1], right.shape[1]), right, optimize=True)
+
+
+def chebyshev_basis(coordinates: np.ndarray, order: int) -> np.ndarray:
+    """(m, (order + 1)^k): every product T_a1(x_1) .. T_ak(x_k) at each row of ``coordinates`` (m, k), the
+    first coordinate's degree varying slowest (as a C-order reshape of the coefficients)."""
+    basis = np.ones((len(coordinates), 1))
+    for column in coordinates.T:
+        basis = (basis[:, :, None] * chebyshev.chebvander(column, order)[:, None, :]).reshape(len(coordinates), -1)
+    return basis
+
+
 def sprinkle(rng: np.random.Generator, n: int, coefficients: np.ndarray, batch: int = 4096) -> np.ndarray:
-    """Exactly ``n`` points (t, s) on [-1, 1]^2, iid with density proportional to f^2 (building block B), sorted
-    by time: rejection sampling against the bound (sum |c|)^2, which holds because |T_k| <= 1."""
+    """Exactly ``n`` points (t, x_1, ..) on [-1, 1]^d (d: the coefficients' rank), iid with density proportional
+    to f^2 (building block B), sorted by time: rejection sampling against the bound (sum |c|)^2, which holds
+    because |T_k| <= 1."""
     bound = float(np.abs(coefficients).sum()) ** 2
     kept: list[np.ndarray] = []
     found = 0
     while found < n:
-        points = rng.uniform(-1.0, 1.0, size=(batch, 2))
-        density = chebyshev.chebval2d(points[:, 0], points[:, 1], coefficients) ** 2
+        points = rng.uniform(-1.0, 1.0, size=(batch, coefficients.ndim))
+        density = conformal_factor(points, coefficients) ** 2
         accepted = points[rng.uniform(0.0, bound, size=batch) < density]
         kept.append(accepted)
         found += len(accepted)
@@ -87,11 +122,14 @@ def sprinkle(rng: np.random.Generator, n: int, coefficients: np.ndarray, batch: 
 
 
 def minkowski_relation(points: np.ndarray) -> np.ndarray:
-    """i precedes j iff t_j - t_i >= |s_j - s_i| (the flat light cone, which a 2D conformal factor keeps), for the
-    time-sorted ``points``: strictly upper triangular and transitive."""
+    """i precedes j iff t_j - t_i >= |x_j - x_i| (the flat light cone, which a conformal factor keeps in any
+    dimension), for the time-sorted ``points`` (n, d): strictly upper triangular and transitive."""
     dt = points[None, :, 0] - points[:, None, 0]
-    ds = np.abs(points[None, :, 1] - points[:, None, 1])
-    return np.triu(dt >= ds, k=1)
+    if points.shape[1] == 2:  # |ds| itself, so that the stored 2D draws stay what they were
+        distance = np.abs(points[None, :, 1] - points[:, None, 1])
+    else:
+        distance = np.sqrt(((points[None, :, 1:] - points[:, None, 1:]) ** 2).sum(axis=-1))
+    return np.triu(dt >= distance, k=1)
 
 
 def random_pairs(rng: np.random.Generator, n: int, count: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,7 @@
-"""``destroyed`` and ``destroyed_ambiguous`` (not manifold-like): a ``polynomial`` sprinkling whose order is
-corrupted by random toggles of pairs and then closed again (QuantumGrav.jl's destroy_manifold_like_cset.jl and
-its DestroyedCsetMaker).
+"""``destroyed`` and ``destroyed_ambiguous`` (not manifold-like): a ``polynomial`` sprinkling (in d = 2, 3 or 4)
+whose order is corrupted by random toggles of pairs and then closed again (QuantumGrav.jl's
+destroy_manifold_like_cset.jl and its DestroyedCsetMaker); or, with ``changes``, toggled until exactly that many
+relations differ from the sprinkling (``destroy_exactly``).
 
 The toggles: f = ceil(phi n(n-1)/2) pairs, each drawn as QuantumGrav.jl draws them (first i, then j > i, so late
 pairs are favoured), each toggling the pair's relation; a pair drawn twice is toggled back (parity). The
@@ -24,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..orders import transitive_closure
-from .common import (DECAY_RANGE, ORDER_RANGE, KindSample, conformal_coefficients, minkowski_relation, random_pairs,
-                     sprinkle)
+from .common import (DECAY_RANGE, ORDER_RANGE, KindSample, SetRefused, check_dimension, conformal_coefficients,
+                     minkowski_relation, random_pairs, sprinkle)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class DestroyedSettings:
     order_range: tuple[int, int] = ORDER_RANGE
     decay_range: tuple[float, float] = DECAY_RANGE
 
+
+# An exact count of changes (``destroy_exactly``): pairs are drawn in batches of this many, and a set that has not
+# reached its count after this many draws per change asked is refused (drawn again).
+PAIR_DRAW_BATCH = 256
+MAX_PAIR_DRAWS_PER_CHANGE = 2000
 
 # The hard end of the defect (upstream's `destroyed_ambiguous` parameters are unpublished): see the docstring.
 DESTROYED_AMBIGUOUS = DestroyedSettings(flip_fraction_range=(1e-4, 1e-2), flip_fraction_log_uniform=True,
@@ -76,13 +82,33 @@ def destroy(relation: np.ndarray, toggled: np.ndarray) -> np.ndarray:
 
 
 def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSettings = DestroyedSettings(),
-                       kind: str = "destroyed") -> KindSample:
-    """A destroyed set of ``n`` elements. Its params: the conformal factor's order and decay, the drawn flip
-    fraction phi and count f, the fraction of pairs actually toggled (odd counts) and of pairs the closed result
-    relates that the sprinkling did not, and the realised defect as counts (``realised_changes``)."""
+                       kind: str = "destroyed", dimension: int = 2, changes: int | None = None) -> KindSample:
+    """A destroyed set of ``n`` elements sprinkled in ``dimension`` dimensions: its toggles drawn by a flip
+    fraction, or, with ``changes``, toggled until the closed order differs from its sprinkling in exactly that
+    many relations (``destroy_exactly``). Its params: the conformal factor's order and decay, the dimension, how
+    the toggles were drawn (flip fraction phi and count f and the fraction of pairs toggled; or the toggles kept
+    and the pairs drawn), the fraction of pairs the closed result relates that the sprinkling did not, and the
+    realised defect as counts (``realised_changes``)."""
+    check_dimension(dimension)
     coefficients, order, decay = conformal_coefficients(rng, order_range=settings.order_range,
-                                                        decay_range=settings.decay_range)
+                                                        decay_range=settings.decay_range, dimension=dimension)
     sprinkled = minkowski_relation(sprinkle(rng, n, coefficients))
+    params = {"conformal_order": order, "conformal_decay": decay, "dimension": dimension}
+    if changes is None:
+        relation, drawn = destroy_by_fraction(rng, sprinkled, settings)
+    else:
+        relation, drawn = destroy_exactly(rng, sprinkled, changes)
+    pairs = n * (n - 1) / 2
+    params.update(drawn, added_fraction=float((relation & ~sprinkled).sum() / pairs),
+                  changed_fraction=float((relation ^ sprinkled).sum() / pairs), **realised_changes(relation, sprinkled))
+    return KindSample(kind, relation, False, params)
+
+
+def destroy_by_fraction(rng: np.random.Generator, sprinkled: np.ndarray,
+                        settings: DestroyedSettings) -> tuple[np.ndarray, dict]:
+    """QuantumGrav.jl's destruction: f = ceil(phi n(n-1)/2) toggles at once, then the closure (drawn again while
+    the result is the sprinkling itself, where the settings ask for a change)."""
+    n = len(sprinkled)
     flip_fraction = draw_flip_fraction(rng, settings)
     flips = flip_count(n, flip_fraction)
     toggled = toggled_pairs(rng, n, flips)
@@ -91,13 +117,61 @@ def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSett
     while settings.require_change and np.array_equal(relation, sprinkled):
         toggled, draws = toggled_pairs(rng, n, flips), draws + 1
         relation = destroy(sprinkled, toggled)
-    pairs = n * (n - 1) / 2
-    params = {"conformal_order": order, "conformal_decay": decay, "flip_fraction": flip_fraction, "flips": flips,
-              "toggled_fraction": float(toggled.sum() / pairs),
-              "added_fraction": float((relation & ~sprinkled).sum() / pairs),
-              "changed_fraction": float((relation ^ sprinkled).sum() / pairs), "toggle_draws": draws,
-              **realised_changes(relation, sprinkled)}
-    return KindSample(kind, relation, False, params)
+    return relation, {"flip_fraction": flip_fraction, "flips": flips,
+                      "toggled_fraction": float(toggled.sum() / (n * (n - 1) / 2)), "toggle_draws": draws}
+
+
+def destroy_exactly(rng: np.random.Generator, sprinkled: np.ndarray, changes: int) -> tuple[np.ndarray, dict]:
+    """The sprinkled order toggled until its closure differs from the sprinkling in exactly ``changes`` relations.
+
+    Pairs are drawn as QuantumGrav.jl draws them (building block C), one at a time, and each toggle is applied to
+    the current closed order and closed again: toggling on an unrelated pair i, j relates everything up to i to
+    everything from j on; toggling off a link removes that one relation; toggling off a relation that is not a
+    link changes nothing (the closure restores it). A toggle that would take the count of changed relations past
+    ``changes`` is not kept. Since turning a pair on relates at least the pasts and futures of both ends, few
+    changes are mostly removed links, more changes mix in added relations (``added_relations``). Refused
+    (``SetRefused``) when ``MAX_PAIR_DRAWS_PER_CHANGE`` draws per change do not reach the count."""
+    n, relation = len(sprinkled), sprinkled.copy()
+    if not 1 <= changes <= n * (n - 1) // 2:
+        raise ValueError(f"changes: expected 1 to {n * (n - 1) // 2} (the pairs of {n} elements), got {changes}")
+    changed = kept = draws = 0
+    while changed < changes:
+        if draws >= MAX_PAIR_DRAWS_PER_CHANGE * changes:
+            raise SetRefused(f"{draws} pair draws changed {changed} of the {changes} relations asked for")
+        firsts, seconds = random_pairs(rng, n, PAIR_DRAW_BATCH)
+        for first, second in zip(firsts.tolist(), seconds.tolist()):
+            draws += 1
+            step = toggle_within(relation, sprinkled, first, second, changed, changes - changed)
+            changed, kept = changed + step, kept + (step != 0)
+            if changed == changes:
+                break
+    return relation, {"toggles": kept, "pair_draws": draws}
+
+
+def toggle_within(relation: np.ndarray, sprinkled: np.ndarray, first: int, second: int, changed: int,
+                  room: int) -> int:
+    """Toggle pair (first, second) of the closed ``relation`` in place and close it again, if that raises the
+    count of relations that differ from ``sprinkled`` (now ``changed``) by at most ``room``; returns the count's
+    change (0: nothing done). Only the pairs the toggle touches are read."""
+    if relation[first, second]:
+        if (relation[first] & relation[:, second]).any():
+            return 0  # not a link: the closure restores it
+        relation[first, second] = False
+        return 1 if sprinkled[first, second] else -1
+    past, future = relation[:, first].copy(), relation[second].copy()
+    past[first] = future[second] = True
+    # a cheap bound first: the new relations of row `first` and column `second` alone, less twice those that may
+    # restore removed sprinkled ones (a restored relation lowers the count by one), at most the `changed` so far
+    at_least = int((future & ~relation[first]).sum() + (past & ~relation[:, second]).sum()) - 1
+    if at_least - 2 * changed > room:
+        return 0
+    block = np.ix_(past, future)
+    new = ~relation[block]
+    step = int(new.sum()) - 2 * int((new & sprinkled[block]).sum())
+    if step > room:
+        return 0
+    relation[block] = True
+    return step
 
 
 def realised_changes(relation: np.ndarray, sprinkled: np.ndarray) -> dict[str, int]:
@@ -107,7 +181,7 @@ def realised_changes(relation: np.ndarray, sprinkled: np.ndarray) -> dict[str, i
     return {"changed_relations": added + removed, "added_relations": added, "removed_relations": removed}
 
 
-def generate_destroyed_ambiguous(n: int, rng: np.random.Generator,
-                                 settings: DestroyedSettings = DESTROYED_AMBIGUOUS) -> KindSample:
+def generate_destroyed_ambiguous(n: int, rng: np.random.Generator, settings: DestroyedSettings = DESTROYED_AMBIGUOUS,
+                                 dimension: int = 2, changes: int | None = None) -> KindSample:
     """A ``destroyed_ambiguous`` set: a destroyed set at the hard end of the defect (few toggles)."""
-    return generate_destroyed(n, rng, settings, kind="destroyed_ambiguous")
+    return generate_destroyed(n, rng, settings, kind="destroyed_ambiguous", dimension=dimension, changes=changes)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -30,27 +30,33 @@ def check_kinds(kinds: Sequence[str]) -> None:
 
 
 def write_kind_stores(folder: str | os.PathLike, kinds: Sequence[str] = tuple(GENERATORS), num_per_kind: int = 100,
-                      seed: int = 0, n_range: tuple[int, int] = DEFAULT_N_RANGE, workers: int = 1) -> list[Path]:
+                      seed: int = 0, n_range: tuple[int, int] = DEFAULT_N_RANGE, workers: int = 1,
+                      dimension: int = 2, defect_sizes: Mapping[str, Sequence[int]] | None = None) -> list[Path]:
     """``num_per_kind`` sets of each kind, one store ``<kind>_<seed>.zarr`` each in ``folder``, made by up to
-    ``workers`` processes, block by block (``BLOCK_SIZE``); each block writes its own groups. The same arguments
-    give the same stores, whatever ``workers``; adding a kind leaves the others' sets as they were."""
+    ``workers`` processes, block by block (``BLOCK_SIZE``); each block writes its own groups. ``dimension``: that
+    of the kinds that have one; ``defect_sizes``: per kind, exact defect sizes that its sets take in turn (set i
+    the size i mod their count; ``catalogue.DEFECT_SIZE_ARGUMENTS``). The same arguments give the same stores,
+    whatever ``workers``; adding a kind leaves the others' sets as they were."""
     check_kinds(kinds)
     zarr = import_zarr()
     stores = [Path(folder) / f"{kind}_{seed}.zarr" for kind in kinds]
     for store in stores:
         zarr.open_group(str(store), mode="w", zarr_format=2)
-    blocks = [(str(store), kind, block, seed, num_per_kind, tuple(n_range))
+    sizes = {kind: tuple((defect_sizes or {}).get(kind, ())) for kind in kinds}
+    blocks = [(str(store), kind, block, seed, num_per_kind, tuple(n_range), dimension, sizes[kind])
               for store, kind in zip(stores, kinds) for block in range(-(-num_per_kind // BLOCK_SIZE))]
     map_in_workers(write_block, blocks, workers)
     return stores
 
 
-def write_block(store: str, kind: str, block: int, seed: int, num_per_kind: int, n_range: tuple[int, int]) -> None:
+def write_block(store: str, kind: str, block: int, seed: int, num_per_kind: int, n_range: tuple[int, int],
+                dimension: int = 2, defect_sizes: tuple[int, ...] = ()) -> None:
     """Groups ``cset_<64 b + 1>``.. of block ``b`` of a kind's store, drawn from the block's own stream."""
     root = import_zarr().open_group(store, mode="r+", zarr_format=2)
     rng = np.random.default_rng([seed, CSET_TYPE_NUMBERS[kind], block])
     for index in range(block * BLOCK_SIZE, min(num_per_kind, (block + 1) * BLOCK_SIZE)):
-        sample = generate_kind(kind, rng, n_range=n_range)
+        defect_size = defect_sizes[index % len(defect_sizes)] if defect_sizes else None
+        sample = generate_kind(kind, rng, n_range=n_range, dimension=dimension, defect_size=defect_size)
         write_julia_group(root, index + 1, sample.relation, CSET_TYPE_NUMBERS[kind], sample.manifold_like,
                           attributes=plain(sample.params), node_labels=sample.node_labels)
 
