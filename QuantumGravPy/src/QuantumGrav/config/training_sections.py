@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .checks import boolean, choice, integer, list_of, mapping, number, plain_name, pyobject_of, string
+from .checks import boolean, choice, integer, integer_or_auto, list_of, mapping, number, plain_name, pyobject_of, string
 from .section import Section, setting, subsection
 
 _POSITIVE = number(0.0, exclusive_min=True)
@@ -64,7 +64,10 @@ class LoaderSection(Section):
     yaml: ClassVar[str] = "training"
 
     batch_size: int = setting(32, integer(1), "graphs per batch, per process")
-    num_workers: int = setting(0, integer(0), "DataLoader worker processes, per process")
+    num_workers: int | str = setting(0, integer_or_auto(0),
+                                     "DataLoader worker processes, per process; auto: this process's share of the "
+                                     "cores less one, its own (as QG.launch shares the cores' threads), so that the "
+                                     "workers follow the machine they run on")
     pin_memory: bool = setting(False, boolean,
                                "page-locked host memory for faster copies to a GPU; only helps with CUDA")
     prefetch_factor: int | None = setting(None, integer(1), nullable=True,
