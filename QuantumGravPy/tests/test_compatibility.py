@@ -4,9 +4,11 @@ summary.json, checkpoints) is read, validated and continued by this code.
 data/run_of_release_0_1/ was written by the release before the package's regrouping into typed sections
 and callbacks/ (two epochs of conftest's TINY config on 30 sets, data seed 3)."""
 
+import csv
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 import QuantumGrav as QG
@@ -42,6 +44,37 @@ def test_a_run_of_the_release_is_continued_from_its_checkpoint(tmp_path, data_ro
     trainer.close()
     rows = (run / "metrics.csv").read_text().splitlines()
     assert len(rows) == 1 + 3
+    low, high = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["training_range"]["num_elements"]
+    assert 16 <= low <= high <= 24, "a continued run's new checkpoints record the training range"
+
+
+def test_a_run_of_the_release_is_applied_to_new_data_and_says_it_records_no_training_range(tmp_path, data_root,
+                                                                                           cli_in_process):
+    """Its best.pt has neither model_io nor training_range: the model is rebuilt from the run's data (moved here:
+    data.root points at this test's data), and every set is 'unknown' against the training range, with a note;
+    refusing sets outside it cannot be done and says so."""
+    run = copy_of_the_release_run(tmp_path)
+    best = run / "checkpoints" / "best.pt"
+    checkpoint = torch.load(best, weights_only=True)
+    assert "training_range" not in checkpoint and "model_io" not in checkpoint
+    checkpoint["config_yaml"] = checkpoint["config_yaml"].replace("/tmp/relrun/data", str(data_root))
+    torch.save(checkpoint, best)
+    data = tmp_path / "new_data.yaml"
+    data.write_text(f"data: {{root: {data_root}, num_samples: 30, n_min: 16, n_max: 24, seed: 4, "
+                    f"split: [0.6, 0.2, 0.2]}}\n")
+    applied = QG.load_run(run)
+    assert applied.training_range is None
+    result = applied.evaluate(data, out=tmp_path / "p.csv")
+    assert result["count"] == 30 and result["outside_training_range"] is None
+    assert "its best.pt records no training range" in result["notes"][0]
+    with open(tmp_path / "p.csv", newline="") as file:
+        assert {row["outside_training_range"] for row in csv.DictReader(file)} == {"unknown"}
+    with pytest.raises(QG.UserError, match="records no training range"):
+        applied.evaluate(data, out=tmp_path / "refused.csv", out_of_range="refuse")
+    assert not (tmp_path / "refused.csv").exists()
+    done = cli_in_process("evaluate", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "cli.csv"),
+                          cwd=tmp_path)
+    assert done.returncode == 0 and "its best.pt records no training range" in done.stdout, done.stderr
 
 
 def test_the_previous_releases_module_paths_still_import(tmp_path):

@@ -87,7 +87,9 @@ def test_the_csv_has_a_row_per_set_with_its_kind_truth_prediction_and_probabilit
     run = QG.load_run(runs["multiclass"])
     result = run.evaluate(runs["multiclass"] / "config.yaml")
     rows = read_csv(result["predictions_csv"])
-    assert list(rows[0]) == ["set", "kind", "truth", "predicted", "score"]
+    assert list(rows[0]) == ["set", "kind", "num_elements", "truth", "predicted", "score", "outside_training_range"]
+    low, high = TINY["data"]["n_min"], TINY["data"]["n_max"]
+    assert all(low <= int(row["num_elements"]) <= high for row in rows)
     assert [int(row["set"]) for row in rows] == list(range(TINY["data"]["num_samples"])) == list(range(result["count"]))
     assert all(row["kind"] == row["truth"] for row in rows), "the generator's cset types are this run's classes"
     assert {row["truth"] for row in rows} == set(run.task.class_names)
@@ -113,7 +115,9 @@ def test_a_store_a_list_of_stores_and_a_folder_of_stores(runs, stores):
     assert metrics_of(folder) == metrics_of(listed)
     assert {kind: found["sets"] for kind, found in folder["per_kind"].items()} == {"layered": 4, "polynomial": 6}
     rows = read_csv(folder["predictions_csv"])
-    assert list(rows[0]) == ["set", "store", "group", "kind", "truth", "predicted", "score"]
+    assert list(rows[0]) == ["set", "store", "group", "kind", "num_elements", "truth", "predicted", "score",
+                             "outside_training_range"]
+    assert {row["num_elements"] for row in rows} == {"16"}
     assert [(row["store"], row["group"]) for row in rows] == [("layered_2.zarr", f"cset_{i}") for i in range(1, 5)] + [
         ("polynomial_1.zarr", f"cset_{i}") for i in range(1, 7)]
     assert all(row["truth"] == ("manifold_like" if row["kind"] == "polynomial" else "non_manifold_like") for row in rows)

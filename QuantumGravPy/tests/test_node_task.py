@@ -4,6 +4,8 @@ configs/inserted_block.yaml trained by the Trainer (checkpoint, resume, early st
 
 import csv
 import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,8 @@ zarr = pytest.importorskip("zarr")
 import QuantumGrav as QG  # noqa: E402
 from QuantumGrav.data.kinds import KindsDataset  # noqa: E402
 from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, generate_kind  # noqa: E402
-from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store  # noqa: E402
+from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
+from QuantumGrav.common.errors import UserError  # noqa: E402
 from QuantumGrav.evaluation.node_rival import SCORE_NAMES, fit_rule, rival_metrics  # noqa: E402
 from QuantumGrav.evaluation.tasks import NodeBinaryTask  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
@@ -88,11 +91,39 @@ def test_one_feature_cache_serves_every_target_and_an_older_cache_file_is_rebuil
     assert any("cannot be read" in message for message in warnings)
 
 
-def test_sets_without_node_labels_have_no_block(tmp_path):
+def test_sets_of_a_kind_without_a_block_have_no_block(tmp_path):
     chain = np.triu(np.ones((5, 5), dtype=bool), 1)
-    store = write_julia_store(tmp_path / "s.zarr", [chain], [1], [True])
-    item = QuantumGravJLDataset(store, target="inserted_block")[0]
-    assert torch.equal(item.y, torch.zeros(5))
+    write_julia_store(tmp_path / "a_polynomial.zarr", [chain], [1], [True])
+    merged = write_julia_store(tmp_path / "b_merged.zarr", [], [], [])
+    write_julia_group(zarr.open_group(str(merged), mode="a"), 1, chain, 4, False,
+                      node_labels=np.array([0, 1, 1, 0, 0]))
+    dataset = QuantumGravJLDataset(tmp_path, target="inserted_block")
+    assert torch.equal(dataset[0].y, torch.zeros(5)) and dataset[1].y.tolist() == [0, 1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("code, kind", [(8, "merged_ambiguous"), (4, "merged")])
+def test_a_node_target_on_stores_as_produce_data_writes_them_is_one_error(tmp_path, cli_in_process, code, kind):
+    """produce_data.jl writes no node_labels: its merged sets' block is not recorded. Training on all-zero targets
+    reported accuracy 1.000 and IoU 1.000 before; now one line names the store and what produce_data writes."""
+    chain = np.triu(np.ones((6, 6), dtype=bool), 1)
+    store = write_julia_store(tmp_path / f"{kind}_1.zarr", [chain] * 4, [code] * 4, [False] * 4)
+    expected = (f"QuantumGrav.jl store {store}: target inserted_block asks about each element of its {kind} sets, but "
+                f"they carry no 'node_labels' array, so every label would be 0; QuantumGrav.jl's produce_data.jl "
+                f"writes adj, manifold_like and cset_type only, no node_labels")
+    with pytest.raises(UserError, match=re.escape(expected)):
+        QuantumGravJLDataset(store, target="inserted_block")
+    done = cli_in_process("train", "--config", str(REPO / "configs" / "train_quantumgrav_jl.yaml"), "--set",
+                          f"data.kwargs.path={store}", "--set", "data.kwargs.target=inserted_block", "--set",
+                          f"training.path={tmp_path / 'runs'}", cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_data_that_records_no_label_at_all_is_one_error(tmp_path):
+    store = write_julia_store(tmp_path / "polynomial.zarr", [np.triu(np.ones((5, 5), dtype=bool), 1)], [1], [True])
+    with pytest.raises(UserError, match="target inserted_block needs per-element labels, and no store records any"):
+        QuantumGravJLDataset(store, target="inserted_block")
 
 
 # --------------------------------------------------------------------------- metrics
@@ -105,10 +136,12 @@ def test_totals_give_the_hand_computed_metrics_and_add_up_exactly():
     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, task.target(true))
     totals = task.batch_totals(logits, task.target(true), loss, graph_index)
     metrics = task.metrics(totals)
-    # tp 3, fp 1, fn 1, tn 4; block IoU per set 1/3 (one shared of three marked), 1, and 1 (both empty)
+    # tp 3, fp 1, fn 1, tn 4; block IoU per set 1/3 (one shared of three marked) and 1; the third set has no block
+    # (and nothing marked): it is no IoU of 1, but reported apart
     assert metrics["confusion"] == [[4, 1], [1, 3]] and (metrics["count"], metrics["nodes"]) == (3, 9)
     assert (metrics["accuracy"], metrics["precision"], metrics["recall"], metrics["f1"]) == (7 / 9, 0.75, 0.75, 0.75)
-    assert metrics["iou"] == pytest.approx((1 / 3 + 1 + 1) / 3, abs=1e-9)
+    assert metrics["iou"] == pytest.approx((1 / 3 + 1) / 2, abs=1e-9)
+    assert (metrics["block_sets"], metrics["blockless_sets_marked"]) == (2, 0)
     assert metrics["loss"] == pytest.approx(loss.item())
     # Set by set (as ranks and batches hold them), the integer totals add up to the same bits.
     pieces = [task.batch_totals(logits[graph_index == g], task.target(true[graph_index == g]), loss) for g in range(3)]
@@ -120,6 +153,24 @@ def test_a_model_that_marks_nothing_scores_zero_f1_and_zero_iou_where_there_is_a
     true = torch.tensor([0.0, 1.0, 1.0])
     metrics = task.metrics(task.batch_totals(torch.full((3, 1), -5.0), task.target(true), torch.tensor(1.0)))
     assert (metrics["f1"], metrics["recall"], metrics["precision"], metrics["iou"]) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_a_constant_predictor_scores_no_iou_of_one_and_sets_without_a_block_are_counted_apart():
+    """Sets of 3, 3 and 2 elements, a block only in the first: marking nothing is IoU 0 (not the 1 that two empty
+    blocks would give), marking everything 1/3; without any block the IoU is undefined; a blockless set where
+    something is marked is counted."""
+    task, graph_index = NodeBinaryTask(), torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
+    true = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
+
+    def metrics(logit: float, y: torch.Tensor = true) -> dict:
+        outputs = torch.full((len(y), 1), logit)
+        return task.metrics(task.batch_totals(outputs, task.target(y), torch.tensor(0.0), graph_index))
+
+    nothing, everything = metrics(-5.0), metrics(5.0)
+    assert (nothing["iou"], nothing["block_sets"], nothing["blockless_sets_marked"]) == (0.0, 1, 0)
+    assert (everything["iou"], everything["blockless_sets_marked"]) == (pytest.approx(1 / 3), 2)
+    without_blocks = metrics(-5.0, torch.zeros(8))
+    assert math.isnan(without_blocks["iou"]) and without_blocks["block_sets"] == 0
 
 
 # --------------------------------------------------------------------------- model

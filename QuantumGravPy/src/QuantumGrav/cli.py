@@ -63,6 +63,10 @@ def _add_evaluate(commands) -> argparse.ArgumentParser:
     evaluate.add_argument("--nproc", type=_int_at_least(1), default=1,
                           help="processes, each predicting a shard of the data (default: %(default)s); ignored "
                                "under torchrun")
+    evaluate.add_argument("--out-of-range", choices=("flag", "refuse"), default="flag",
+                          help="sets outside the range of N (and of the head's invariants) the run was trained on: "
+                               "flag them (a CSV column, a count and a note) or refuse to evaluate (default: "
+                               "%(default)s)")
     evaluate.add_argument("--store-option", dest="store_options", action="append", default=[], metavar="KEY=VALUE",
                           help="how QuantumGrav.jl stores are read (repeatable): max_elements=N, "
                                "not_partial_orders=refuse|close|skip, cache=true|false, cache_dir=PATH (default: as "
@@ -151,7 +155,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .jobs.applied_run import evaluate_from_entry_point
 
     result = evaluate_from_entry_point(args.run, args.data, split=args.split, out=args.out, nproc=args.nproc,
-                                       store_options=_key_values(args.store_options, "--store-option"))
+                                       store_options=_key_values(args.store_options, "--store-option"),
+                                       out_of_range=args.out_of_range)
     if result is not None:  # rank 0 (under torchrun every rank returns here)
         print(describe_evaluation(result))
     return 0

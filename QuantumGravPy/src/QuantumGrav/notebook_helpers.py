@@ -20,9 +20,9 @@ def shrink_for_smoke_test(namespace: dict[str, Any], **test_values: Any) -> dict
     the switch off it does nothing and prints nothing. With it on, every named parameter larger than its
     test value is set to it (a value is never raised), except parameters given explicitly to papermill
     (``-p name value``), which are kept: a run asked for them. The data sizes ``num_samples``, ``n_min``
-    and ``n_max`` are the exception to the exception: they never exceed ``SMOKE_DATA``, because every
-    config that ``load_config`` reads under the switch is shrunk to it anyway, and the notebook's
-    variables must agree with the data it trains on. Prints one line naming what changed.
+    and ``n_max`` are the exception to the exception: they never exceed ``SMOKE_DATA``, the size that
+    ``load_config`` shrinks a config's data to under the switch, so that a notebook's test mode stays that
+    small and its variables agree with the data it trains on. Prints one line naming what changed.
 
     Args:
         namespace: the notebook's globals (in Jupyter, papermill and nbval, IPython's namespace, whose

@@ -10,6 +10,7 @@ from typing import Any
 from ..data.sources import data_notes
 from ..evaluation.baselines import describe_baselines
 from ..evaluation.destroyed_sets import describe_curves
+from ..evaluation.undefined import describe_undefined, undefined_metrics
 from ..common.logging_utils import get_logger
 from ..runs.artifacts import MetricsCSV, write_json
 from .base import Callback, Decision
@@ -32,6 +33,7 @@ class RunRecords(Callback):
     def on_fit_start(self, state: RunState) -> None:
         """What the data's reader did to the sets that the run should say: e.g. how many it closed or left out
         (a QuantumGrav.jl store's ``not_partial_orders``), in the log and the summary's ``notes``."""
+        state.summary.setdefault("notes", [])  # always there: what the run could not measure, or did to the data
         for line in data_notes(state.dataset):
             logger.warning(line)
             add_note(state.summary, line)
@@ -56,6 +58,9 @@ class RunRecords(Callback):
 
     def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
         state.summary.update(result)
+        for line in test_notes(state, result):
+            logger.warning(line)
+            add_note(state.summary, line)
         self.write_summary(state)
         scores = ", ".join(f"{m} {result[f'test_{m}']:.3f}" for m in state.task.metric_names[1:])
         logger.info("; ".join([f"test {scores}", *describe_baselines(result.get("baselines", {}))]))
@@ -66,6 +71,18 @@ class RunRecords(Callback):
         """summary.json, with the wall time of this process's run so far (a resumed run: since the resume)."""
         state.summary["wall_time_s"] = round(time.perf_counter() - self.started, 3)
         write_json(state.run_dir / "summary.json", state.summary)
+
+
+def test_notes(state: RunState, result: dict[str, Any]) -> list[str]:
+    """What the test split could not measure: its undefined metrics and why, and the kinds it holds no set of."""
+    metrics = {"confusion": result.get("confusion_matrix"), "iou": result.get("test_iou"), "r2": result.get("test_r2")}
+    undefined = undefined_metrics(state.task, metrics)
+    lines = [describe_undefined(undefined, f"the test split ({result['num_test']} sets)")] if undefined else []
+    absent = result.get("kinds_without_test_sets")
+    if absent:
+        lines.append(f"the test split ({result['num_test']} sets) holds no set of {', '.join(absent)}: their recall is "
+                     f"undefined (marked 'no test set' in figures/recall_by_kind.png)")
+    return lines
 
 
 def add_note(summary: dict[str, Any], line: str) -> None:

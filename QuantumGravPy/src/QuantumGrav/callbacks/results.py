@@ -102,6 +102,10 @@ class KindBreakdown(Callback):
         correct.update({f"{name}_baseline": np.asarray(predictions) == np.array([truth[i] for i in test])
                         for name, predictions in state.baseline_predictions.items()})
         result.update(kind_breakdown([state.dataset.describe(i) for i in test], correct))
+        # The kinds the data holds (each store's) that the test split has no set of: their recall is undefined.
+        present = set(result["by_kind"]["gnn"])
+        result["kinds_without_test_sets"] = [kind for kind in getattr(state.dataset, "found_cset_types", None) or []
+                                             if kind not in present]
 
 
 class Figures(Callback):
@@ -120,7 +124,7 @@ class Figures(Callback):
             self._draw(state, "predictions", plot_predictions, [(p, t) for p, t, _ in state.test_predictions])
         if result.get("by_kind"):
             self._draw(state, "recall_by_kind", plot_recall_by_kind, result["by_kind"], result["by_defect_size"],
-                       MODEL_LABELS)
+                       MODEL_LABELS, absent=result.get("kinds_without_test_sets", ()))
         if state.task.node_level:
             *example, title = inserted_block_example(state)
             self._draw(state, "inserted_block", plot_inserted_block, *example, title=title)

@@ -42,6 +42,12 @@ def cores_per_process(local_processes: int | None = None) -> int:
     return max(1, usable_cpu_count() // max(1, local))
 
 
+def dataloader_workers(setting: int | str) -> int:
+    """DataLoader workers of one process: ``setting`` (``training.num_workers``), or for ``auto`` this process's
+    share of the cores less one, its own (so that the job's processes and their workers fit the cores)."""
+    return max(0, cores_per_process() - 1) if setting == "auto" else int(setting)
+
+
 def worker_context():
     """The multiprocessing context for the worker processes this library starts (``launch``, the doctor,
     the data generator's pool).

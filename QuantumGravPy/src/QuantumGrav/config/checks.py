@@ -55,6 +55,21 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[
     return check
 
 
+def integer_or_auto(minimum: int) -> Callable[[Any], int | str]:
+    """An integer >= ``minimum``, or ``auto`` (resolved where it is used, from the machine it runs on)."""
+    as_integer = integer(minimum)
+
+    def check(value: Any) -> int | str:
+        if value == "auto":
+            return value
+        try:
+            return as_integer(value)
+        except Invalid:
+            raise Invalid(f"expected an integer >= {minimum} or auto") from None
+
+    return check
+
+
 def number(minimum: float | None = None, maximum: float | None = None, *, exclusive_min: bool = False):
     def check(value: Any) -> float:
         lo = f" > {minimum}" if exclusive_min else (f" >= {minimum}" if minimum is not None else "")

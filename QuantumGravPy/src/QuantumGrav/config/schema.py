@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..common.errors import ConfigError
-from .checks import (_describe)
+from .checks import _describe
 from .layout import ConfigSections, config_sections
 from .smoke_test import apply_smoke_test, cap_file_epochs
 from .validation import resolved_values
-from .yaml_io import (apply_overrides, dump_config, merge_configs, read_config_file)
+from .yaml_io import apply_overrides, dump_config, merge_configs, parse_override, read_config_file
 
 
 class ResolvedConfig(dict):
@@ -80,6 +80,13 @@ def _read_source(source: str | Path | Mapping[str, Any] | None) -> dict:
     return raw if isinstance(source, Mapping) else cap_file_epochs(raw)
 
 
+def overridden_keys(overrides: Iterable[str] | Mapping[str, Any] | None) -> list[str]:
+    """The dotted keys that ``overrides`` (as ``apply_overrides`` takes them, already checked there) set."""
+    if not overrides:
+        return []
+    return list(overrides) if isinstance(overrides, Mapping) else [parse_override(text)[0] for text in overrides]
+
+
 def load_config(
     source: str | Path | Mapping[str, Any] | list | tuple | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
@@ -109,6 +116,6 @@ def load_config(
     raw: dict = {}
     for item in sources:
         raw = merge_configs(raw, _read_source(item))
-    return validate_config(apply_smoke_test(apply_overrides(raw, overrides)))
+    return validate_config(apply_smoke_test(apply_overrides(raw, overrides), overridden_keys(overrides)))
 
 

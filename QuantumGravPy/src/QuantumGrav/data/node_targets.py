@@ -1,22 +1,47 @@
 """Questions about each element of a causal set, read from the stores our generator writes (``data.kinds``).
 
 ``inserted_block``: is the element inside the random 3-layer block inserted into a ``merged`` (or
-``merged_ambiguous``) set (from 4 elements to all but one of the set)? Each group of such a set keeps a ``node_labels`` array (uint8, 1 inside the block, in
-element order, so node k of an item is element k + 1 of the store's set); a group without it (every other kind, and
-QuantumGrav.jl's own stores) has no inserted block: all its labels are 0.
+``merged_ambiguous``) set (from 4 elements to all but one of the set)? Each group of such a set keeps a
+``node_labels`` array (uint8, 1 inside the block, in element order, so node k of an item is element k + 1 of the
+store's set); a group of another kind without it has no inserted block: all its labels are 0. QuantumGrav.jl's
+produce_data.jl writes no ``node_labels``: its merged sets have a block nobody recorded, so a per-element target on
+them is refused (``check_node_labels``), as is data that records no label at all (every target would be 0).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+
+from ..common.errors import UserError
 
 NODE_LABELS_ARRAY = "node_labels"
 # Each per-element target, the task it is learned as, and its two classes (0, 1).
 NODE_TARGET_TASKS: dict[str, str] = {"inserted_block": "node_binary"}
 NODE_TARGET_CLASS_NAMES: dict[str, list[str]] = {"inserted_block": ["outside_block", "inserted_block"]}
+# The kinds (QuantumGrav.jl's names) whose sets have what each target asks about, so must record their labels.
+LABELLED_KINDS: dict[str, tuple[str, ...]] = {"inserted_block": ("merged", "merged_ambiguous")}
+
+
+def check_node_labels(target: str, stores: Sequence[Path], first_groups: Sequence[str], kinds: Sequence[str]) -> None:
+    """A per-element ``target`` needs labels where its kinds have them: one UserError naming a store of such a kind
+    whose (first) set records none, or saying that no store records any. ``kinds``: each store's first set's."""
+    labelled = [(store / group / NODE_LABELS_ARRAY).is_dir() for store, group in zip(stores, first_groups)]
+    wants = LABELLED_KINDS[target]
+    how = (f"QuantumGrav.jl's produce_data.jl writes adj, manifold_like and cset_type only, no {NODE_LABELS_ARRAY}; "
+           f"generate sets with their {target} recorded (QuantumGrav.data.kinds.KindsDataset, "
+           f"configs/inserted_block.yaml), or choose target manifold_like or cset_type")
+    for store, kind, has_labels in zip(stores, kinds, labelled):
+        if kind in wants and not has_labels:
+            raise UserError(f"QuantumGrav.jl store {store}: target {target} asks about each element of its {kind} "
+                            f"sets, but they carry no '{NODE_LABELS_ARRAY}' array, so every label would be 0; {how}")
+    if not any(labelled):
+        raise UserError(f"QuantumGrav.jl data {', '.join(str(store) for store in stores)}: target {target} needs "
+                        f"per-element labels, and no store records any ('{NODE_LABELS_ARRAY}'), so every label would "
+                        f"be 0; {how}")
 
 
 def read_node_labels(group: Any, num_elements: int, format_error: Callable[[str], Exception]) -> torch.Tensor:

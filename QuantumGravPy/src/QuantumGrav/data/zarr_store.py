@@ -40,9 +40,10 @@ from torch_geometric.data import Data, Dataset
 from .invariants import INVARIANT_NAMES, NODE_FEATURES
 from .orders import transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
-from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, read_node_labels
+from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, check_node_labels, read_node_labels
 from .stores.graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
                             describe_order_repairs, graph_tensors, order_error)
+from .stores.cache_files import compacted, expanded, feature_cache_dir
 from .stores.limits import DEFAULT_MAX_ELEMENTS, check_max_elements, checked_size, store_error, usable_memory
 from ..common.errors import UserError
 from ..common.files import atomic_replace
@@ -128,14 +129,13 @@ class QuantumGravJLDataset(Dataset):
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
       edges and the feature version; where that folder cannot be written, under ``cache_dir``.
       ``cache=False`` computes them on the fly at every read.
-    * ``max_elements``: the most elements a set may have. Every group's ``adj`` is judged by the shape its metadata
-      declares before anything is read (``stores.limits``): a larger set, or one whose dense matrix would not fit in
-      the memory this process may use, is one UserError naming store, group and shape, and nothing is written.
-    * ``not_partial_orders``: what becomes of a set whose ``adj`` is not a strict partial order, transitively closed
-      (QuantumGrav.jl's ``complex_topology`` relation may miss implied relations): ``"refuse"`` (one UserError naming
-      it, the default), ``"close"`` (its transitive closure is read: the implied relations added; a cycle cannot be
-      closed and is refused) or ``"skip"`` (left out). ``close`` and ``skip`` read every set at construction (and
-      cache it), so that ``order_repairs`` counts them before training; a warning names them.
+    * ``max_elements``: the most elements a set may have. Every group's ``adj`` is judged by its declared shape before
+      anything is read (``stores.limits``: also against the memory this process may use); a set too large is one
+      UserError naming store, group and shape, with nothing written.
+    * ``not_partial_orders``: a set whose ``adj`` is not a strict partial order, transitively closed (QuantumGrav.jl's
+      ``complex_topology`` may miss implied relations) is ``"refuse"``-d (one UserError, the default), ``"close"``-d
+      (its transitive closure read; a cycle is refused) or ``"skip"``-ped. ``close`` and ``skip`` read (and cache)
+      every set at construction, so that ``order_repairs`` counts them before training; a warning names them.
 
     Nothing is read at construction but the folder listings, each group's ``adj`` metadata and the first group of
     each store (checked, so that a wrong path or format fails before training). Stores are opened lazily in
@@ -165,13 +165,15 @@ class QuantumGravJLDataset(Dataset):
         memory = usable_memory()
         self._sizes = [[checked_size(store, group, self.max_elements, memory) for group in groups]
                        for store, groups in zip(self.stores, self.groups)]
-        self._handles: dict[int, Any] = {}
-        self._handles_pid = os.getpid()
+        self._handles, self._handles_pid = {}, os.getpid()  # this process's open stores (``_open``)
         self._cache_dirs = [feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
         first_codes = [int(graph["labels"][1]) for graph in firsts]
+        if target in NODE_TARGET_TASKS:
+            check_node_labels(target, self.stores, [groups[0] for groups in self.groups],
+                              [JULIA_CSET_TYPES[code] for code in first_codes])
         self.order_repairs: dict[str, list[str]] = {"closed": [], "skipped": []}
         if not_partial_orders == "refuse":
             for k, graph in enumerate(firsts):
@@ -380,13 +382,13 @@ class QuantumGravJLDataset(Dataset):
         path = self._cache_dirs[store_index] / f"{self._cache_key(store_index, group)}.pt"
         if path.is_file():
             try:
-                return _expanded(torch.load(path, weights_only=True))
+                return expanded(torch.load(path, weights_only=True))
             except Exception as err:  # noqa: BLE001 - any unreadable file is rebuilt; the warning names why
                 logger.warning("feature cache file %s (store %s, group %s) cannot be read (%s: %s); computing it "
                                "again and replacing it", path, self.stores[store_index], group,
                                type(err).__name__, err)
         graph = self._read_graph(store_index, group)
-        atomic_replace(path, lambda tmp: torch.save(_compacted(graph), tmp))
+        atomic_replace(path, lambda tmp: torch.save(compacted(graph), tmp))
         return graph
 
     def build_cache(self, *, workers: int = 1, rank: int = 0, world_size: int = 1) -> int:
@@ -411,56 +413,6 @@ class QuantumGravJLDataset(Dataset):
     def _build_one(self, index: int) -> None:
         torch.set_num_threads(1)  # one core per worker: the products run on this process's core only
         self._graph(*self._locate(index))
-
-
-def feature_cache_dir(store: Path, cache_dir: str | os.PathLike | None) -> Path:
-    """``<store>.qg_features`` next to the store, else under ``cache_dir``, else one clear error."""
-    beside = store.parent / f"{store.name}.qg_features"
-    if _writable_folder(beside):
-        return beside
-    if cache_dir is None:
-        raise UserError(f"Cannot write the feature cache next to the QuantumGrav.jl store {store} (its folder "
-                        f"is read-only): set cache_dir (data.kwargs.cache_dir) to a writable folder, or "
-                        f"cache: false to compute the features at every read")
-    store_id = hashlib.blake2b(str(store.resolve()).encode(), digest_size=4).hexdigest()
-    elsewhere = Path(cache_dir).expanduser() / f"{store.name}-{store_id}.qg_features"
-    if not _writable_folder(elsewhere):
-        raise UserError(f"cache_dir {cache_dir}: cannot create or write {elsewhere}; choose a writable folder")
-    logger.info("QuantumGrav.jl store %s is in a read-only folder: caching its features in %s", store, elsewhere)
-    return elsewhere
-
-
-# Cached tensors are stored compactly: node indices in the smallest integer type that holds them (int16 up to
-# 32,767 elements: a quarter of int64's disk and page cache), expanded back to what the model reads on load.
-def _compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    if "x" not in graph:  # a cycle's labels only
-        return graph
-    num_nodes = graph["x"].shape[0]
-    small = torch.int16 if num_nodes <= torch.iinfo(torch.int16).max else torch.int32
-    return {**graph, "edge_index": graph["edge_index"].to(small)}
-
-
-def _expanded(stored: Any) -> dict[str, torch.Tensor]:
-    """A cache file's graph, its edge index as int64; ValueError if it is not one this code wrote."""
-    if isinstance(stored, dict) and set(stored) == {"labels", "order_problem"} and \
-            int(stored["order_problem"]) == ORDER_CYCLE and stored["labels"].shape == (2,):
-        return stored
-    names = ("x", "edge_index", "invariants", "labels", "node_labels")
-    if not isinstance(stored, dict) or any(not isinstance(stored.get(name), torch.Tensor) for name in names):
-        raise ValueError(f"expected a dict of the tensors {names}")
-    x, edge_index = stored["x"], stored["edge_index"]
-    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,) \
-            or stored["node_labels"].shape != (x.shape[0],):
-        raise ValueError("tensors of unexpected shapes")
-    return {**stored, "edge_index": edge_index.long()}
-
-
-def _writable_folder(folder: Path) -> bool:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(folder, os.W_OK)
 
 
 def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndarray], cset_type_codes: Sequence[int],

@@ -10,7 +10,7 @@ Drawn without pyplot (no backend switch), so a notebook's inline plots keep work
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..common.files import atomic_replace
 
@@ -100,16 +100,22 @@ def plot_destroyed_by_flip_fraction(curves: dict[str, Any], labels: dict[str, st
 
 
 def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any], labels: dict[str, str],
-                        path: Path) -> Path:
-    """Left: each model's recall per kind (``evaluation/kinds.py``). Right: recall against the defect's realised size
-    (its bins' centres, each bin's sets beside its point) for the destroyed and merged kinds, one colour per kind,
-    a solid line for the GNN, a dashed one for the strong baseline and a dotted one for the strongest rival."""
+                        path: Path, absent: Sequence[str] = ()) -> Path:
+    """Left: each model's recall per kind (``evaluation/kinds.py``); a kind of the data with no test set
+    (``absent``) keeps its place, marked "no test set". Right: recall against the defect's realised size (its bins'
+    centres, each bin's sets beside its point) for the destroyed and merged kinds, one colour per kind, a solid line
+    for the GNN, a dashed one for the strong baseline and a dotted one for the strongest rival; a panel with nothing
+    to draw says why."""
     figure, (bars, curves) = _new_figure(13, 4.2, columns=2)
-    kinds = list(next(iter(by_kind.values())))
+    kinds = [*next(iter(by_kind.values())), *absent]
     width = 0.8 / len(by_kind)
     for k, (name, rows) in enumerate(by_kind.items()):
-        bars.bar([i + k * width for i in range(len(kinds))], [rows[kind]["recall"] for kind in kinds], width,
-                 label=labels.get(name, name))
+        bars.bar([i + k * width for i in range(len(kinds))], [rows[kind]["recall"] if kind in rows else 0.0
+                                                             for kind in kinds], width, label=labels.get(name, name))
+    for i, kind in enumerate(kinds):
+        if kind in absent:
+            bars.text(i + 0.4 - width / 2, 0.5, "no test set", rotation=90, ha="center", va="center", fontsize=8,
+                      color="grey")
     bars.set_xticks([i + 0.4 - width / 2 for i in range(len(kinds))])
     bars.set_xticklabels(kinds, rotation=35, ha="right")
     bars.set(ylim=(0, 1.05), ylabel="recall (share classified correctly)", title="Test sets per kind")
@@ -128,9 +134,17 @@ def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any],
     curves.set_xscale("log")
     curves.set(ylim=(-0.02, 1.05), xlabel="realised defect (relations changed; elements of the inserted block)",
                ylabel="recall", title="Against the defect's size")
-    if curves.lines:  # kinds with a fractional defect among the test sets
+    if curves.lines:  # kinds with a drawn defect among the test sets
         curves.legend(fontsize=7, loc="lower right")
+    else:
+        label_empty(curves, "no test set of a kind with a drawn defect\n(destroyed, merged and their ambiguous kinds,"
+                            "\nat least 4 sets of one kind): nothing to draw")
     return _save_figure(figure, path)
+
+
+def label_empty(ax, why: str) -> None:
+    """A panel with nothing to draw says so in its middle, instead of standing blank."""
+    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", fontsize=9, color="grey")
 
 
 def plot_inserted_block(relation: Any, true_block: Any, predicted_block: Any, path: Path, title: str = "") -> Path:

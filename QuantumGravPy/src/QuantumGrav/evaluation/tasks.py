@@ -9,7 +9,7 @@
   MAE, RMSE and R^2.
 * ``node_binary``: ``y`` is 0 or 1 per element (inside the inserted block or not); the model returns one logit per
   element, ``[nodes, 1]``; ``BCEWithLogits`` over the elements; the elements' accuracy, precision, recall and F1,
-  and the mean over sets of the block's intersection over union (``NodeBinaryTask``).
+  and the mean over the sets that have a block of its intersection over union (``NodeBinaryTask``).
 
 Every metric is computed from sums that can be added across ranks (a confusion matrix, or sums of
 errors, of y and of y^2, and the count): each rank sums its shard, the sums are reduced, then the
@@ -349,15 +349,17 @@ def check_task_level(task_type: str, dataset, source: str) -> None:
 # The node task's totals, in this order. All but the loss sum are integers (the IoU in units of 1 / IOU_SCALE), so
 # adding them over batches and ranks in any order gives the same bits: world size 2 reports what world size 1 does.
 NODE_TOTALS = ("loss_sum", "nodes", "true_negatives", "false_positives", "false_negatives", "true_positives",
-               "iou_units", "sets")
+               "iou_units", "sets", "block_sets", "blockless_sets_marked")
 IOU_SCALE = 2**32
 
 
 class NodeBinaryTask(Task):
     """Outputs one logit per element ``[nodes, 1]``; target: 0.0 / 1.0 per element ``[nodes, 1]`` (float), 1 inside
     the inserted block. Positive: ``sigmoid(logit) >= threshold``. The loss is averaged over elements, the
-    accuracy, precision, recall and F1 are the elements', and ``iou`` is the mean over sets of |predicted block
-    and true block| / |predicted or true block| (1 for a set where both are empty).
+    accuracy, precision, recall and F1 are the elements', and ``iou`` is the mean over the sets that have a true
+    block (``block_sets`` of them) of |predicted block and true block| / |predicted or true block|: undefined (NaN)
+    without such a set. A set without a block is reported apart: ``blockless_sets_marked`` counts those where some
+    element was marked (an empty prediction there is right, and no IoU of 1 rewards a model that marks nothing).
 
     Under DDP the metrics are exact (integer sums), but training is not one process on the combined batch: each
     rank's loss is the mean over its own batch's elements and DDP averages the ranks' gradients, so the elements
@@ -394,32 +396,39 @@ class NodeBinaryTask(Task):
         true, predicted = target.view(-1).long(), self.predict(outputs)
         graph_index = torch.zeros_like(true) if graph_index is None else graph_index.view(-1)
         confusion = torch.bincount(true * 2 + predicted, minlength=4).double()  # tn, fp, fn, tp
-        iou = block_iou(predicted.bool(), true.bool(), graph_index)
+        iou, has_block, marked = block_iou(predicted.bool(), true.bool(), graph_index)
         count = float(true.numel())
         head = torch.tensor([count], device=outputs.device, dtype=torch.float64)
-        tail = torch.stack([torch.round(iou * IOU_SCALE).sum(), torch.tensor(float(iou.numel()), device=iou.device,
-                                                                             dtype=torch.float64)])
+        tail = torch.stack([torch.round(iou[has_block] * IOU_SCALE).sum(), torch.tensor(float(iou.numel()),
+                            device=iou.device, dtype=torch.float64), has_block.sum().double(),
+                            (marked & ~has_block).sum().double()])
         return torch.cat([(loss.detach().double() * count).view(1), head, confusion, tail])
 
     def metrics(self, totals):
-        loss_sum, nodes, tn, fp, fn, tp, iou_units, sets = totals.tolist()
+        loss_sum, nodes, tn, fp, fn, tp, iou_units, sets, block_sets, blockless_marked = totals.tolist()
         tn, fp, fn, tp = (int(round(v)) for v in (tn, fp, fn, tp))
         return {"loss": loss_sum / max(nodes, 1.0), "accuracy": (tp + tn) / max(nodes, 1.0),
                 "precision": tp / (tp + fp) if tp + fp else 0.0, "recall": tp / (tp + fn) if tp + fn else 0.0,
-                "f1": 2 * tp / (2 * tp + fp + fn) if tp else 0.0, "iou": iou_units / IOU_SCALE / max(sets, 1.0),
-                "count": int(sets), "nodes": int(nodes), "confusion": [[tn, fp], [fn, tp]]}
+                "f1": 2 * tp / (2 * tp + fp + fn) if tp else 0.0,
+                "iou": iou_units / IOU_SCALE / block_sets if block_sets else math.nan, "block_sets": int(block_sets),
+                "blockless_sets_marked": int(blockless_marked), "count": int(sets), "nodes": int(nodes),
+                "confusion": [[tn, fp], [fn, tp]]}
 
     def describe(self) -> str:
         names = f" ({' / '.join(self.class_names)})" if self.class_names else ""
         return f"node_binary{names}: one logit per element, threshold {self.threshold}"
 
 
-def block_iou(predicted: torch.Tensor, true: torch.Tensor, graph_index: torch.Tensor) -> torch.Tensor:
-    """float64 intersection over union of the predicted and the true block of each graph (boolean per element,
-    ``graph_index`` 0..graphs-1 per element); 1 where both blocks are empty."""
+def block_iou(predicted: torch.Tensor, true: torch.Tensor, graph_index: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per graph (boolean per element, ``graph_index`` 0..graphs-1 per element): the float64 intersection over union
+    of the predicted and the true block (1 where both are empty: read it where there is a true block), whether the
+    graph has a true block, and whether any of its elements is predicted."""
     graphs = int(graph_index.max()) + 1 if graph_index.numel() else 0
     intersection = torch.zeros(graphs, dtype=torch.float64, device=true.device)
     union = torch.zeros_like(intersection)
     intersection.index_add_(0, graph_index, (predicted & true).double())
     union.index_add_(0, graph_index, (predicted | true).double())
-    return torch.where(union > 0, intersection / union.clamp(min=1.0), torch.ones_like(union))
+    true_size = torch.zeros_like(intersection).index_add_(0, graph_index, true.double())
+    iou = torch.where(union > 0, intersection / union.clamp(min=1.0), torch.ones_like(union))
+    return iou, true_size > 0, union > true_size

@@ -32,14 +32,16 @@ STORE_OPTIONS = ("max_elements", "not_partial_orders", "cache", "cache_dir")
 @dataclass
 class AppliedData:
     """The sets to predict: ``dataset``, the ``indices`` of those evaluated (all, or its test split), ``name`` (the
-    default output folder's), ``describe_set(index)`` (a set's id columns) and the ``first`` set (for the model's
-    check)."""
+    default output folder's), ``describe_set(index)`` (a set's id columns), the ``first`` set (for the model's
+    check) and ``set_parameters(index)``, what the data records of a set besides its kind (a store's group
+    attributes: the drawn defect parameters; None for data that records none)."""
 
     name: str
     dataset: Any
     indices: list[int]
     describe_set: Callable[[int], dict[str, Any]]
     first: Any
+    set_parameters: Callable[[int], dict[str, Any]] | None = None
 
 
 def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task, in_channels: int,
@@ -74,7 +76,7 @@ def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task
     dataset = with_order_invariants(dataset, reads_invariants, source)
     first = _check_fits(dataset, task, in_channels, source)
     indices = list(range(len(dataset))) if split == "all" else split_indices(len(dataset), fractions, seed)[2]
-    return AppliedData(_name(paths, split), dataset, indices, _set_ids(dataset), first)
+    return AppliedData(_name(paths, split), dataset, indices, _set_ids(dataset), first, _set_parameters(dataset))
 
 
 def _existing_paths(data: DataPaths) -> list[Path]:
@@ -192,6 +194,15 @@ def _set_ids(dataset: Any) -> Callable[[int], dict[str, Any]]:
     if store_and_group is None:
         return lambda index: {"set": index}
     return lambda index: dict(zip(("set", "store", "group"), (index, *store_and_group(index))))
+
+
+def _set_parameters(dataset: Any) -> Callable[[int], dict[str, Any]] | None:
+    """A set's recorded parameters (``describe(index)`` but what identifies it and its kind), for data that
+    describes its sets."""
+    describe = getattr(dataset, "describe", None)
+    if not callable(describe):
+        return None
+    return lambda index: {key: value for key, value in describe(index).items() if key not in ("store", "group", "kind")}
 
 
 def _name(paths: list[Path], split: str) -> str:

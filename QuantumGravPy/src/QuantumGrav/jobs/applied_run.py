@@ -38,9 +38,15 @@ from ..training.loaders import load_run_data, make_loader
 from ..training.model_builder import build_model, check_model_forward
 from ..training.optimization import autocast, build_named
 from ..data.sources import data_notes
+from ..data.training_range import describe_outside, outside_training_range
+from ..common.logging_utils import get_logger
 from .applied_data import AppliedData, DataPaths, open_data
 from .entry import run_in_group
 from .launcher import check_main_guard, launch_processes
+
+
+logger = get_logger("evaluate")
+OUT_OF_RANGE = ("flag", "refuse")  # what evaluate does with sets outside the range the run was trained on
 
 
 def load_run(run_dir: str | os.PathLike) -> "AppliedRun":
@@ -113,9 +119,13 @@ class AppliedRun:
         self.model.load_state_dict(checkpoint["model"])
         self.model.to(self.runtime.device).eval()
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
+        # The training split's range of N and of the head's invariants; None for a best.pt written before it was
+        # recorded (its sets are then not judged against it).
+        self.training_range: dict[str, Any] | None = checkpoint.get("training_range")
 
     def evaluate(self, data: DataPaths, *, split: str = "all", out: str | os.PathLike | None = None,
-                 nproc: int = 1, store_options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                 nproc: int = 1, store_options: dict[str, Any] | None = None,
+                 out_of_range: str = "flag") -> dict[str, Any] | None:
         """The run's metrics on ``data``, written with every set's prediction.
 
         Args:
@@ -128,12 +138,18 @@ class AppliedRun:
             store_options: how QuantumGrav.jl stores are read (``applied_data.STORE_OPTIONS``: ``max_elements``,
                 ``not_partial_orders``, ``cache``, ``cache_dir``, as ``QuantumGravJLDataset`` takes them); by default
                 as the run read its own stores (its ``data.kwargs``), else the reader's defaults.
+            out_of_range: what to do with sets outside the range of N and of the head's invariants that the run was
+                trained on (``training_range``): ``flag`` them (the CSV's ``outside_training_range``, a count and a
+                note in the result, a warning in the log) or ``refuse`` to evaluate (one UserError, nothing written).
 
         Returns:
-            On rank 0: the task's metrics (``accuracy``, ...; ``loss``, ``count``), for classification
-            ``confusion``, ``weighted_f1`` and ``per_class_f1``, ``per_kind`` (sets and recall, or mean absolute
-            error, of each kind of causal set), for sets that describe their defect ``by_defect_size`` (recall
-            against each defect's size), and the files' paths. None on the other ranks.
+            On rank 0: the task's metrics (``accuracy``, ...; ``loss``, ``count``; None where the sets cannot define
+            one, ``undefined`` saying why), for classification ``confusion``, ``weighted_f1`` and ``per_class_f1``,
+            ``per_kind`` (sets and recall, or mean absolute error, of each kind of causal set), for sets that
+            describe their defect ``by_defect_size`` (recall against each defect's size), ``constant_prediction``
+            (the one class predicted for every set, if so), ``outside_training_range`` (the count of sets outside
+            ``training_range``; None if the run does not record it), ``notes`` and the files' paths. None on the
+            other ranks.
 
         Raises:
             UserError: data that does not exist or does not fit the run (another task, other classes, other node
@@ -141,33 +157,70 @@ class AppliedRun:
         """
         if nproc < 1:
             raise UserError(f"nproc: expected an integer >= 1, got {nproc}")
+        self._check_out_of_range(out_of_range)
         if out is not None and Path(out).is_dir():
             raise UserError(f"out: {out} is a folder; give the predictions CSV's path, e.g. {Path(out) / 'predictions.csv'}")
         if nproc > 1 and not self.runtime.distributed:
             check_main_guard("AppliedRun.evaluate")
             self._open(data, split, store_options)  # bad input is one line here, before any worker starts
-            return launch_processes(self.config, nproc, Evaluation(str(self.run_dir), data, split, out, store_options))
+            return launch_processes(self.config, nproc, Evaluation(str(self.run_dir), data, split, out, store_options,
+                                                                   out_of_range))
         applied, predictions = self._predictions(data, split, store_options)
         if predictions is None:
             return None
         csv_path = Path(out) if out is not None else self.run_dir / "evaluations" / applied.name / "predictions.csv"
         json_path = csv_path.parent / "metrics.json"
         given = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+        outside, range_notes = self._judge_range(predictions, out_of_range)
         result = {"run": str(self.run_dir), "data": [str(path) for path in given], "data_name": applied.name,
                   "split": split, "task": self.task.type, **predictions.metrics(self.task, self.criterion),
-                  **self._by_defect_size(applied, predictions), "notes": data_notes(applied.dataset),
+                  **self._by_defect_size(applied, predictions),
+                  "constant_prediction": predictions.constant_prediction(self.task),
+                  "outside_training_range": sum(bool(names) for names in outside) if outside is not None else None,
+                  "training_range": self.training_range, "notes": [*range_notes, *data_notes(applied.dataset)],
                   "predictions_csv": str(csv_path), "metrics_json": str(json_path)}
-        write_predictions(csv_path, predictions.rows(self.task, applied.describe_set), json_path, result)
+        rows = predictions.rows(self.task, applied.describe_set, outside, applied.set_parameters)
+        write_predictions(csv_path, rows, json_path, result)
         return result
 
-    def predict(self, data: DataPaths, *, split: str = "all",
-                store_options: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
-        """One row per set of ``data`` (as ``evaluate`` takes it), in the data's order: ``set`` (its index; for
-        stores also ``store`` and ``group``), ``kind``, ``truth``, and ``score``: the probability of the positive
-        class (binary), the ``predicted`` class and its probability (multiclass), the value (regression). None on
-        ranks other than 0."""
+    def predict(self, data: DataPaths, *, split: str = "all", store_options: dict[str, Any] | None = None,
+                out_of_range: str = "flag") -> list[dict[str, Any]] | None:
+        """One row per set of ``data`` (as ``evaluate`` takes it and judges it against the training range), in the
+        data's order: ``set`` (its index; for stores also ``store`` and ``group``), ``kind``, ``num_elements``,
+        ``truth``, and ``score``: the probability of the positive class (binary), the ``predicted`` class and its
+        probability (multiclass), the value (regression); ``outside_training_range`` (what of the set lies outside
+        it, empty inside, ``unknown`` for a run that does not record it); then the parameters a store records of the
+        set (its defect's). None on ranks other than 0."""
+        self._check_out_of_range(out_of_range)
         applied, predictions = self._predictions(data, split, store_options)
-        return predictions.rows(self.task, applied.describe_set) if predictions is not None else None
+        if predictions is None:
+            return None
+        outside, _ = self._judge_range(predictions, out_of_range)
+        return predictions.rows(self.task, applied.describe_set, outside, applied.set_parameters)
+
+    @staticmethod
+    def _check_out_of_range(out_of_range: str) -> None:
+        if out_of_range not in OUT_OF_RANGE:
+            raise UserError(f"out_of_range: expected one of {OUT_OF_RANGE}, got {out_of_range!r}")
+
+    def _judge_range(self, predictions: Predictions, out_of_range: str) -> tuple[list[list[str]] | None, list[str]]:
+        """What of each set lies outside ``training_range`` (None when the run does not record it), and the notes
+        to show; under ``refuse``, one UserError instead if any set does (or the range is not recorded)."""
+        if self.training_range is None:
+            note = (f"run '{self.run_dir}': its best.pt records no training range (written before QuantumGrav "
+                    f"recorded one), so the sets are not judged against the range the run was trained on")
+            if out_of_range == "refuse":
+                raise UserError(f"{note}; evaluate with out_of_range flag (--out-of-range flag), or retrain the run")
+            return None, [note]
+        outside = outside_training_range(self.training_range, predictions.num_elements, predictions.invariants)
+        line = describe_outside(outside, self.training_range)
+        if line is None:
+            return outside, []
+        if out_of_range == "refuse":
+            raise UserError(f"run '{self.run_dir}': {line}; nothing was written. Evaluate them flagged with "
+                            f"out_of_range flag (--out-of-range flag), or apply a run trained on sets like them")
+        logger.warning(line)
+        return outside, [line]
 
     def _by_defect_size(self, applied: AppliedData, predictions: Predictions) -> dict[str, Any]:
         """For a classifier on sets that describe their defect (``KindsDataset``'s): the recall against each
@@ -214,13 +267,14 @@ class Evaluation:
     split: str
     out: Any
     store_options: dict[str, Any] | None = None
+    out_of_range: str = "flag"
 
     def __call__(self, config: ResolvedConfig, rank: int, *, report, run_dirs, console_level) -> dict[str, Any] | None:
         return run_in_group(config, rank, self.run, report=report, console_level=console_level)
 
     def run(self) -> dict[str, Any] | None:
         return load_run(self.run_dir).evaluate(self.data, split=self.split, out=self.out,
-                                               store_options=self.store_options)
+                                               store_options=self.store_options, out_of_range=self.out_of_range)
 
 
 def evaluate_from_entry_point(run_dir: str | os.PathLike, data: DataPaths, *, split: str = "all",

@@ -27,8 +27,8 @@ def config_advice(sections: ConfigSections, world_size: int, device_type: str,
                       f"mostly gradient communication; raise training.batch_size to >= {SMALL_PER_PROCESS_BATCH}")
     for section, loader in (("training", sections.loaders.training), ("validation", sections.loaders.validation),
                             ("testing", sections.loaders.testing)):
-        workers = loader.num_workers
-        if workers and workers * world_size > cpus - world_size:
+        workers = loader.num_workers  # auto: a share that fits the cores, whatever the machine
+        if workers != "auto" and workers and workers * world_size > cpus - world_size:
             fitting = max(0, cpus // world_size - 1)
             advice.append(f"{section}.num_workers is {workers} DataLoader workers per process x {world_size} "
                           f"processes, more than the {cpus} CPU cores can serve; "

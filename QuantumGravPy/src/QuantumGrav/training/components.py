@@ -21,6 +21,7 @@ from ..config.schema import ResolvedConfig
 from ..config.layout import ConfigSections
 from ..config.sections.training import CheckpointSection, LoopSection
 from ..data import sources as data_sources
+from ..data.training_range import counts_and_invariants, known_counts_and_invariants, training_range_of
 from ..distributed.runtime import Runtime
 from ..common.errors import ConfigError
 from ..evaluation import tasks
@@ -53,6 +54,22 @@ def batch_plan(data: loaders.RunData, sections: ConfigSections, runtime: Runtime
         return None, None
     sizes = loaders.split_sizes(data.dataset, data.split, runtime)
     return sizes, loaders.training_batches(sizes, sections.loaders.training, sections.loop.seed, runtime)
+
+
+def training_range(data: loaders.RunData, sections: ConfigSections, sizes: dict[str, np.ndarray] | None,
+                   runtime: Runtime) -> dict[str, Any]:
+    """The training split's range of N and, where the built-in model's head reads them, of each order invariant
+    (``data.training_range``): every checkpoint holds it, so that an applied run flags sets outside it."""
+    reads_invariants = sections.model.type is None and bool(sections.model.graph_features)
+    indices = list(data.split["train"])
+    counts, rows = known_counts_and_invariants(data.dataset, indices, sizes["train"] if sizes is not None else None,
+                                               reads_invariants)
+    if counts is None or (reads_invariants and rows is None):  # read: each rank its share, gathered on every rank
+        local = counts_and_invariants([data.dataset[i] for i in indices[runtime.rank::runtime.world_size]],
+                                      reads_invariants)
+        parts = runtime.broadcast_from_main(runtime.gather_to_main(local))
+        counts, rows = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
+    return training_range_of(counts, rows if reads_invariants else None)
 
 
 def build_run_model(sections: ConfigSections, first: Any, task: tasks.Task, device: torch.device
@@ -101,12 +118,15 @@ def open_run(checkpoint: CheckpointSection, runtime: Runtime, token: str | None,
 
 
 def run_state(config: ResolvedConfig, runtime: Runtime, run_dir: Path, model: torch.nn.Module,
-              optimization: Optimization, data: loaders.RunData) -> RunState:
-    """What every callback hook receives, with the summary's first lines: the run directory and provenance."""
+              optimization: Optimization, data: loaders.RunData, data_range: dict[str, Any] | None = None
+              ) -> RunState:
+    """What every callback hook receives, with the summary's first lines: the run directory, provenance and the
+    range of the training data."""
     return RunState(runtime=runtime, config=config, run_dir=run_dir, model=model, optimizer=optimization.optimizer,
                     scheduler=optimization.scheduler, task=data.task, dataset=data.dataset, split=data.split,
                     derived=optimization.derived,
-                    summary={"run_dir": str(run_dir), **run_provenance(runtime.world_size)})
+                    summary={"run_dir": str(run_dir), **run_provenance(runtime.world_size),
+                             **({"training_range": data_range} if data_range else {})})
 
 
 def run_callbacks(sections: ConfigSections, task: tasks.Task, run_dir: Path, early_stopping: EarlyStopping,

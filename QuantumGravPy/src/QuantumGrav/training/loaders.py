@@ -27,6 +27,7 @@ from ..data.sources import (DistributedClassBalancedSampler, ShardSampler, build
 from ..distributed.runtime import Runtime
 from ..common.errors import ConfigError
 from ..evaluation import tasks
+from ..common.processes import dataloader_workers
 
 
 @dataclass
@@ -94,7 +95,7 @@ def load_dataset(data_cfg: dict[str, Any], timeout_s: float, runtime: Runtime, d
 def make_loader(dataset, loader: LoaderSection, sampler: Sampler | None, device: torch.device,
                 batch_sampler: Sampler | None = None) -> DataLoader:
     """A loader of ``loader``'s batch size over ``sampler``, or of the batches ``batch_sampler`` yields."""
-    workers = loader.num_workers
+    workers = dataloader_workers(loader.num_workers)
     extra: dict[str, Any] = {"prefetch_factor": loader.prefetch_factor} if workers and loader.prefetch_factor else {}
     if batch_sampler is None:
         extra.update(batch_size=loader.batch_size, sampler=sampler, drop_last=getattr(loader, "drop_last", False))

@@ -100,6 +100,7 @@ class Trainer:
         self.task = data.task
         self.sizes, self.train_batches = components.batch_plan(data, s, self.runtime)
         self.core_model, self.model_io = components.build_run_model(s, data.first, self.task, self.device)
+        self.training_range = components.training_range(data, s, self.sizes, self.runtime)
         self.memory_estimate = components.preflight(self.core_model, data, self.sizes, self.train_batches, s,
                                                     self.runtime)
         self.model = self._wrap_model(self.core_model)
@@ -118,7 +119,7 @@ class Trainer:
         if self.memory_estimate is not None:
             logger.debug(f"preflight: {self.memory_estimate.line()}")
         self.state = components.run_state(self.config, self.runtime, self.run_dir, self.core_model,
-                                          self.optimization, data)
+                                          self.optimization, data, self.training_range)
         self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
         self.callbacks = CallbackList(components.run_callbacks(s, self.task, self.run_dir, self.early_stopping,
                                                                self.checkpointing, [*from_config, *callbacks]),
@@ -152,6 +153,7 @@ class Trainer:
             "world_size": self.runtime.world_size,
             "derived": self.optimization.derived,
             "model_io": self.model_io,
+            "training_range": self.training_range,
         }
 
     # The run's state as attributes, for scripts and notebooks that read them from the trainer.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 
-from ..checks import boolean, choice, integer
+from ..checks import boolean, choice, integer, integer_or_auto
 from .base import Section, setting, subsection
 
 
@@ -35,7 +35,10 @@ class LoaderSection(Section):
     yaml: ClassVar[str] = "training"
 
     batch_size: int = setting(32, integer(1), "graphs per batch, per process")
-    num_workers: int = setting(0, integer(0), "DataLoader worker processes, per process")
+    num_workers: int | str = setting(0, integer_or_auto(0),
+                                     "DataLoader worker processes, per process; auto: this process's share of the "
+                                     "cores less one, its own (as QG.launch shares the cores' threads), so that the "
+                                     "workers follow the machine they run on")
     pin_memory: bool = setting(False, boolean,
                                "page-locked host memory for faster copies to a GPU; only helps with CUDA")
     prefetch_factor: int | None = setting(None, integer(1), nullable=True,
