@@ -78,6 +78,11 @@ class ValidationSection(LoaderSection):
         "before each validation, set every batch norm's statistics to those of the whole training set at the "
         "current weights (one forward pass, sums over all ranks); false: the running averages of the last batches, "
         "which swing with each batch's mix and made the validation loss jump")
+    recompute_batch_norm_sets: int | None = setting(
+        None, integer(1),
+        "the batch norm pass reads at least this many training sets (the first batches of the epoch's shuffled "
+        "order, split among the ranks) instead of all: a pass of a fraction of the cost (docs/stable_training.md "
+        "measures both); null: the whole training set", nullable=True)
 
 
 
