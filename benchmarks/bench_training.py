@@ -55,6 +55,19 @@ import torch.distributed as dist
 import QuantumGrav as QG
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else what platform knows): the comparison's numbers hold
+    for one kind of CPU (denormals cost nothing on some, much on others)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def measure(nproc: int, epochs: int, samples: int, workdir: str) -> dict:
     config = QG.load_config("configs/train.yaml", {
         "training.num_epochs": epochs, "training.path": f"{workdir}/runs", "training.progress_bar": False,
@@ -88,7 +101,7 @@ def epoch_throughput(epochs: int, flush: bool, workdir: str, config_path: str) -
     from QuantumGrav.distributed.environment import worker_context
 
     config = QG.apply_overrides(comparison_config(epochs, None, workdir, config_path),
-                                {"training.flush_denormals": flush, "testing.baselines": False})
+                                {"training.flush_denormals": flush, "validation.recompute_batch_norm": True})
     QG.CausalSetDataset.from_config(config["data"])  # generated once, outside the timing
     context = worker_context()
     results = context.Queue()
@@ -212,9 +225,11 @@ def lightning_installed() -> bool:
 
 def comparison_config(epochs: int, samples: int | None, workdir: str, config_path: str) -> dict:
     """The job of ``config_path`` (its model whatever it is now) for ``epochs`` epochs, on ``samples`` sets if
-    given; what runs outside the training epochs (figures, early stopping) is off: it is not timed."""
+    given; what runs outside the training epochs (figures, early stopping, the test's baselines, the batch norm
+    pass before validation) is off: it is not timed (the batch norm pass: bench_batch_norm_pass.py)."""
     overrides = {"training.num_epochs": epochs, "training.path": f"{workdir}/runs", "training.progress_bar": False,
-                 "training.figures": False, "early_stopping.enabled": False, "data.root": f"{workdir}/data"}
+                 "training.figures": False, "early_stopping.enabled": False, "data.root": f"{workdir}/data",
+                 "testing.baselines": False, "validation.recompute_batch_norm": False}
     return QG.load_config(config_path, {**overrides, **({"data.num_samples": samples} if samples else {})})
 
 
@@ -510,13 +525,14 @@ def main() -> None:
         def store(rows: list[dict]) -> None:
             with open(args.json, "w") as out:
                 json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
-                           "machine": {"cpus": os.cpu_count(), "load_average_before": load_before,
+                           "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_average_before": load_before,
                                        "load_average_now": os.getloadavg(), "platform": platform.platform(),
                                        "torch": torch.__version__},
                            "lightning": lightning_installed(),
                            "flush_denormals": {"QuantumGrav": True, "hand-written DDP and Lightning": flush},
                            "rows": rows}, out, indent=1)
 
+        print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average {load_before}")
         print(f"QuantumGrav flushes denormal floats (training.flush_denormals: true); the hand-written loop and "
               f"Lightning {'flush them too' if flush else 'keep them, as plain user code does'} "
               f"(--contenders-flush {args.contenders_flush})")

@@ -208,7 +208,7 @@ def main() -> int:
 
 def save(path: Path | None, results: dict) -> None:
     if path is not None:
-        from QuantumGrav.files import atomic_write_text
+        from QuantumGrav.common.files import atomic_write_text
 
         atomic_write_text(path, json.dumps(results, indent=1) + "\n")
 

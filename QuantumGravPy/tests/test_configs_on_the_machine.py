@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav import processes
+from QuantumGrav.common import processes
 from QuantumGrav.training import advice as advice_module
 from QuantumGrav.training.advice import config_advice
 from QuantumGrav.training.loaders import make_loader

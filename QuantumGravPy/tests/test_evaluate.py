@@ -42,7 +42,7 @@ def runs(tmp_path_factory, data_root, stores) -> dict[str, Path]:
     """Task -> the directory of a tiny run trained for it on the generator's sets; "stores": one that learned the
     cset_type of the stores' sets."""
     folder = tmp_path_factory.mktemp("runs")
-    on_stores = {"data.type": QG.config.schema.resolve_pyobject("QuantumGrav.data.zarr_store.QuantumGravJLDataset"),
+    on_stores = {"data.type": QG.config.yaml_io.resolve_pyobject("QuantumGrav.data.zarr_store.QuantumGravJLDataset"),
                  "data.kwargs": {"path": str(stores), "target": "cset_type"}}
     trained = {}
     for name, overrides in [*((task, {"data.target": target}) for task, target in TARGETS.items()),

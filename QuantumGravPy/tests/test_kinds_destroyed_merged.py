@@ -255,10 +255,12 @@ def test_a_destroyed_set_of_an_exact_size_differs_from_its_sprinkling_in_exactly
 
 
 @pytest.mark.parametrize("dimension", [2, 4])
-def test_exact_changes_hold_at_1024_elements(dimension):
+def test_exact_defects_hold_at_1024_elements(dimension):
     for seed, changes in enumerate((1, 256)):
         sample = generate_destroyed(1024, np.random.default_rng(seed), dimension=dimension, changes=changes)
         assert int((sample.relation ^ sprinkling_of(seed, 1024, dimension)).sum()) == changes
+    sample = generate_merged(1024, np.random.default_rng(2), dimension=dimension, block_elements=64)
+    assert int(sample.node_labels.sum()) == 64 == sample.params["block_size"]
 
 
 def test_an_exact_count_of_changes_removes_only_links_and_adds_only_closed_cones():

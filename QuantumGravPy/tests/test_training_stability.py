@@ -107,6 +107,23 @@ def test_recomputed_statistics_are_those_of_the_whole_training_set():
     assert int(model.norm1.num_batches_tracked) == len(data)  # the pass is not training
 
 
+def test_a_pass_over_some_sets_reads_the_first_batches_up_to_that_many_sets():
+    """``sets``: whole batches from the start until at least that many sets are read (here 5 + 6 + 7 items,
+    a set each: 12 sets need the first two batches and one more), then the statistics of exactly those."""
+    torch.manual_seed(0)
+    data = [Data(x=b.x, num_graphs=len(b.x)) for b in batches(seed=1)]
+    model, reference = TwoNormModel(), TwoNormModel()
+    reference.load_state_dict(model.state_dict())
+    off = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
+    recompute_batch_norm_statistics(model, data, torch.device("cpu"), Runtime(), off, sets=12)
+    recompute_batch_norm_statistics(reference, data[:3], torch.device("cpu"), Runtime(), off)
+    for got, want in zip(batch_norms(model), batch_norms(reference)):
+        torch.testing.assert_close(got.running_var, want.running_var)
+        torch.testing.assert_close(got.running_mean, want.running_mean)
+    recompute_batch_norm_statistics(reference, data, torch.device("cpu"), Runtime(), off)
+    assert not torch.allclose(model.norm1.running_var, reference.norm1.running_var)  # not the whole set's
+
+
 def recompute_on_a_shard(rank: int, world_size: int, port: int, results) -> None:
     QG.initialize_ddp(rank, world_size, master_port=port, backend="gloo")
     try:
@@ -147,3 +164,24 @@ def test_the_best_checkpoint_holds_the_training_sets_statistics(tiny_config, rec
     exact = [n.running_var for n in batch_norms(trainer.core_model)]
     same = all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(running, exact))
     assert same == recompute
+
+
+def test_the_pass_reads_the_configured_number_of_training_sets(tiny_config):
+    """``validation.recompute_batch_norm_sets``: the statistics validation sees are those of the first batches
+    of the epoch's training order up to that many sets, not the whole training set's."""
+    config = tiny_config({"training.num_epochs": 2, "training.batch_size": 4,
+                          "validation.recompute_batch_norm_sets": 6})
+    trainer = QG.Trainer(config)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    trainer.close()
+    assert len(trainer.split["train"]) > 8  # more than the pass reads
+    got = [n.running_var.clone() for n in batch_norms(trainer.core_model)]
+    off = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
+    first = [batch for _, batch in zip(range(2), train_loader)]  # the last epoch's order: 2 batches of 4 >= 6
+    recompute_batch_norm_statistics(trainer.core_model, first, torch.device("cpu"), Runtime(), off)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(got, (n.running_var for n in
+                                                                                 batch_norms(trainer.core_model))))
+    recompute_batch_norm_statistics(trainer.core_model, train_loader, torch.device("cpu"), Runtime(), off)
+    assert not all(torch.allclose(a, n.running_var, rtol=1e-5, atol=1e-7)
+                   for a, n in zip(got, batch_norms(trainer.core_model)))

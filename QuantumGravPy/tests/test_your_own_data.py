@@ -15,7 +15,7 @@ import torch
 from sklearn import metrics as skm
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 from QuantumGrav.evaluation.tasks import BinaryTask, RegressionTask
 
 import own_data_helpers  # noqa: F401 - puts notebooks/ on sys.path (my_causal_sets)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..distributed.votes import Decision, Stop
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 from .state import RunState
 
 
@@ -128,15 +128,24 @@ class CallbackList:
                              "state_key (a property of the callback)")
         self.callbacks = [c for c in callbacks if is_main or not c.main_process_only]
         self.all = list(callbacks)  # for the checkpoint: rank 0 saves every callback's state
+        self._implementing: dict[str, list[Callback]] = {}
+
+    def implementing(self, hook: str) -> list[Callback]:
+        """The callbacks of this rank whose ``hook`` does something (overridden in their class or set on them):
+        ``on_step_end`` runs at every optimizer step, and most callbacks leave it as Callback's no-op."""
+        if hook not in self._implementing:
+            self._implementing[hook] = [c for c in self.callbacks if hook in vars(c)
+                                        or getattr(type(c), hook) is not getattr(Callback, hook)]
+        return self._implementing[hook]
 
     def call(self, hook: str, *args: Any) -> None:
-        for callback in self.callbacks:
+        for callback in self.implementing(hook):
             getattr(callback, hook)(*args)
 
     def votes(self, hook: str, *args: Any) -> list[tuple[str, Stop]]:
         """(callback name, vote) of each callback that voted to stop at this hook, on this rank."""
         found = []
-        for callback in self.callbacks:
+        for callback in self.implementing(hook):
             vote = _as_stop(getattr(callback, hook)(*args), callback, hook)
             if vote is not None:
                 found.append((type(callback).__qualname__, vote))

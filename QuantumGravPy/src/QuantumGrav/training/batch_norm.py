@@ -14,7 +14,8 @@ squares and counts are added up over all batches and all ranks, then divided.
 
 from __future__ import annotations
 
-from typing import Callable, ContextManager
+import math
+from typing import Callable, ContextManager, Iterator
 
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -44,11 +45,26 @@ class _InputMoments:
         self.sums[-1] += x.size(1)
 
 
+def _first_sets(loader, sets: int | None) -> Iterator:
+    """``loader``'s batches, or its first ones up to at least ``sets`` graphs (whole batches: a batch-size
+    budget makes them uneven)."""
+    if sets is None:
+        yield from loader
+        return
+    seen = 0
+    for batch in loader:
+        if seen >= sets:
+            return
+        seen += batch.num_graphs
+        yield batch
+
+
 @torch.no_grad()
 def recompute_batch_norm_statistics(model: torch.nn.Module, loader, device: torch.device, runtime: Runtime,
-                                    autocast: Callable[[], ContextManager]) -> bool:
+                                    autocast: Callable[[], ContextManager], sets: int | None = None) -> bool:
     """Set every batch norm's running mean and (unbiased) variance to those of its inputs over ``loader``'s
-    batches on every rank. Every rank must call it (one all-reduce). False when the model has no batch norm
+    batches on every rank (``sets``: over the first batches of each rank up to at least ``sets`` graphs of the
+    job, each rank its share). Every rank must call it (one all-reduce). False when the model has no batch norm
     (nothing is run)."""
     norms = batch_norms(model)
     if not norms:
@@ -60,7 +76,8 @@ def recompute_batch_norm_statistics(model: torch.nn.Module, loader, device: torc
     moments = [_InputMoments(norm) for norm in norms]
     saved = [(n.running_mean.clone(), n.running_var.clone(), n.num_batches_tracked.clone()) for n in norms]
     try:
-        for batch in loader:
+        share = None if sets is None else math.ceil(sets / runtime.world_size)
+        for batch in _first_sets(loader, share):
             with autocast():
                 model(batch.to(device, non_blocking=True))
     finally:

@@ -13,13 +13,13 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from ..callbacks.state import RunState
-from ..config.sections import ConfigSections
+from ..config.layout import ConfigSections
 from ..distributed.runtime import Runtime
 from .advice import config_advice
 from .memory import MemoryMonitor
 from .optimization import Optimization
 from ..data.batching import BatchBudget
-from ..logging_utils import PACKAGE_LOGGER, get_logger
+from ..common.logging_utils import PACKAGE_LOGGER, get_logger
 from ..models.gnn import count_parameters
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
@@ -91,7 +91,7 @@ class Progress:
             package.handlers[-1].setLevel(level)  # tqdm's handler (appended last) keeps the console's level
             yield tqdm(batches, desc=f"epoch {epoch}", total=total, leave=False, unit="batch", dynamic_ncols=True)
 
-    def after_batch(self, progress: Any, epoch: int, step: int, loss: torch.Tensor, totals: torch.Tensor,
+    def after_batch(self, progress: Any, epoch: int, step: int, loss: torch.Tensor, graphs: int,
                     started: float) -> None:
         """Every ``log_every_n_steps`` batches: memory (each rank warns once past its limit), and on rank 0
         the local loss and throughput in the bar and the log. ``.item()`` waits for the GPU, which is why
@@ -102,8 +102,9 @@ class Progress:
         snapshot = memory.check()
         if not self.runtime.is_main:
             return
-        rate = totals[1].item() / max(time.perf_counter() - started, 1e-9)
+        rate = graphs / max(time.perf_counter() - started, 1e-9)
+        value = loss.item()  # one wait for the GPU, not two
         if hasattr(progress, "set_postfix"):
-            progress.set_postfix(loss=f"{loss.item():.4f}", graphs_per_s=f"{rate:.0f}")
-        logger.info(f"epoch {epoch} step {step}: loss {loss.item():.4f}, {rate:.0f} graphs/s on rank 0, "
+            progress.set_postfix(loss=f"{value:.4f}", graphs_per_s=f"{rate:.0f}")
+        logger.info(f"epoch {epoch} step {step}: loss {value:.4f}, {rate:.0f} graphs/s on rank 0, "
                     f"{memory.format(snapshot)}")

@@ -22,14 +22,15 @@ from torch_geometric.loader import DataLoader
 from ..callbacks.base import Callback, CallbackList, Decision, configured_callbacks
 from ..callbacks.checkpointing import Checkpointing
 from ..callbacks.early_stopping import EarlyStopping
-from ..config.schema import ResolvedConfig, dump_config, resolve_config
+from ..config.schema import ResolvedConfig, resolve_config
+from ..config.yaml_io import dump_config
 from ..distributed.environment import resolve_device
 from ..distributed.preemption import sigterm_requests_a_stop
 from ..distributed.runtime import Runtime, names_stalled_ranks
-from ..errors import Preempted
+from ..common.errors import Preempted
 from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
-from ..logging_utils import close_run_log, get_logger
+from ..common.logging_utils import close_run_log, get_logger
 from ..runs.records import write_resolved_config
 from ..runs.resume import find_run_to_continue, job_token
 from . import components, loaders
@@ -56,6 +57,24 @@ def seed_step_generators(seed: int, device: torch.device) -> None:
         torch.manual_seed(seed)  # another accelerator: seed every generator
         return
     torch.default_generator.manual_seed(seed)
+
+
+class EpochTotals:
+    """An epoch's training loss sum (float64, on the device: adding a step's loss reads nothing back from a GPU)
+    and its graph count (a Python int): one tensor operation per step."""
+
+    def __init__(self, device: torch.device, partial: list[float] | None = None):
+        self.device, self.graphs = device, int(partial[1]) if partial else 0
+        self.loss = torch.tensor(partial[0] if partial else 0.0, device=device, dtype=torch.float64)
+
+    def add(self, loss: torch.Tensor, graphs: int) -> None:
+        self.loss.add_(loss.detach(), alpha=graphs)  # the mean loss of the batch, weighted by its graphs
+        self.graphs += graphs
+
+    def summed(self, runtime: Runtime) -> list[float]:
+        """[loss sum, graphs] of every rank together (every rank must call it: one all-reduce)."""
+        mine = torch.stack([self.loss, torch.tensor(float(self.graphs), device=self.device, dtype=torch.float64)])
+        return runtime.sum_across_ranks(mine).tolist()
 
 
 class Trainer:
@@ -196,7 +215,8 @@ class Trainer:
                 train = self._train_one_epoch(train_loader, epoch)
                 if self.sections.loaders.validation.recompute_batch_norm:
                     recompute_batch_norm_statistics(self.core_model, train_loader, self.device, self.runtime,
-                                                    lambda: self.optimization.autocast(self.device.type))
+                                                    lambda: self.optimization.autocast(self.device.type),
+                                                    self.sections.loaders.validation.recompute_batch_norm_sets)
                 record = self._epoch_record(epoch, train, self.evaluate(val_loader), time.perf_counter() - started)
                 voted = self._end_epoch(record)
                 if voted.stop:  # the same on every rank: the votes of every rank were gathered
@@ -221,22 +241,20 @@ class Trainer:
         # starts from the same batch: the permutation depends on the seed and the epoch only).
         point = self.resume_point
         first_batch, partial = (point.completed_batches, point.train_totals) if epoch == self.start_epoch else (0, None)
-        totals = torch.zeros(2, device=self.device, dtype=torch.float64)  # loss sum, graph count
-        if partial is not None and self.runtime.is_main:
-            totals += torch.tensor(partial, device=self.device, dtype=torch.float64)
+        totals = EpochTotals(self.device, partial if self.runtime.is_main else None)  # rank 0 holds the partial sums
         started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         batches = itertools.islice(loader, first_batch, None)
         with self.progress.bar(batches, epoch, total=len(loader) - first_batch) as progress:
             for step, batch in enumerate(progress, start=first_batch):
                 loss = self._train_step(batch, epoch, step, len(loader), totals)
-                self.progress.after_batch(progress, epoch, step, loss, totals, started)
+                self.progress.after_batch(progress, epoch, step, loss, totals.graphs, started)
         elapsed = time.perf_counter() - started
         # Sums and counts over all ranks, then divided (DistributedSampler's padding duplicates count too).
-        loss_sum, graphs = self.runtime.sum_across_ranks(totals).tolist()
+        loss_sum, graphs = totals.summed(self.runtime)
         return {"loss": loss_sum / max(graphs, 1), "graphs": graphs, "seconds": elapsed}
 
-    def _train_step(self, batch, epoch: int, step: int, num_batches: int, totals: torch.Tensor) -> torch.Tensor:
+    def _train_step(self, batch, epoch: int, step: int, num_batches: int, totals: EpochTotals) -> torch.Tensor:
         accumulation = self.sections.loop.accumulation_steps
         # Dropout differs per rank and step, yet a run resumed at any checkpoint replays it exactly.
         seed_step_generators((self.sections.loop.seed * 1_000_003 + epoch * 10_007 + step) * 1_009 + self.runtime.rank,
@@ -245,28 +263,29 @@ class Trainer:
         group_size = min(accumulation, num_batches - group_start)
         last_micro_step = step == group_start + group_size - 1
         loss, graphs = self._forward_backward(batch, group_size, sync=last_micro_step)
-        totals += torch.stack([loss.detach().double() * graphs,
-                               torch.tensor(graphs, device=self.device, dtype=torch.float64)])
+        totals.add(loss, graphs)
         if last_micro_step:
             self.optimization.step()
             self._after_optimizer_step(epoch, step + 1, totals, last=step + 1 == num_batches)
         return loss
 
     def _forward_backward(self, batch, group_size: int, sync: bool) -> tuple[torch.Tensor, int]:
-        batch = batch.to(self.device, non_blocking=True)
+        if self.device.type != "cpu":  # the loader's batches are on the CPU already: .to visits every tensor
+            batch = batch.to(self.device, non_blocking=True)
         # Gradient accumulation: on all but the last micro-step of a group, skip DDP's
         # gradient all-reduce (no_sync); gradients pile up locally and are reduced once.
         no_sync = getattr(self.model, "no_sync", None)
         with no_sync() if (no_sync is not None and not sync) else contextlib.nullcontext():
             with self.optimization.autocast(self.device.type):
                 loss = self.criterion(self.model(batch), self.task.target(batch.y))
-            self.optimization.backward(loss / group_size)  # the mean over the group, as one batch of that size
+            # The mean over the group, as one batch of that size (no division, and none in backward, for one).
+            self.optimization.backward(loss / group_size if group_size > 1 else loss)
         if not self._checked_unused_parameters:
             self._checked_unused_parameters = True
             check_unused_parameters(self.model, self.core_model, self.sections.parallel.find_unused_parameters)
         return loss, batch.num_graphs
 
-    def _after_optimizer_step(self, epoch: int, completed_batches: int, totals: torch.Tensor, last: bool) -> None:
+    def _after_optimizer_step(self, epoch: int, completed_batches: int, totals: EpochTotals, last: bool) -> None:
         """Every rank, at every optimizer step: interrupt when any rank voted so (SIGTERM, a callback's step
         vote), seen by all one step later without a blocking collective (``StepVotes``; the epoch's last step
         waits for its own, so that no vote crosses into evaluation); checkpoint every checkpoint_every_n_steps."""
@@ -277,7 +296,7 @@ class Trainer:
         every = self.sections.checkpoint.every_n_steps
         steps_done = math.ceil(completed_batches / self.sections.loop.accumulation_steps)
         if interrupt or (every and steps_done % every == 0):
-            partial = self.runtime.sum_across_ranks(totals).tolist()  # every rank: the epoch's sums so far
+            partial = totals.summed(self.runtime)  # every rank: the epoch's sums so far
             if self.runtime.is_main:
                 self.checkpointing.save_in_epoch(self.state, epoch, completed_batches, partial)
         if interrupt:

@@ -127,8 +127,11 @@ def minkowski_relation(points: np.ndarray) -> np.ndarray:
     dt = points[None, :, 0] - points[:, None, 0]
     if points.shape[1] == 2:  # |ds| itself, so that the stored 2D draws stay what they were
         distance = np.abs(points[None, :, 1] - points[:, None, 1])
-    else:
-        distance = np.sqrt(((points[None, :, 1:] - points[:, None, 1:]) ** 2).sum(axis=-1))
+    else:  # summed one coordinate at a time: n x n arrays only (N = 2,048 in 4D), the same sums in the same order
+        squared = np.zeros_like(dt)
+        for column in points[:, 1:].T:
+            squared += (column[None, :] - column[:, None]) ** 2
+        distance = np.sqrt(squared)
     return np.triu(dt >= distance, k=1)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from ..errors import UserError
+from ...common.errors import UserError
 
 # The largest set read by default: 32,768 elements (a 1 GiB dense matrix; its features need about 16 GiB).
 DEFAULT_MAX_ELEMENTS = 32_768
