@@ -1,4 +1,4 @@
-"""Peak memory of reading one set of a QuantumGrav.jl store, per pair of elements: what ``store_limits.BYTES_PER_PAIR``
+"""Peak memory of reading one set of a QuantumGrav.jl store, per pair of elements: what ``stores.limits.BYTES_PER_PAIR``
 (the memory check that refuses a set too large before anything is read) rests on; prints a table, stores JSON.
 
     python benchmarks/bench_store_read_memory.py [--sizes 2048 4096] [--json benchmarks/results_store_read_memory.json]
@@ -30,7 +30,7 @@ write_julia_store(path, [cs.sprinkle_diamond(n, 2, np.random.default_rng(0))[1]]
 READ = """
 import resource, sys, numpy as np, zarr
 from pathlib import Path
-from QuantumGrav.data.store_graphs import causal_matrix, graph_tensors
+from QuantumGrav.data.stores.graphs import causal_matrix, graph_tensors
 n, path = int(sys.argv[1]), Path(sys.argv[2])
 root = zarr.open_group(str(path), mode="r", zarr_format=2)
 np.asarray(root["cset_1/manifold_like"][...])
@@ -55,12 +55,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [{"n": n, "bytes_per_pair": round(bytes_per_pair(n, Path(tmp)), 2)} for n in args.sizes]
-    from QuantumGrav.data.store_limits import BYTES_PER_PAIR
+    from QuantumGrav.data.stores.limits import BYTES_PER_PAIR
 
     print(f"{'N':>8}{'bytes per pair (peak RSS growth / N^2)':>42}")
     for row in rows:
         print(f"{row['n']:>8,}{row['bytes_per_pair']:>42.2f}")
-    print(f"store_limits.BYTES_PER_PAIR = {BYTES_PER_PAIR}")
+    print(f"stores.limits.BYTES_PER_PAIR = {BYTES_PER_PAIR}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "bytes_per_pair_assumed": BYTES_PER_PAIR,
                                          "machine": platform.platform(), "python": platform.python_version()},

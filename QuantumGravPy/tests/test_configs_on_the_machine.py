@@ -33,6 +33,7 @@ def test_no_shipped_config_trips_the_worker_advice(config, cores, processes_, mo
     assert not [line for line in found if "num_workers" in line], found
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # the cores are pretended; no worker starts
 @pytest.mark.parametrize("cores, local_processes, expected", [(2, 1, 1), (8, 2, 3), (1, 1, 0), (64, 4, 15)])
 def test_auto_workers_are_this_processs_share_of_the_cores_less_one(cores, local_processes, expected, monkeypatch):
     monkeypatch.setattr(processes, "usable_cpu_count", lambda: cores)
