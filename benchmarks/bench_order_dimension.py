@@ -28,7 +28,7 @@ import torch
 
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data.kinds.catalogue import generate_kind
-from QuantumGrav.files import atomic_write_text
+from QuantumGrav.common.files import atomic_write_text
 
 KINDS = ("polynomial", "grid", "destroyed", "layered", "random")
 

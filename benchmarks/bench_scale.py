@@ -182,7 +182,7 @@ def load_items(spec: dict) -> tuple[list, int]:
 def worker(spec: dict) -> dict:
     """One measurement in this fresh process; prints one JSON line."""
     import QuantumGrav as QG
-    from QuantumGrav.config.schema import resolve_pyobject
+    from QuantumGrav.config.yaml_io import resolve_pyobject
     from torch_geometric.data import Batch
 
     torch.set_num_threads(spec["threads"])

@@ -31,7 +31,7 @@ sys.path.insert(0, str(TESTS))  # the tests' tiny config and importable fault he
 import torch  # noqa: E402
 
 import QuantumGrav as QG  # noqa: E402
-from QuantumGrav.config.schema import resolve_pyobject  # noqa: E402
+from QuantumGrav.config.yaml_io import resolve_pyobject  # noqa: E402
 from conftest import TINY  # noqa: E402
 from test_fault_tolerance import ENV, cli, epochs, limit_file_size, resume_args  # noqa: E402
 

@@ -7,8 +7,11 @@ kinds (configs/manifold_like.yaml), per model, over data seeds never used to tun
     # larger sets, fewer of them (each GNN run at N ~ 512 took 1 to 1.5 hours here, three runs sharing 2 cores)
     python benchmarks/study_manifold_like.py --per-kind 200 --n 480 544 --json benchmarks/results_manifold_like_n512.json
 
-Rows, each trained and tested on the same sets and split of every data seed (``data.kwargs.seed``; the training
-seed is the data seed too):
+Rows, each trained and tested on the same sets and split of every data seed (``data.kwargs.seed``). A model's
+training seed (``training.seed``: initialisation, batch order, dropout) is the data seed plus ``--train-seed-offset``,
+so that the draw of the sets and the draw of the training are not one and the same; each row records its
+``train_seed``, and a model row whether it ended by early stopping or at its epoch cap (``ended_by``, ``best_epoch``,
+``stopped_at_epoch``, ``epoch_cap``):
 
 * ``gnn``: the default model (``configs/manifold_like.yaml`` as it is);
 * ``gnn_without_invariants``: the same without the order invariants in its head (``model.graph_features=false``):
@@ -21,7 +24,9 @@ seed is the data seed too):
 * ``exact_test``: the exact test alone (manifold-like iff a 2D order), nothing fitted;
 * ``ceiling``: per kind, the test sets no model can call and those the exact test cannot (``evaluation.ceiling``).
 
-Each row records accuracy, balanced accuracy, ROC-AUC, weighted F1 (upstream's metric), per-class F1, recall per
+The tables end with the paired comparison of each model row with the strongest rival: per data seed where both
+rows exist, the model's weighted F1 and balanced accuracy minus the rival's, their mean +- standard deviation, a paired
+t-test and the Wilcoxon signed-rank test (``scipy.stats``). Each row records accuracy, balanced accuracy, ROC-AUC, weighted F1 (upstream's metric), per-class F1, recall per
 kind with its Wilson interval (the baseline rows also on the sets a model can call) and the recall against each
 defect's realised size with the threshold where that curve crosses 90 % recall (``QuantumGrav.evaluation.kinds``). Runs
 are separate processes (``python -m QuantumGrav train``), one after the other, ``--threads`` torch threads each;
@@ -53,7 +58,10 @@ MODELS = {  # run in this order: the cheap ones first
 BASELINES = ("simple_baseline", "strong_baseline", "strongest_baseline", "exact_test")
 ROWS = (*BASELINES, *MODELS)
 KEPT = ("test_accuracy", "test_balanced_accuracy", "test_roc_auc", "test_weighted_f1", "test_f1", "per_class_f1",
-        "by_kind", "by_defect_size", "num_test", "best_epoch", "stopped_at_epoch", "wall_time_s")
+        "by_kind", "by_defect_size", "num_test", "best_epoch", "stopped_at_epoch", "stop_reason", "stopped_by",
+        "wall_time_s")
+RIVAL = "strongest_baseline"
+PAIRED = ("test_weighted_f1", "test_balanced_accuracy")
 
 
 def data_settings(args: argparse.Namespace, seed: int) -> list[str]:
@@ -62,11 +70,12 @@ def data_settings(args: argparse.Namespace, seed: int) -> list[str]:
 
 
 def train_row(args: argparse.Namespace, row: str, seed: int) -> dict:
-    """One model on one data seed, trained by the CLI in its own process; what its summary.json reports."""
+    """One model on one data seed, trained by the CLI in its own process with its own training seed; what its
+    summary.json reports, and whether the run ended by early stopping or at its epoch cap."""
     config, overrides = MODELS[row]
     with tempfile.TemporaryDirectory(prefix="qg_manifold_like_") as runs:
         settings = [*data_settings(args, seed), *overrides, f"training.path={runs}", "training.run_name=run",
-                    f"training.seed={seed}", "training.num_workers=0", "training.progress_bar=false",
+                    f"training.seed={seed + args.train_seed_offset}", "training.num_workers=0", "training.progress_bar=false",
                     "training.figures=false", "testing.baselines=false", f"training.num_epochs={args.epochs}"]
         command = [sys.executable, "-m", "QuantumGrav", "train", "--config", config]
         for setting in settings:
@@ -78,7 +87,12 @@ def train_row(args: argparse.Namespace, row: str, seed: int) -> dict:
         if finished.returncode != 0:
             raise RuntimeError(f"{row} seed {seed} failed:\n{finished.stderr[-3000:]}")
         summary = json.loads((Path(runs) / "run" / "summary.json").read_text())
-    return {**{key: summary.get(key) for key in KEPT}, "seconds": time.perf_counter() - started}
+    from QuantumGrav.callbacks.early_stopping import EarlyStopping
+
+    kept = {key: summary.get(key) for key in KEPT}
+    ended_by = "early_stopping" if kept["stopped_by"] == EarlyStopping.__qualname__ else "epoch_cap"
+    return {**kept, "train_seed": seed + args.train_seed_offset, "epoch_cap": args.epochs, "ended_by": ended_by,
+            "seconds": time.perf_counter() - started}
 
 
 def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
@@ -136,16 +150,53 @@ def spread(values: list[float | None]) -> str:
     return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
 
 
+def recall_of(run: dict, key: str) -> dict:
+    """A row's recall per kind: a baseline row keeps it under its own name, a model row under ``gnn`` (the name
+    every training run gives its model, whichever config it came from)."""
+    return run[key][run["row"] if run["row"] in BASELINES else "gnn"]
+
+
 def print_recall(runs: list[dict], key: str, title: str) -> None:
     """Each row's recall per kind under ``key`` (``by_kind`` or ``by_kind_changed``), the mean over seeds."""
     rows = [run for run in runs if run["row"] in ROWS and run.get(key)]
-    kinds = sorted({kind for run in rows for kind in run[key][run["row"]]})
+    if not rows:
+        return
+    kinds = sorted({kind for run in rows for kind in recall_of(run, key)})
     print(f"\n{title}\n\n| row | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds))
     for row in ROWS:
-        done = [run[key][row] for run in rows if run["row"] == row]
+        done = [recall_of(run, key) for run in rows if run["row"] == row]
         if done:
             print(f"| {row} | " + " | ".join(f"{statistics.mean(d[k]['recall'] for d in done if k in d):.3f}"
                                                for k in kinds) + " |")
+
+
+def print_paired(runs: list[dict]) -> None:
+    """Each model row against the strongest rival, paired by data seed (only seeds where both rows exist): the
+    differences per seed, their mean +- sd, a paired t-test and the Wilcoxon signed-rank test; and how each model
+    run ended (best epoch, stopped-at epoch, cap)."""
+    from scipy import stats
+
+    rival = {run["seed"]: run for run in runs if run["row"] == RIVAL}
+    for row in MODELS:
+        pairs = sorted((run["seed"], run, rival[run["seed"]]) for run in runs
+                       if run["row"] == row and run["seed"] in rival)
+        if not pairs:
+            continue
+        print(f"\n{row} minus {RIVAL}, paired by data seed\n\n| data seed | train seed | ended by | best / stopped / cap "
+              "| " + " | ".join(f"{key[5:]} {row} | {key[5:]} rival | difference" for key in PAIRED) + " |\n"
+              "|---|---|---|---|" + "---|---|---|" * len(PAIRED))
+        for seed, run, other in pairs:
+            epochs = f"{run.get('best_epoch')} / {run.get('stopped_at_epoch')} / {run.get('epoch_cap', '?')}"
+            print(f"| {seed} | {run.get('train_seed', seed)} | {run.get('ended_by', 'not recorded')} | {epochs} | "
+                  + " | ".join(f"{run[k]:.3f} | {other[k]:.3f} | {run[k] - other[k]:+.3f}" for k in PAIRED) + " |")
+        for key in PAIRED:
+            differences = [run[key] - other[key] for _, run, other in pairs]
+            line = f"{key[5:]}: {row} - {RIVAL} = {spread(differences)} over {len(differences)} seed(s)"
+            if len(differences) >= 2:
+                t_p = stats.ttest_rel([r[key] for _, r, _ in pairs], [o[key] for _, _, o in pairs]).pvalue
+                w_p = stats.wilcoxon(differences).pvalue
+                line += f"; paired t-test p = {t_p:.3g}; Wilcoxon signed-rank p = {w_p:.3g}"
+            print(line)
 
 
 def print_tables(results: dict) -> None:
@@ -167,6 +218,7 @@ def print_tables(results: dict) -> None:
             totals = [sum(c[kind][key] for c in ceilings if kind in c) for key in (
                 "sets", "no_model_can_call", "two_dimensional", "exact_test_cannot_call")]
             print(f"| {kind} | " + " | ".join(map(str, totals)) + " |")
+    print_paired(runs)
 
 
 def main() -> int:
@@ -176,6 +228,8 @@ def main() -> int:
     parser.add_argument("--per-kind", type=int, default=1000, help="sets of each kind (default: %(default)s)")
     parser.add_argument("--n", type=int, nargs=2, default=[64, 128], help="N range (default: QuantumGrav.jl's)")
     parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--train-seed-offset", type=int, default=1000,
+                        help="a model's training seed is its data seed plus this (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--data", default=str(REPO / "data" / "kinds"), help="where the stores are written")
     parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
@@ -187,7 +241,8 @@ def main() -> int:
     path = Path(args.json) if args.json else None
     results = json.loads(path.read_text()) if path and path.exists() else {"runs": []}
     results["setup"] = (f"{args.per_kind} sets per kind, N {args.n[0]}..{args.n[1]}, split [0.7, 0.15, 0.15], "
-                        f"up to {args.epochs} epochs, {args.threads} torch thread(s) per run, CPU")
+                        f"up to {args.epochs} epochs (a row's epoch_cap), training seed = data seed + "
+                        f"{args.train_seed_offset} (a row's train_seed), {args.threads} torch thread(s) per run, CPU")
     done = {(run["row"], run["seed"]) for run in results["runs"]}
     for seed in args.seeds:
         if any(row in BASELINES and (row, seed) not in done for row in args.rows):
@@ -208,7 +263,7 @@ def main() -> int:
 
 def save(path: Path | None, results: dict) -> None:
     if path is not None:
-        from QuantumGrav.files import atomic_write_text
+        from QuantumGrav.common.files import atomic_write_text
 
         atomic_write_text(path, json.dumps(results, indent=1) + "\n")
 

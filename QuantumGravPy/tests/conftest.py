@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = {
     "training": {"seed": 7, "device": "cpu", "num_epochs": 3, "batch_size": 8, "progress_bar": False,
                  "optimizer_kwargs": {"lr": 5.0e-3}, "scheduler_type": None, "figures": False},
-    "model": {"conv": QG.config.schema.resolve_pyobject("torch_geometric.nn.GraphConv"), "conv_kwargs": {},
+    "model": {"conv": QG.config.yaml_io.resolve_pyobject("torch_geometric.nn.GraphConv"), "conv_kwargs": {},
               "hidden_channels": [16, 16], "head_hidden": [16], "dropout": 0.0, "norm": "batch",
               "directions": "forward", "graph_features": False, "pooling": "mean_max"},
     "validation": {"batch_size": 16},

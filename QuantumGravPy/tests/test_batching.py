@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config.training_sections import BatchBudgetSection, TrainingLoaderSection
+from QuantumGrav.config.sections.loaders import BatchBudgetSection, TrainingLoaderSection
 from QuantumGrav.data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, graph_sizes,
                                        pack_by_size)
 from QuantumGrav.training.loaders import training_batches
@@ -199,7 +199,7 @@ def test_one_process_trains_on_the_budgets_batches_and_validates_every_item_once
 
 def test_a_run_with_a_budget_killed_mid_epoch_resumes_at_the_next_batch(tiny_config):
     import ddp_helpers
-    from QuantumGrav.config.schema import resolve_pyobject
+    from QuantumGrav.config.yaml_io import resolve_pyobject
 
     settings = {"training.num_epochs": 2, "training.checkpoint_every_n_steps": 1, "model.dropout": 0.3,
                 "training.batch_budget": {"edges": EDGE_BUDGET}}

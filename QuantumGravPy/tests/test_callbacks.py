@@ -24,7 +24,7 @@ def test_a_callback_adds_a_metric_to_every_epoch_row(tiny_config):
 
 
 def test_callbacks_from_the_config_are_built_with_their_kwargs(tiny_config):
-    config = tiny_config({"callbacks": QG.config.schema.load_yaml_text(
+    config = tiny_config({"callbacks": QG.config.yaml_io.load_yaml_text(
         "[{type: !pyobject ddp_helpers.StopOnRank1, kwargs: {at_epoch: 0}}]")})
     assert config["callbacks"] == [{"type": StopOnRank1, "kwargs": {"at_epoch": 0}}]
     trainer = QG.Trainer(config)
@@ -35,7 +35,7 @@ def test_callbacks_from_the_config_are_built_with_their_kwargs(tiny_config):
 
 
 def test_callback_kwargs_its_class_refuses_leave_nothing_on_disk(tiny_config):
-    config = tiny_config({"training.run_name": "refused", "callbacks": QG.config.schema.load_yaml_text(
+    config = tiny_config({"training.run_name": "refused", "callbacks": QG.config.yaml_io.load_yaml_text(
         "[{type: !pyobject ddp_helpers.StopOnRank1, kwargs: {at_epoch: 0, when: later}}]")})
     with pytest.raises(QG.ConfigError, match=r"callbacks.0.kwargs: StopOnRank1\(\*\*kwargs\) failed: .*'when'"):
         QG.Trainer(config)
@@ -45,7 +45,7 @@ def test_callback_kwargs_its_class_refuses_leave_nothing_on_disk(tiny_config):
 @pytest.mark.parametrize("entry", ["{type: !pyobject subprocess.run}", "{kind: !pyobject ddp_helpers.StopOnRank1}"])
 def test_a_callbacks_entry_that_is_not_a_callback_class_is_refused(tiny_config, entry):
     with pytest.raises(QG.ConfigError, match=r"callbacks: item 0: expected \{type: !pyobject module.CallbackClass"):
-        tiny_config({"callbacks": [QG.config.schema.load_yaml_text(entry)]})
+        tiny_config({"callbacks": [QG.config.yaml_io.load_yaml_text(entry)]})
 
 
 def test_a_vote_on_rank_1_alone_stops_every_rank_at_the_same_epoch(tiny_config):
@@ -61,7 +61,7 @@ def test_a_vote_on_rank_1_alone_stops_every_rank_at_the_same_epoch(tiny_config):
 
 def test_a_resumable_vote_checkpoints_and_the_same_run_continues_with_the_callbacks_state(tiny_config):
     config = tiny_config({"training.num_epochs": 3, "training.run_name": "window", "early_stopping.enabled": False})
-    with pytest.raises(QG.errors.Preempted, match="a maintenance window after checkpointing epoch 0"):
+    with pytest.raises(QG.common.errors.Preempted, match="a maintenance window after checkpointing epoch 0"):
         QG.launch(config, nproc=2, callbacks=[InterruptAtEpoch(0), ValError()])
     result = QG.launch(config, nproc=2, callbacks=[InterruptAtEpoch(0), ValError()])  # same run_name: continues
     assert [r["epoch"] for r in result["history"]] == [0, 1, 2]
@@ -83,7 +83,7 @@ def test_no_blocking_collective_per_training_step(tiny_config):
 
 def test_a_step_vote_on_rank_1_interrupts_every_rank_one_step_later_and_the_run_resumes_there(tiny_config):
     config = tiny_config({"training.num_epochs": 2, "training.run_name": "interrupted"})
-    with pytest.raises(QG.errors.Preempted, match=r"rank 1 needs the node after checkpointing epoch 0 \(batch 3\)"):
+    with pytest.raises(QG.common.errors.Preempted, match=r"rank 1 needs the node after checkpointing epoch 0 \(batch 3\)"):
         QG.launch(config, nproc=2, callbacks=[InterruptAtStep(2)])
     run_dir = Path(config["training"]["path"]) / "interrupted"
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)

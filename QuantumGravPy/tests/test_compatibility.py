@@ -75,3 +75,36 @@ def test_a_run_of_the_release_is_applied_to_new_data_and_says_it_records_no_trai
     done = cli_in_process("evaluate", "--run", str(run), "--data", str(data), "--out", str(tmp_path / "cli.csv"),
                           cwd=tmp_path)
     assert done.returncode == 0 and "its best.pt records no training range" in done.stdout, done.stderr
+
+
+def test_the_previous_releases_module_paths_still_import(tmp_path):
+    """Modules that moved (issue 50: the root's plumbing into common/, config's sections into config/sections/)
+    keep their old paths for what a user saved: a script's import, a pickle, a ``!pyobject`` name. Each gives
+    the same objects as the new path."""
+    import importlib
+    import pickle
+
+    from QuantumGrav.common import errors
+    from QuantumGrav.config.sections.base import FrozenDict
+    from QuantumGrav.config.sections.training import LoopSection
+    from QuantumGrav.config.yaml_io import resolve_pyobject
+
+    assert importlib.import_module("QuantumGrav.errors") is errors
+    from QuantumGrav.errors import UserError  # as a script of the previous release wrote it
+    from QuantumGrav.config.learning_sections import ModelSection, metric_mode
+    from QuantumGrav.config.training_sections import LoadersSection, OptimizerSection
+
+    assert UserError is QG.UserError and ModelSection is QG.load_config(None).sections.model.__class__
+    assert metric_mode("val_accuracy") == "max" and {LoadersSection.__name__, OptimizerSection.__name__} == \
+        {"LoadersSection", "OptimizerSection"}
+    assert resolve_pyobject("QuantumGrav.logging_utils.get_logger") is QG.get_logger
+    # pickles written by the previous release name the old modules
+    for value, new, old in ((QG.UserError("bad data"), b"QuantumGrav.common.errors", b"QuantumGrav.errors"),
+                            (FrozenDict({"lr": 1e-3}), b"QuantumGrav.config.sections.base", b"QuantumGrav.config.section"),
+                            (LoopSection(), b"QuantumGrav.config.sections.training",
+                             b"QuantumGrav.config.training_sections")):
+        written = pickle.dumps(value, protocol=0)
+        assert new in written
+        read = pickle.loads(written.replace(new, old))
+        assert type(read) is type(value) and (read.args if isinstance(read, Exception) else read) == \
+            (value.args if isinstance(value, Exception) else value)

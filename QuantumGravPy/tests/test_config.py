@@ -9,7 +9,7 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import dump_config, find_unimportable, parse_override, read_config_file
+from QuantumGrav.config.yaml_io import dump_config, find_unimportable, parse_override, read_config_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -166,7 +166,7 @@ def test_partial_configs_merge_in_order():
 
 
 def test_configuration_reference_is_the_schema_and_up_to_date():
-    from QuantumGrav.config.schema import schema
+    from QuantumGrav.config.layout import schema
     from QuantumGrav.config.reference import COMMAND, SECTIONS, leaf_keys, reference_markdown
 
     text = (REPO / "docs" / "configuration.md").read_text()
@@ -181,7 +181,7 @@ def test_configuration_reference_is_plain_commonmark_with_a_heading_per_section(
     """The Sphinx site includes the file as it is (MyST): CommonMark without raw HTML, and every key's text as
     written in the schema (no '**kwargs' turned bold, no '<timestamp>' read as a tag)."""
     markdown_it = pytest.importorskip("markdown_it")
-    from QuantumGrav.config.schema import schema
+    from QuantumGrav.config.layout import schema
 
     tokens = markdown_it.MarkdownIt("commonmark").parse((REPO / "docs" / "configuration.md").read_text())
     assert not [t for t in tokens if t.type.startswith("html")]
@@ -308,7 +308,7 @@ def test_a_study_config_is_the_default_jobs_task_and_data(monkeypatch):
 def test_changing_only_the_convolution_names_conv_kwargs(tiny_config):
     """The default conv_kwargs are TransformerConv's: a config that changes only model.conv gets one message
     naming the key and the fix, not a TypeError of PyG's."""
-    graph_conv = QG.config.schema.resolve_pyobject("torch_geometric.nn.GraphConv")
+    graph_conv = QG.config.yaml_io.resolve_pyobject("torch_geometric.nn.GraphConv")
     with pytest.raises(QG.ConfigError, match=r"model.conv_kwargs: GraphConv rejects \{'heads': 2, 'concat': False\}"
                                              r".*--set 'model.conv_kwargs=\{\}'"):
         QG.Trainer(tiny_config({"model.conv": graph_conv, "model.conv_kwargs": {"heads": 2, "concat": False}}))

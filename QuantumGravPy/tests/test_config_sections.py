@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import dump_config, load_yaml_text, schema
-from QuantumGrav.config.section import FrozenDict, setting_key, settings
-from QuantumGrav.config.sections import TOP_LEVEL_KEYS, ConfigSections, config_sections
+from QuantumGrav.config.yaml_io import dump_config, load_yaml_text
+from QuantumGrav.config.layout import schema
+from QuantumGrav.config.sections.base import FrozenDict, setting_key, settings
+from QuantumGrav.config.layout import TOP_LEVEL_KEYS, ConfigSections, config_sections
 
 from ddp_helpers import ValError
 

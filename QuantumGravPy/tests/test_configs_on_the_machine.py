@@ -3,8 +3,8 @@
 
 ``training.num_workers: auto`` is this process's share of the cores less one (as ``QG.launch`` shares the cores'
 threads): configs/manifold_like.yaml asked for 2 workers and then warned, on a 2-core machine, that 2 is more than
-its cores can serve. ``QUANTUMGRAV_SMOKE_TEST=1`` shrinks the data but keeps an ``n_min``/``n_max`` that the command
-sets itself, and says so.
+its cores can serve. ``QUANTUMGRAV_SMOKE_TEST=1`` shrinks the data, an ``n_min``/``n_max`` the command sets too, and
+names those with the one way to smoke-test one's own N.
 """
 
 import json
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav import processes
+from QuantumGrav.common import processes
 from QuantumGrav.training import advice as advice_module
 from QuantumGrav.training.advice import config_advice
 from QuantumGrav.training.loaders import make_loader
@@ -33,6 +33,7 @@ def test_no_shipped_config_trips_the_worker_advice(config, cores, processes_, mo
     assert not [line for line in found if "num_workers" in line], found
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # the cores are pretended; no worker starts
 @pytest.mark.parametrize("cores, local_processes, expected", [(2, 1, 1), (8, 2, 3), (1, 1, 0), (64, 4, 15)])
 def test_auto_workers_are_this_processs_share_of_the_cores_less_one(cores, local_processes, expected, monkeypatch):
     monkeypatch.setattr(processes, "usable_cpu_count", lambda: cores)
@@ -57,22 +58,23 @@ def test_the_command_gives_no_worker_advice_on_two_cores(cli_in_process, tmp_pat
     assert "num_workers" not in done.stderr + caplog.text
 
 
-def test_the_smoke_test_keeps_the_n_that_the_command_sets_and_says_so(cli_in_process, tmp_path, monkeypatch, caplog):
+def test_the_smoke_test_names_the_n_it_shrinks_and_the_one_way_to_run_at_ones_own(cli_in_process, tmp_path,
+                                                                                   monkeypatch, caplog):
+    """Under the switch the command's n_min/n_max are shrunk too (documented commands at N = 256 must stay seconds),
+    and the warning says so and how to smoke-test one's own N: without the switch, few sets and epochs."""
     monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
-    config = QG.load_config(REPO / "configs" / "train.yaml", ["data.n_min=30", "data.n_max=34"])
-    assert (config["data"]["n_min"], config["data"]["n_max"], config["data"]["num_samples"]) == (30, 34, 40)
-    shrunk = QG.load_config(REPO / "configs" / "train.yaml")
-    assert (shrunk["data"]["n_min"], shrunk["data"]["n_max"]) == (8, 12), "the file's N is still shrunk"
-    kinds = QG.load_config(REPO / "configs" / "manifold_like.yaml", {"data.kwargs.n_max": 40})["data"]["kwargs"]
-    assert (kinds["n_min"], kinds["n_max"], kinds["num_per_kind"]) == (24, 40, 4)
     with caplog.at_level(logging.WARNING, logger="QuantumGrav.smoke_test"):
-        done = cli_in_process("train", "--config", str(REPO / "configs" / "train.yaml"), "--set",
-                              f"data.root={tmp_path / 'data'}", "--set", f"training.path={tmp_path / 'runs'}",
-                              "--set", "data.n_min=30", "--set", "data.n_max=34", "--set", "training.num_epochs=1",
-                              "--set", "training.figures=false", "--set", "testing.baselines=false", cwd=tmp_path)
+        config = QG.load_config(REPO / "configs" / "train.yaml", ["data.n_min=30", "data.n_max=34"])
+    assert (config["data"]["n_min"], config["data"]["n_max"], config["data"]["num_samples"]) == (8, 12, 40)
+    assert ("the command's data.n_min=30 and data.n_max=34 are shrunk too: to smoke-test your own N, unset the switch "
+            "and set few sets (data.num_samples, data.kwargs.num_per_kind) and training.num_epochs instead") in caplog.text
+    monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST")
+    done = cli_in_process("train", "--config", str(REPO / "configs" / "train.yaml"), "--set",
+                          f"data.root={tmp_path / 'data'}", "--set", f"training.path={tmp_path / 'runs'}",
+                          "--set", "data.n_min=30", "--set", "data.n_max=34", "--set", "data.num_samples=40",
+                          "--set", "training.num_epochs=1", "--set", "training.figures=false", "--set",
+                          "testing.baselines=false", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert ("(data.num_samples=40, n_min=30, n_max=34: the n_min and n_max that the command sets kept; at most 2 "
-            "epochs") in caplog.text
     summary = json.loads((next((tmp_path / "runs").iterdir()) / "summary.json").read_text())
     low, high = summary["training_range"]["num_elements"]
     assert 30 <= low <= high <= 34

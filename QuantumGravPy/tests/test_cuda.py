@@ -17,7 +17,7 @@ import torch.distributed as dist
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.errors import UserError
+from QuantumGrav.common.errors import UserError
 from QuantumGrav.models.sparse_attention import Adjacency
 from conftest import REPO
 from test_sparse_attention import TOL, bidirectional_pair, graphs_of_different_sizes, outputs_and_gradients, pair

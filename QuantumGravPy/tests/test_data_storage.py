@@ -13,7 +13,7 @@ import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav import cli
 from QuantumGrav.data import dataset as qg_data
-from QuantumGrav import processes as qg_processes
+from QuantumGrav.common import processes as qg_processes
 from QuantumGrav.data.dataset import CausalSetDataset, generate_share
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 
 SGD = resolve_pyobject("torch.optim.SGD")
 
@@ -195,7 +195,7 @@ def test_ddp_gets_the_local_rank_as_device_ids_on_gpus_and_none_on_cpus(monkeypa
     rank; on a CPU DDP gets none. (No GPU here: DDP's constructor is recorded.)"""
     from types import SimpleNamespace
 
-    from QuantumGrav.config.sections import ParallelSection
+    from QuantumGrav.config.sections.parallel import ParallelSection
     from QuantumGrav.distributed.environment import resolve_device
     from QuantumGrav.training import ddp as train_ddp
 

@@ -42,7 +42,7 @@ def runs(tmp_path_factory, data_root, stores) -> dict[str, Path]:
     """Task -> the directory of a tiny run trained for it on the generator's sets; "stores": one that learned the
     cset_type of the stores' sets."""
     folder = tmp_path_factory.mktemp("runs")
-    on_stores = {"data.type": QG.config.schema.resolve_pyobject("QuantumGrav.data.zarr_store.QuantumGravJLDataset"),
+    on_stores = {"data.type": QG.config.yaml_io.resolve_pyobject("QuantumGrav.data.zarr_store.QuantumGravJLDataset"),
                  "data.kwargs": {"path": str(stores), "target": "cset_type"}}
     trained = {}
     for name, overrides in [*((task, {"data.target": target}) for task, target in TARGETS.items()),
@@ -265,3 +265,13 @@ def test_the_python_api_refuses_a_hostile_store_and_reads_sets_that_are_not_orde
     result = run.evaluate(store, out=tmp_path / "skipped.csv", store_options={"not_partial_orders": "skip"})
     assert result["count"] == 5 and len(read_csv(tmp_path / "skipped.csv")) == 5
     assert any("2 of 7 sets were not strict partial orders" in note for note in result["notes"])
+
+
+def test_the_command_reads_sets_that_are_not_orders_as_its_store_option_says(cli_in_process, runs, tmp_path):
+    store, _ = mixed_store(tmp_path)
+    out = tmp_path / "skipped" / "predictions.csv"
+    done = cli_in_process("evaluate", "--run", str(runs["binary"]), "--data", str(store), "--out", str(out),
+                          "--store-option", "not_partial_orders=skip", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "note: QuantumGrav.jl data: 2 of 7 sets were not strict partial orders" in done.stdout
+    assert len(read_csv(out)) == 5

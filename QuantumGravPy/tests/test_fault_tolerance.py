@@ -19,7 +19,7 @@ import torch
 
 import QuantumGrav as QG
 from QuantumGrav.runs.checkpoint_files import RunLock, save_last_checkpoint
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 from QuantumGrav.distributed.runtime import Runtime
 from QuantumGrav.distributed.stalls import _check_in_after_timeout, _timeout_message
 from conftest import REPO, TINY

@@ -222,18 +222,19 @@ def test_the_smoke_test_switch_shrinks_the_kinds_to_four_small_sets_each(monkeyp
 
 def test_generate_makes_exact_defects_and_the_smoke_switch_keeps_the_sizes_its_small_sets_hold(
         tmp_path, cli_in_process, monkeypatch):
-    """The documented command of docs/your_own_data_zarr.md (N = 256, blocks of up to 64 elements) under the
-    smoke-test switch: its sets of 24-32 elements keep the sizes they can hold."""
+    """Under the smoke-test switch: the sets shrink to 24-32 elements unless the command sets N, and keep the
+    exact defect sizes they can hold; generate writes exact defects in 4D."""
     monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
-    exact = ["--set", "data.kwargs.n_min=256", "--set", "data.kwargs.n_max=256",
-             "--set", "data.kwargs.changed_relations=[1,2,4,8,16,32,64,128,256,512]",
-             "--set", "data.kwargs.block_sizes=[4,8,16,32,64]"]
+    sizes = ["data.kwargs.changed_relations=[1,2,4,8,16,32,64,128,256,512]", "data.kwargs.block_sizes=[4,8,16,32,64]"]
     config = REPO / "configs" / "manifold_like_dimensions.yaml"
-    kwargs = QG.load_config(config, [setting for setting in exact if setting != "--set"])["data"]["kwargs"]
+    kwargs = QG.load_config(config, sizes)["data"]["kwargs"]
     assert (kwargs["n_min"], kwargs["block_sizes"], kwargs["changed_relations"]) == (
         24, [4, 8, 16], [1, 2, 4, 8, 16, 32, 64, 128, 256]), "24 elements: 23 in a block at most, 276 pairs"
+    kwargs = QG.load_config(config, [*sizes, "data.kwargs.n_min=128", "data.kwargs.n_max=128"])["data"]["kwargs"]
+    assert (kwargs["n_min"], kwargs["block_sizes"]) == (128, [4, 8, 16, 32, 64]), "the command's N is kept"
     result = cli_in_process("generate", "--config", str(config), "--set", f"data.kwargs.path={tmp_path / 'kinds'}",
-                            "--set", "data.kwargs.dimension=4", *exact, cwd=tmp_path)
+                            "--set", "data.kwargs.dimension=4", *(item for size in sizes for item in ("--set", size)),
+                            cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     folder, = (tmp_path / "kinds").iterdir()
     described = QuantumGravJLDataset(folder).describe
@@ -242,8 +243,7 @@ def test_generate_makes_exact_defects_and_the_smoke_switch_keeps_the_sizes_its_s
     assert [d["block_size"] for d in sets if d["kind"] == "merged"] == [4, 8, 16, 4]
     assert {d["dimension"] for d in sets if d["kind"] != "grid" and "dimension" in d} == {4}
     monkeypatch.delenv("QUANTUMGRAV_SMOKE_TEST")
-    kwargs = QG.load_config(config, [setting for setting in exact if setting != "--set"])["data"]["kwargs"]
-    assert kwargs["block_sizes"] == [4, 8, 16, 32, 64], "without the switch, as given"
+    assert QG.load_config(config, sizes)["data"]["kwargs"]["block_sizes"] == [4, 8, 16, 32, 64], "as given"
 
 
 def test_upstreams_model_trains_on_the_same_sets_and_stops_on_the_weighted_f1(tmp_path):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 from QuantumGrav.jobs.launcher import _supervise
 from conftest import REPO, TINY
 

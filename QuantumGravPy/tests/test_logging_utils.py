@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from QuantumGrav import logging_utils
-from QuantumGrav.logging_utils import get_logger, rank_zero_only, rank_zero_warn, setup_logging, warn_once
+from QuantumGrav.common import logging_utils
+from QuantumGrav.common.logging_utils import get_logger, rank_zero_only, rank_zero_warn, setup_logging, warn_once
 
 
 @pytest.fixture(autouse=True)

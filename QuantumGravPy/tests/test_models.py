@@ -68,19 +68,19 @@ def test_the_model_sections_defaults_are_written_once_in_gnn_classifier(monkeypa
     """The config's model section has no defaults of its own for the built-in model: a default changed in
     GNNClassifier's signature (or DEFAULT_CONV_KWARGS) is the config's default, in a loaded config and in a
     section built without one."""
-    from QuantumGrav.config import sections
-    from QuantumGrav.config.learning_sections import ModelSection
+    from QuantumGrav.config import layout
+    from QuantumGrav.config.sections.model import ModelSection
     from QuantumGrav.models import gnn
 
     kwdefaults = {**gnn.GNNClassifier.__init__.__kwdefaults__, "dropout": 0.25, "hidden_channels": (16, 8),
                   "conv": GraphConv, "directions": "forward"}
     monkeypatch.setattr(gnn.GNNClassifier.__init__, "__kwdefaults__", kwdefaults)
     monkeypatch.setattr(gnn, "DEFAULT_CONV_KWARGS", {"aggr": "max"})
-    sections._layout.cache_clear()  # the config's layout, and so its defaults, is read once per process
+    layout._layout.cache_clear()  # the config's layout, and so its defaults, is read once per process
     try:
         loaded, built = QG.load_config(None)["model"], ModelSection()
     finally:
-        sections._layout.cache_clear()
+        layout._layout.cache_clear()
     assert {k: loaded[k] for k in ("dropout", "hidden_channels", "conv", "directions", "conv_kwargs")} == \
         {"dropout": 0.25, "hidden_channels": [16, 8], "conv": GraphConv, "directions": "forward",
          "conv_kwargs": {"aggr": "max"}}

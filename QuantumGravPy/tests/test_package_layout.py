@@ -40,6 +40,22 @@ def test_no_module_repeats_its_folders_name_as_a_prefix():
     assert not repeated, f"modules whose prefix repeats their folder's name: {repeated}"
 
 
+def test_no_word_that_a_folder_should_carry_tells_modules_apart():
+    """Three modules of a folder that share the word their names start or end with (``store_cache``, ``store_graphs``,
+    ``store_limits``; ``data_section``, ``learning_sections``, ``training_sections``) are told apart by the rest:
+    the shared word is a folder's name (``stores/cache``, ``sections/data``)."""
+    crowded = []
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        edges: dict[tuple[str, str], list[str]] = {}
+        for module in folder.glob("*.py"):
+            words = module.stem.strip("_").split("_")
+            for edge, word in (("first", words[0]), ("last", words[-1])):
+                edges.setdefault((edge, word.removesuffix("s")), []).append(module.stem)
+        crowded += [f"{folder.relative_to(PACKAGE.parent)}: {sorted(names)}" for names in edges.values()
+                    if len(names) >= 3]
+    assert not crowded, f"modules told apart by what follows or precedes a shared word: {crowded}"
+
+
 def test_a_subpackage_describes_itself_and_hands_nothing_on():
     """A subpackage's __init__.py is its docstring alone: re-exporting its modules' names there would make a
     second path to each of them (the public names are QG.*) and import every module of the folder at once."""
@@ -79,7 +95,7 @@ def test_at_most_a_few_imports_point_up_a_layer():
 
 
 def test_config_is_the_ground_floor_and_models_know_no_config():
-    assert imports_of("config") <= {"errors"} | {f for f in GRAPH.files if f.startswith("config/")}
+    assert imports_of("config") <= {"common/errors"} | {f for f in GRAPH.files if f.startswith("config/")}
     assert not {f for f in imports_of("models") if not f.startswith("models/")}, "models/ imports only torch and PyG"
 
 
@@ -135,9 +151,9 @@ def test_the_graph_reader_sees_inner_and_type_only_imports(tmp_path):
 
 
 def test_the_version_is_pyprojects():
-    """Run directories record QuantumGrav.version's number: it must be the one the package is released as."""
+    """Run directories record QuantumGrav.common.version's number: it must be the one the package is released as."""
     import tomllib
 
-    from QuantumGrav.version import __version__
+    from QuantumGrav.common.version import __version__
 
     assert __version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 import ddp_helpers
 from conftest import REPO, TINY
 

@@ -10,7 +10,9 @@ import torch
 import yaml
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import Invalid, dump_config, load_yaml_text, resolve_pyobject, schema
+from QuantumGrav.config.checks import Invalid
+from QuantumGrav.config.yaml_io import dump_config, load_yaml_text, resolve_pyobject
+from QuantumGrav.config.layout import schema
 from QuantumGrav.config.roles import function_origin
 from role_helpers import EVIDENCE, causal_sets_from_a_function, leave_evidence
 

@@ -123,7 +123,7 @@ def test_every_public_name_has_an_entry_in_the_api_reference(site):
 
 
 def test_every_config_key_is_in_the_configuration_reference(site):
-    from QuantumGrav.config.schema import schema
+    from QuantumGrav.config.layout import schema
     from QuantumGrav.config.reference import leaf_keys
 
     keys = [key for key, _ in leaf_keys(schema())]

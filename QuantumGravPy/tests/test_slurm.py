@@ -49,7 +49,7 @@ class Jobs:
         config = QG.apply_overrides(TINY, {
             "training.device": "auto", "training.num_epochs": EPOCHS, "early_stopping.patience": 100,
             "training.path": str(folder / "runs"), "data.root": str(data_root), "parallel.timeout_s": TIMEOUT_S,
-            "criterion": QG.config.schema.resolve_pyobject("pausing_loss.cross_entropy")})
+            "criterion": QG.config.yaml_io.resolve_pyobject("pausing_loss.cross_entropy")})
         self.config = folder / "job.yaml"
         self.config.write_text(QG.dump_config(QG.load_config(config)))
         self.env = {"QG_TEST_PAUSE_DIR": str(self.pauses), "QG_TEST_PAUSE_AT": str(PAUSE_AT)}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 from conftest import TINY
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]

@@ -12,7 +12,7 @@ import torch_geometric
 from torch_geometric.data import Batch
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 from QuantumGrav.data.sources import make_train_sampler
 from conftest import ALL_RESULTS
 
@@ -33,7 +33,7 @@ def _csv_rows(run_dir):
 
 @pytest.mark.parametrize("conv", ["GraphConv", "GCNConv", "GINConv", "SAGEConv"])
 def test_model_builds_from_config_for_each_layer_type(tiny_config, conv):
-    config = tiny_config({"model.conv": QG.config.schema.resolve_pyobject(f"torch_geometric.nn.{conv}")})
+    config = tiny_config({"model.conv": QG.config.yaml_io.resolve_pyobject(f"torch_geometric.nn.{conv}")})
     dataset = QG.CausalSetDataset.from_config(config["data"])
     model = QG.build_model(config["model"], dataset.num_node_features, dataset.num_classes)
     logits = model(Batch.from_data_list([dataset[0], dataset[1], dataset[2]]))
@@ -126,7 +126,7 @@ def test_checkpoints_load_with_weights_only_into_a_fresh_model(tiny_config):
     state = torch.load(trainer.run_dir / "checkpoints/last.pt", weights_only=True)
     assert state["epoch"] == 1 and {"model", "optimizer", "scheduler", "callbacks", "config_yaml"} <= set(state)
     assert state["callbacks"]["early_stopping"]["best_epoch"] in (0, 1)  # every callback's state, by its key
-    config = QG.load_config(QG.config.schema.load_yaml_text(state["config_yaml"]))
+    config = QG.load_config(QG.config.yaml_io.load_yaml_text(state["config_yaml"]))
     model = QG.build_model(config["model"], trainer.dataset.num_node_features, trainer.dataset.num_classes)
     model.load_state_dict(state["model"])
     batch = Batch.from_data_list([trainer.dataset[i] for i in range(4)])
@@ -138,11 +138,11 @@ def test_checkpoints_load_with_weights_only_into_a_fresh_model(tiny_config):
 
 def test_resume_continues_the_same_run_exactly(tiny_config):
     straight, _, _ = _train(tiny_config({"training.num_epochs": 4, "training.run_name": "straight",
-                                         "training.scheduler_type": QG.config.schema.resolve_pyobject(
+                                         "training.scheduler_type": QG.config.yaml_io.resolve_pyobject(
                                              "torch.optim.lr_scheduler.StepLR"),
                                          "training.scheduler_kwargs": {"step_size": 1, "gamma": 0.5}}))
     first, _, _ = _train(tiny_config({"training.num_epochs": 2, "training.run_name": "split",
-                                      "training.scheduler_type": QG.config.schema.resolve_pyobject(
+                                      "training.scheduler_type": QG.config.yaml_io.resolve_pyobject(
                                           "torch.optim.lr_scheduler.StepLR"),
                                       "training.scheduler_kwargs": {"step_size": 1, "gamma": 0.5}}))
     resumed, _, _ = _train(QG.apply_overrides(first.config, {"training.num_epochs": 4,

@@ -10,7 +10,7 @@ import yaml
 
 import QuantumGrav as QG
 from QuantumGrav.training.advice import config_advice
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 from QuantumGrav.training.schedules import derive_hyperparameters
 
 COSINE = resolve_pyobject("torch.optim.lr_scheduler.CosineAnnealingLR")

@@ -21,7 +21,7 @@ optuna = pytest.importorskip("optuna")
 
 import QuantumGrav as QG  # noqa: E402
 from QuantumGrav import cli  # noqa: E402
-from QuantumGrav.config.schema import resolve_pyobject  # noqa: E402
+from QuantumGrav.config.yaml_io import resolve_pyobject  # noqa: E402
 from QuantumGrav.studies.search_space import SearchSpace  # noqa: E402
 from QuantumGrav.studies.storage import HEARTBEAT_GRACE_S  # noqa: E402
 from QuantumGrav.runs.wandb_files import read_offline_runs  # noqa: E402
@@ -175,7 +175,7 @@ def test_a_user_error_of_a_sampled_combination_fails_its_trial_with_one_line(tmp
 
 def test_a_worker_stopped_by_a_preemption_leaves_trials_csv_with_what_the_study_has(tmp_path, data_root):
     interrupt = {"type": resolve_pyobject("ddp_helpers.InterruptAtEpoch"), "kwargs": {"epoch": 0}}
-    with pytest.raises(QG.errors.Preempted, match="a maintenance window"):
+    with pytest.raises(QG.common.errors.Preempted, match="a maintenance window"):
         QG.tune(study(tmp_path, data_root, {"callbacks": {"choices": [[], [interrupt]]}}))
     assert states(rows(tmp_path / "studies" / "s")) == ["COMPLETE", "FAIL", "WAITING"]  # its retry waits
 

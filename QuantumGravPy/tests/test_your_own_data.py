@@ -15,7 +15,7 @@ import torch
 from sklearn import metrics as skm
 
 import QuantumGrav as QG
-from QuantumGrav.config.schema import resolve_pyobject
+from QuantumGrav.config.yaml_io import resolve_pyobject
 from QuantumGrav.evaluation.tasks import BinaryTask, RegressionTask
 
 import own_data_helpers  # noqa: F401 - puts notebooks/ on sys.path (my_causal_sets)
@@ -322,16 +322,16 @@ def test_without_graph_features_and_baselines_graphs_that_are_not_orders_train(t
     assert "invariants" not in trainer.dataset[0]
 
 
-def test_a_cycle_in_an_item_first_read_in_training_stops_the_run_naming_that_item(tiny_config):
+def test_a_cycle_in_an_item_not_checked_up_front_stops_the_run_naming_that_item(tiny_config, tmp_path):
+    """An item that the check of a few items passes over is still named: the training range (every training item's
+    N and invariants, recorded in each checkpoint) reads it before the run directory exists."""
     train = QG.split_indices(12, TINY["data"]["split"], 42)[0]
     bad = next(i for i in train if i not in (0, 6, 11))  # not among the items checked before training
     # preflight off: its largest batch may hold the bad item and would name it before training (as it should)
-    trainer = QG.Trainer(tiny_config({"data.type": resolve_pyobject("own_data_helpers.UserCausalSetsWithOneCycle"),
-                                      "data.kwargs": {"bad": bad}, "model.graph_features": True,
-                                      "training.preflight": False}))
-    train_loader, val_loader, _ = trainer.prepare_dataloaders()
     with pytest.raises(QG.ConfigError, match=rf"own_data_helpers.UserCausalSetsWithOneCycle\): item {bad} is not a "
-                                             rf"causal set \(a partial order\): its edge_index has a cycle \(1 -> 2 -> 3 "
-                                             rf"-> 1: a directed cycle\); model.graph_features needs"):
-        trainer.run_training(train_loader, val_loader)
-    trainer.close()
+                                             rf"causal set \(a partial order\): its edge_index has a cycle \(1 -> 2 -> "
+                                             rf"3 -> 1: a directed cycle\); model.graph_features needs"):
+        QG.Trainer(tiny_config({"data.type": resolve_pyobject("own_data_helpers.UserCausalSetsWithOneCycle"),
+                                "data.kwargs": {"bad": bad}, "model.graph_features": True,
+                                "training.preflight": False, "training.path": str(tmp_path / "runs")}))
+    assert not (tmp_path / "runs").exists()

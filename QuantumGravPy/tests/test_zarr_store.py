@@ -34,7 +34,7 @@ from QuantumGrav.data import orders as qg_orders
 from QuantumGrav.evaluation import tasks
 from QuantumGrav.data import zarr_store
 from QuantumGrav.data.dataset import CausalSetDataset
-from QuantumGrav.errors import UserError
+from QuantumGrav.common.errors import UserError
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -220,7 +220,7 @@ def test_a_malformed_group_is_one_message_naming_store_group_and_problem(tmp_pat
 
 
 def test_an_adj_that_declares_no_square_is_refused_at_construction(tmp_path):
-    """The shape an adj declares is judged before anything is read (store_limits), for every group."""
+    """The shape an adj declares is judged before anything is read (data.stores.limits), for every group."""
     store = write_julia_store(tmp_path / "bad.zarr", sprinklings(3), [POLYNOMIAL] * 3, [True] * 3)
     _replace(store, "cset_2/adj", np.zeros((3, 4), np.uint8))
     with pytest.raises(UserError, match=rf"store {store}, group cset_2: 'adj' declares the shape \(3, 4\); expected "

@@ -27,7 +27,7 @@ author = "the QuantumGrav developers"
 copyright = "2026, the QuantumGrav developers"  # (unset, the footer shows an empty "Copyright ©")
 # Read, not imported: importing the package (and torch) is autodoc's job, only when a page needs it.
 release = version = re.search(r'__version__ = "([^"]+)"',
-                              (REPO / "QuantumGravPy" / "src" / "QuantumGrav" / "version.py").read_text()).group(1)
+                              (REPO / "QuantumGravPy" / "src" / "QuantumGrav" / "common" / "version.py").read_text()).group(1)
 root_doc = "docs/site/index"
 
 extensions = [

@@ -17,16 +17,18 @@ import gc as _gc
 _gc_was_enabled = _gc.isenabled()
 _gc.disable()
 try:
+    from .common import old_paths as _old_paths
     from .callbacks.base import Callback, Decision, Stop
-    from .config.schema import apply_overrides, dump_config, get_loader, load_config, validate_config
+    from .config.yaml_io import apply_overrides, dump_config, get_loader
+    from .config.schema import load_config, validate_config
     from .data.dataset import CausalSetDataset, split_indices
     from .distributed.environment import find_free_port, get_rank, get_world_size, is_main_process
     from .distributed.process_group import cleanup_ddp, initialize_ddp
-    from .errors import ConfigError, UserError
+    from .common.errors import ConfigError, UserError
     from .jobs.applied_run import load_run
     from .jobs.entry import run_job
     from .jobs.launcher import TrainingFailed, launch
-    from .logging_utils import get_logger, setup_logging
+    from .common.logging_utils import get_logger, setup_logging
     from .models.gnn import GNNClassifier, count_parameters
     from .notebook_helpers import print_run_header, shrink_for_smoke_test
     from .models.sparse_attention import SparseTransformerConv
@@ -39,6 +41,7 @@ finally:
         _gc.enable()
 _gc.freeze()
 del _gc_was_enabled
+_old_paths.install()  # the module paths of the previous release still import
 
 
 def tune(config, trials=None, nproc=None, overrides=None):
@@ -76,7 +79,7 @@ def tune(config, trials=None, nproc=None, overrides=None):
     return run_study(config, trials=trials, nproc=nproc, overrides=overrides)
 
 
-from .version import __version__ as __version__  # noqa: E402  (QG.__version__)
+from .common.version import __version__ as __version__  # noqa: E402  (QG.__version__)
 
 __all__ = [
     "Callback", "Decision", "Stop",

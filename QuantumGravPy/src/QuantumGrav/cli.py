@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from .errors import Preempted, UserError
+from .common.errors import Preempted, UserError
 from .jobs.launcher import TrainingFailed
 
 EXIT_BAD_INPUT = 2
@@ -133,7 +133,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from .config.schema import load_config
     from .jobs.launcher import check_job, run_from_entry_point
-    from .logging_utils import rank_zero_only
+    from .common.logging_utils import rank_zero_only
     from .runs.records import summarise_run
 
     if args.local_rank is not None:
@@ -200,7 +200,8 @@ def _tune(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import time
 
-    from .config.schema import load_config, pyobject_path
+    from .config.schema import load_config
+    from .config.yaml_io import pyobject_path
     from .data.dataset import CausalSetDataset, default_workers
     from .data.sources import naming_the_cache_folder
 
@@ -230,9 +231,9 @@ STORE_DATASETS = ("QuantumGrav.data.zarr_store.QuantumGravJLDataset", "QuantumGr
 
 def _cache_stores(data_cfg: dict, workers: int) -> int:
     """``generate`` for QuantumGrav.jl stores: write the stores of KindsDataset if missing, then compute and cache
-    the graphs of this task's share of the items (``store_cache.build_cache_share``: task RANK of WORLD_SIZE, or
+    the graphs of this task's share of the items (``data.stores.cache.build_cache_share``: task RANK of WORLD_SIZE, or
     SLURM_PROCID of SLURM_NTASKS)."""
-    from .data.store_cache import build_cache_share
+    from .data.stores.cache import build_cache_share
 
     print(build_cache_share(data_cfg["kwargs"], workers, data_cfg["type"]))
     return 0

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from .config.schema import resolve_config
 from .distributed.environment import TORCHRUN_VARIABLES, find_free_port, usable_cpu_count, worker_context
 from .distributed.process_group import cleanup_ddp, initialize_ddp
-from .errors import UserError
+from .common.errors import UserError
 from .runs.wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb
 from .training.preflight import estimate_for_config
 

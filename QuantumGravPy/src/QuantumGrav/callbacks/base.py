@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..distributed.votes import Decision, Stop
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 from .state import RunState
 
 

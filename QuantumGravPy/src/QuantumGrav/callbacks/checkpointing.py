@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..config.training_sections import CheckpointSection
+from ..config.sections.training import CheckpointSection
 from ..runs.artifacts import CHECKPOINT_DIR
 from ..runs.checkpoint_files import save_checkpoint, save_last_checkpoint
 from ..runs.resume import forget_run

@@ -7,10 +7,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config.learning_sections import EarlyStoppingSection
+from ..config.sections.early_stopping import EarlyStoppingSection
 from .base import Callback, Stop
 from .state import RunState
-from ..logging_utils import get_logger, rank_zero_warn
+from ..common.logging_utils import get_logger, rank_zero_warn
 
 logger = get_logger("early_stopping")
 

@@ -1,7 +1,7 @@
 """docs/configuration.md, generated from the config sections: ``python -m QuantumGrav.config.reference > docs/configuration.md``.
 
-Each key's explanation is the ``doc`` of its ``setting`` in the section that declares it (``sections.py`` and the
-``*_section(s).py`` modules it gathers); this module holds what belongs to no single key
+Each key's explanation is the ``doc`` of its ``setting`` in the section that declares it (``config/sections/``,
+gathered by ``layout``); this module holds what belongs to no single key
 (how configs are read, each section's introduction) and writes plain CommonMark (a heading per section, a
 list item per key, no raw HTML), so that the file reads the same on GitHub and in the Sphinx site.
 tests/test_config.py fails when the file is out of date or misses a key of the schema.
@@ -16,7 +16,7 @@ from typing import Any, Iterator, Mapping
 import yaml
 
 from .checks import Field
-from .sections import schema
+from .layout import schema
 from .yaml_io import is_pyobject, pyobject_path
 
 COMMAND = "python -m QuantumGrav.config.reference > docs/configuration.md"
@@ -44,7 +44,7 @@ def introduction() -> str:
 # Configuration reference
 
 This file is generated from the config sections in `QuantumGravPy/src/QuantumGrav/config/` (each key's
-`setting` in `sections.py` or the `*_section(s).py` module that declares it) by
+`setting` in the module of `sections/` that declares it) by
 `{COMMAND}`: change a key's explanation there (its `doc`), not
 here; a test fails when this file is out of date. The keys of `training` are listed by concern: the loop, the
 training loader, the optimizer, the schedule, the run directory and checkpoints, memory, logging.

@@ -1,10 +1,9 @@
 """Loading configs: read YAML (or take a dict), apply ``section.key=value`` overrides, validate every key
-against the sections (``sections.py``), fill defaults and return the resolved dict.
+against the sections (``layout``), fill defaults and return the resolved dict.
 
 A config is a plain nested dict (the seeds index it as ``config["parallel"]["world_size"]``); its typed, frozen
 sections are ``config.sections``. Problems are reported as ``key.path: expected ..., got ...``, all of them in
-one ConfigError. The names other modules import from here (``Field``, ``integer``, ``dump_config``, ...) live in
-``checks``, ``yaml_io``, ``sections`` and ``validation``.
+one ConfigError.
 """
 
 from __future__ import annotations
@@ -13,15 +12,12 @@ import copy
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..errors import ConfigError
-from .checks import (Field, _describe, Invalid, boolean, callback_entry, choice, fraction_or_range, integer,  # noqa: F401
-                     list_of, mapping, number, plain_name, port, pyobject, pyobject_of, string)
-from .sections import OPTIONAL_SECTIONS, ConfigSections, config_sections, schema  # noqa: F401
+from ..common.errors import ConfigError
+from .checks import _describe
+from .layout import ConfigSections, config_sections
 from .smoke_test import apply_smoke_test, cap_file_epochs
-from .validation import DERIVED_SECTION, STUDY_SECTION, _walk, resolved_values  # noqa: F401
-from .yaml_io import (PYOBJECT_TAG, UnresolvedPyObject, apply_overrides, dump_config, find_unimportable,  # noqa: F401
-                      get_loader, load_yaml_text, merge_configs, parse_override, pyobject_path, read_config_file,
-                      resolve_pyobject)
+from .validation import resolved_values
+from .yaml_io import apply_overrides, dump_config, merge_configs, parse_override, read_config_file
 
 
 class ResolvedConfig(dict):

@@ -7,12 +7,12 @@ import copy
 import difflib
 from typing import Any, Mapping
 
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 from .checks import _describe, Invalid, number
-from .data_section import MANIFOLD_CLASSES
-from .learning_sections import metric_mode
-from .section import Section, lookup, section_from, yaml_tree
-from .sections import OPTIONAL_SECTIONS, schema
+from .sections.data import MANIFOLD_CLASSES
+from .sections.task import metric_mode
+from .sections.base import Section, lookup, section_from, yaml_tree
+from .layout import OPTIONAL_SECTIONS, schema
 
 DERIVED_SECTION = "derived"  # absent (or null) means: feature off
 STUDY_SECTION = "tune"  # a study config's own section (studies/config.py), which a training config does not have

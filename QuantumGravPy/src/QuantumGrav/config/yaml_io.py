@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 
 PYOBJECT_TAG = "!pyobject"
 

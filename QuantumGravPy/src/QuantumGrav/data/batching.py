@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 
 NODES, EDGES = 0, 1  # the columns of a sizes array
 

@@ -73,8 +73,8 @@ __all__ = ["MANIFOLD_CLASSES", "NON_MANIFOLD_CLASSES", "CSET_TYPES", "DEFAULT_CL
            "two_dimension_features", "two_dimension_violations", "GRAPH_OBSERVABLE_NAMES", "graph_observables",
            "interval_size_histogram", "link_degree_histograms", "link_laplacian_extremes"]
 
-from ..config.data_section import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
-                                   DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, NON_MANIFOLD_CLASSES)
+from ..config.sections.data import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
+                                    DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, NON_MANIFOLD_CLASSES)
 
 _SET_CHUNK = 128  # sets processed together: bounds memory at N = 128 to a few tens of MB
 # Sets per generation block. Each block has a random stream of its own (seeded by the data seed and the

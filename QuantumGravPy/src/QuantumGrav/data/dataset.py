@@ -28,8 +28,8 @@ from torch_geometric.data import Data, InMemoryDataset
 from . import causal_sets, shards as data_shards
 from .causal_sets import (CSET_TYPES, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FEATURES, CausalSetRecord,
                           check_generation_args, draw_plan, generate_block, plan_order)
-from ..config.data_section import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS  # noqa: F401
-from ..processes import cores_per_process, map_in_workers
+from ..config.sections.data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS  # noqa: F401
+from ..common.processes import cores_per_process, map_in_workers
 
 # The task each target is learned as (QuantumGrav.evaluation.tasks); task.type: auto reads it from the dataset.
 TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",

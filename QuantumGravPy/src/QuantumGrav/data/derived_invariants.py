@@ -37,7 +37,7 @@ from torch.utils.data import Dataset
 
 from .invariants import order_invariants
 from .orders import longest_paths, natural_order, transitive_closure
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 
 
 class NotACausalSet(ValueError):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import UserError
+from ..common.errors import UserError
 
 NODE_LABELS_ARRAY = "node_labels"
 # Each per-element target, the task it is learned as, and its two classes (0, 1).

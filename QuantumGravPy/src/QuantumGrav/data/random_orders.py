@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config.data_section import SPRINKLING_DIMENSIONS
+from ..config.sections.data import SPRINKLING_DIMENSIONS
 from .orders import as_batch, transitive_closure
 
 # Layered orders: Kleitman-Rothschild proportions; the probability of a relation between

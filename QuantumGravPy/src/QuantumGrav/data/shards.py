@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..files import atomic_replace, atomic_write_text
+from ..common.files import atomic_replace, atomic_write_text
 
 MANIFEST = "manifest.json"
 INDEX = "index.npz"

@@ -22,9 +22,9 @@ import torch
 from torch.utils.data import DistributedSampler, Sampler, Subset, WeightedRandomSampler
 from torch_geometric.data import Dataset as PyGDataset
 
-from ..config.schema import pyobject_path
+from ..config.yaml_io import pyobject_path
 from .dataset import CausalSetDataset
-from ..errors import ConfigError, UserError
+from ..common.errors import ConfigError, UserError
 
 GENERATOR_SOURCE = "data (the built-in generator)"
 PASSED_SOURCE = "dataset (the object passed to the trainer)"

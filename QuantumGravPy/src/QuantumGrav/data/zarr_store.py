@@ -41,14 +41,14 @@ from .invariants import INVARIANT_NAMES, NODE_FEATURES
 from .orders import transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
 from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, check_node_labels, read_node_labels
-from .store_graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
-                           describe_order_repairs, graph_tensors, order_error)
-from .store_cache_files import compacted, expanded, feature_cache_dir
-from .store_limits import DEFAULT_MAX_ELEMENTS, check_max_elements, checked_size, store_error, usable_memory
-from ..errors import UserError
-from ..files import atomic_replace
-from ..logging_utils import get_logger
-from ..processes import worker_context
+from .stores.graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
+                            describe_order_repairs, graph_tensors, order_error)
+from .stores.cache_files import compacted, expanded, feature_cache_dir
+from .stores.limits import DEFAULT_MAX_ELEMENTS, check_max_elements, checked_size, store_error, usable_memory
+from ..common.errors import UserError
+from ..common.files import atomic_replace
+from ..common.logging_utils import get_logger
+from ..common.processes import worker_context
 
 logger = get_logger("zarr_store")
 
@@ -130,7 +130,7 @@ class QuantumGravJLDataset(Dataset):
       edges and the feature version; where that folder cannot be written, under ``cache_dir``.
       ``cache=False`` computes them on the fly at every read.
     * ``max_elements``: the most elements a set may have. Every group's ``adj`` is judged by its declared shape before
-      anything is read (``store_limits``: also against the memory this process may use); a set too large is one
+      anything is read (``stores.limits``: also against the memory this process may use); a set too large is one
       UserError naming store, group and shape, with nothing written.
     * ``not_partial_orders``: a set whose ``adj`` is not a strict partial order, transitively closed (QuantumGrav.jl's
       ``complex_topology`` may miss implied relations) is ``"refuse"``-d (one UserError, the default), ``"close"``-d

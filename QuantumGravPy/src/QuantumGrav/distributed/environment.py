@@ -12,9 +12,9 @@ import socket
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
-# The process helpers live below data/ (processes.py); a job's modules find them here too.
-from ..processes import cores_per_process, get_world_size, usable_cpu_count, worker_context  # noqa: F401
+from ..common.errors import ConfigError, UserError
+# The process helpers live below data/ (common/processes.py); a job's modules find them here too.
+from ..common.processes import cores_per_process, get_world_size, usable_cpu_count, worker_context  # noqa: F401
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -89,6 +89,15 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if configured_device_type(name) == "cuda":
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def check_devices(device_setting: str, nproc: int) -> None:
+    """``nproc`` processes of ``training.device: device_setting`` fit this machine: a CUDA job has a GPU for each."""
+    if resolve_device(device_setting).type == "cuda":  # device: cuda without a GPU raises here
+        visible = torch.cuda.device_count()
+        if nproc > visible:
+            raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
+                            f"use nproc <= {visible}, or check CUDA_VISIBLE_DEVICES")
 
 
 def choose_backend(backend: str | None = None, device_setting: str = "auto") -> str:

@@ -29,8 +29,8 @@ import threading
 import time
 from typing import Any
 
-from ..logging_utils import get_logger
-from ..processes import EXIT_CODE_LAUNCHER_GONE, Lifeline  # noqa: F401  (Lifeline: for the launcher)
+from ..common.logging_utils import get_logger
+from ..common.processes import EXIT_CODE_LAUNCHER_GONE, Lifeline  # noqa: F401  (Lifeline: for the launcher)
 
 logger = get_logger("launch")
 LAUNCHER_GONE_GRACE_S = 30.0  # from the launcher's death to a worker's hard exit, at the latest

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .environment import choose_backend, get_local_rank, launched_by_torchrun
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import torch
 import torch.distributed as dist
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .environment import get_local_rank, resolve_device
 from .stalls import naming_stalled_ranks
 from .votes import Decision

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from ..config.training_sections import STRONG_BASELINE_FEATURES as STRONG_FEATURES
+from ..config.sections.loaders import STRONG_BASELINE_FEATURES as STRONG_FEATURES
 from ..data.causal_sets import (GRAPH_OBSERVABLE_NAMES, INVARIANT_NAMES, NODE_FEATURES, SIMPLE_INVARIANT_NAMES,
                                 TWO_DIMENSION_FEATURES, elements_between, features_and_invariants, graph_observables,
                                 natural_order, two_dimension_features)

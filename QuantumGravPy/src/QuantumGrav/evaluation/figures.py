@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..files import atomic_replace
+from ..common.files import atomic_replace
 
 FIGURE_DIR = "figures"
 

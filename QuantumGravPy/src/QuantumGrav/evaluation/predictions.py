@@ -24,7 +24,7 @@ from .scores import classification_metrics
 from .undefined import undefined_metrics, with_undefined_as_none
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
-from ..files import atomic_replace, atomic_write_text
+from ..common.files import atomic_replace, atomic_write_text
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor, Any]]  # (outputs, target, batch): Evaluator.outputs
 

@@ -25,9 +25,8 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..config.learning_sections import (EARLY_STOPPING_METRICS, TASK_METRICS, TASK_TYPES, TaskSection,  # noqa: F401
-                                        metric_mode)
-from ..errors import ConfigError
+from ..config.sections.task import TASK_METRICS, TASK_TYPES, TaskSection
+from ..common.errors import ConfigError
 
 
 class Task(ABC):

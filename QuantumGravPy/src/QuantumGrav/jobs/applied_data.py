@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..config.schema import load_config
-from ..config.sections import ConfigSections
+from ..config.layout import ConfigSections
 from ..data.dataset import split_indices
 from ..data.derived_invariants import with_order_invariants
 from ..data.sources import item_problem, source_name
 from ..data.zarr_store import (DEFAULT_EDGES, DEFAULT_TARGET, JULIA_CSET_TYPES,
                                QuantumGravJLDataset)
 from ..distributed.runtime import Runtime
-from ..errors import UserError
+from ..common.errors import UserError
 from ..evaluation import tasks
 from ..training.loaders import load_dataset
 

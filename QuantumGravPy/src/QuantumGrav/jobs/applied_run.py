@@ -21,12 +21,13 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..config.schema import ResolvedConfig, load_config, load_yaml_text
-from ..config.sections import ConfigSections
+from ..config.schema import ResolvedConfig, load_config
+from ..config.yaml_io import load_yaml_text
+from ..config.layout import ConfigSections
 from ..distributed.environment import launched_by_torchrun, resolve_device
 from ..distributed.lifeline import stop_when_the_agent_dies
 from ..distributed.runtime import Runtime
-from ..errors import ConfigError, UserError
+from ..common.errors import ConfigError, UserError
 from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
 from ..evaluation.kinds import kind_breakdown
@@ -38,10 +39,10 @@ from ..training.model_builder import build_model, check_model_forward
 from ..training.optimization import autocast, build_named
 from ..data.sources import data_notes
 from ..data.training_range import describe_outside, outside_training_range
-from ..logging_utils import get_logger
+from ..common.logging_utils import get_logger
 from .applied_data import AppliedData, DataPaths, open_data
 from .entry import run_in_group
-from .launcher import check_main_guard, check_spawnable, launch_processes
+from .launcher import check_main_guard, launch_processes
 
 
 logger = get_logger("evaluate")
@@ -161,7 +162,6 @@ class AppliedRun:
             raise UserError(f"out: {out} is a folder; give the predictions CSV's path, e.g. {Path(out) / 'predictions.csv'}")
         if nproc > 1 and not self.runtime.distributed:
             check_main_guard("AppliedRun.evaluate")
-            check_spawnable(self.config)
             self._open(data, split, store_options)  # bad input is one line here, before any worker starts
             return launch_processes(self.config, nproc, Evaluation(str(self.run_dir), data, split, out, store_options,
                                                                    out_of_range))

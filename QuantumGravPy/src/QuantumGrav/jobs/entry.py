@@ -17,8 +17,8 @@ import torch.distributed as dist
 from ..callbacks.base import Callback
 from ..distributed.environment import choose_backend
 from ..distributed.process_group import cleanup_ddp, initialize_ddp
-from ..errors import Preempted, UserError
-from ..logging_utils import get_logger, setup_logging
+from ..common.errors import Preempted, UserError
+from ..common.logging_utils import get_logger, setup_logging
 from ..runs.checkpoint_files import has_checkpoint
 from ..training.ddp import TrainerDDP
 from ..training.trainer import Trainer

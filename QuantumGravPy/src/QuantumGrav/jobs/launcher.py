@@ -23,12 +23,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..callbacks.base import Callback
-from ..config.schema import ResolvedConfig, find_unimportable, resolve_config, with_world_size
-from ..distributed.environment import (choose_backend, configured_device_type, cores_per_process, find_free_port,
-                                       launched_by_torchrun, resolve_device, worker_context)
+from ..config.schema import ResolvedConfig, resolve_config, with_world_size
+from ..config.yaml_io import find_unimportable
+from ..distributed.environment import (check_devices, choose_backend, configured_device_type, cores_per_process,
+                                       find_free_port, launched_by_torchrun, worker_context)
 from ..distributed.lifeline import Lifeline, stop_when_the_agent_dies, stop_when_the_launcher_dies
-from ..errors import Preempted, UserError
-from ..logging_utils import chosen_console_level, get_logger
+from ..common.errors import Preempted, UserError
+from ..common.logging_utils import chosen_console_level, get_logger
 from .entry import remove_unfinished_run, run_job, run_process
 
 logger = get_logger("launch")
@@ -121,15 +122,6 @@ def _is_main_test(test: ast.expr) -> bool:
             and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
 
 
-def _check_devices(device: str, nproc: int) -> None:
-    """``device``: the config's ``training.device``."""
-    if resolve_device(device).type == "cuda":  # device: cuda without a GPU raises here
-        visible = torch.cuda.device_count()
-        if nproc > visible:
-            raise UserError(f"{nproc} processes asked for but only {visible} CUDA GPU(s) are visible; "
-                            f"use nproc <= {visible}, or check CUDA_VISIBLE_DEVICES")
-
-
 def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
     """What can be known before a job's processes start, found by one process: the config is valid and this
     machine can run ``nproc`` processes of it (default ``parallel.world_size``). Raises the ``UserError``
@@ -139,7 +131,7 @@ def check_job(config: dict | str | Path, nproc: int | None = None) -> str:
     node: torchrun restarts its workers after any failure, a bad config included, and exits with 1."""
     sections = resolve_config(config).sections
     nproc = sections.parallel.world_size if nproc is None else nproc
-    _check_devices(sections.loop.device, nproc)
+    check_devices(sections.loop.device, nproc)
     device = configured_device_type(sections.loop.device)
     backend = choose_backend(sections.parallel.backend, sections.loop.device)
     return f"{nproc} process(es) on {device} ({backend}), {sections.loop.num_epochs} epochs"
@@ -231,24 +223,26 @@ def launch(config: dict | str | Path, nproc: int | None = None, *, port: int | N
     if nproc == 1:
         return run_job(config, callbacks=callbacks)
     check_main_guard("QG.launch")
-    check_spawnable(config, callbacks)
-    return launch_processes(config, nproc, Training(callbacks), port=port)
+    return launch_processes(config, nproc, Training(callbacks), port=port, callbacks=callbacks)
 
 
-def launch_processes(config: ResolvedConfig, nproc: int, job: Callable[..., Any], *, port: int | None = None) -> Any:
+def launch_processes(config: ResolvedConfig, nproc: int, job: Callable[..., Any], *, port: int | None = None,
+                     callbacks: Sequence[Callback] = ()) -> Any:
     """Run ``job`` on ``nproc`` worker processes of this machine and return what rank 0 reported.
 
     Every worker joins the job's process group through ``config`` (its ``parallel`` section, ``training.device``)
     and calls ``job(config, rank, report=..., run_dirs=..., console_level=...)``, a picklable object whose rank
     calls ``report(result, error)`` when its work ends (``entry.run_in_group`` does): ``Training``, or an
-    applied run's evaluation. The caller checks what it can before (``check_main_guard``, ``check_spawnable``).
+    applied run's evaluation. What the workers import by name (the config's objects, ``callbacks``' classes) is
+    checked first (``check_spawnable``); the caller checks that it is importable itself (``check_main_guard``).
 
     Raises:
         UserError: more processes than GPUs, or bad input found by a worker (then an unfinished run directory
             that rank 0 reported in ``run_dirs`` is removed).
         TrainingFailed: a worker raised or died; names its rank and carries its traceback.
     """
-    _check_devices(config.sections.loop.device, nproc)
+    check_spawnable(config, callbacks)
+    check_devices(config.sections.loop.device, nproc)
     config = with_world_size(config, nproc)
     port = port or config.sections.parallel.master_port or find_free_port()
     context = worker_context()

@@ -13,9 +13,9 @@ import secrets
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import UserError
-from ..version import __version__
-from ..files import atomic_replace, atomic_write_text
+from ..common.errors import UserError
+from ..common.version import __version__
+from ..common.files import atomic_replace, atomic_write_text
 
 CHECKPOINT_DIR = "checkpoints"
 

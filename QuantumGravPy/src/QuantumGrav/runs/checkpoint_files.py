@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import UserError
-from ..logging_utils import get_logger, rank_zero_warn
-from ..files import atomic_replace
+from ..common.errors import UserError
+from ..common.logging_utils import get_logger, rank_zero_warn
+from ..common.files import atomic_replace
 from .artifacts import CHECKPOINT_DIR
 
 logger = get_logger("checkpoint")

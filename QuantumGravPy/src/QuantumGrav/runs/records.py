@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluation.baselines import describe_baselines
-from ..config.schema import dump_config
+from ..config.yaml_io import dump_config
 from ..evaluation.destroyed_sets import MODEL_LABELS, describe_curves
 from ..evaluation.kinds import describe_recall_by_kind
-from ..logging_utils import get_logger
-from ..files import atomic_write_text
+from ..common.logging_utils import get_logger
+from ..common.files import atomic_write_text
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")
@@ -21,8 +21,9 @@ def write_resolved_config(run_dir: Path, config: dict[str, Any], derived: dict[s
     """Rank 0: the run's config.yaml. Without resume and run_name, `--config <run dir>/config.yaml`
     starts the same run anew."""
     repeatable = {**config, "training": {**config["training"], "resume": None, "run_name": None}}
+    text = dump_config({**repeatable, "derived": derived})
     header = "# Resolved config of this run. 'derived' is recomputed by the trainer and ignored on load.\n"
-    atomic_write_text(run_dir / "config.yaml", header + dump_config({**repeatable, "derived": derived}))
+    atomic_write_text(run_dir / "config.yaml", header + text)
 
 
 def summarise_run(result: dict[str, Any]) -> str:

@@ -22,8 +22,8 @@ from pathlib import Path
 from .checkpoint_files import has_checkpoint
 from ..distributed.process_group import torchrun_store
 from ..distributed.runtime import Runtime
-from ..config.training_sections import CheckpointSection
-from ..files import atomic_write_text
+from ..config.sections.training import CheckpointSection
+from ..common.files import atomic_write_text
 from .artifacts import create_run_dir
 
 JOBS_DIR = ".jobs"

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config.sections import WANDB_DEFAULTS, WANDB_MODES
+from ..config.sections.wandb import WANDB_DEFAULTS, WANDB_MODES
 from ..distributed.environment import is_main_process
-from ..logging_utils import get_logger
+from ..common.logging_utils import get_logger
 from .artifacts import MetricsCSV
 from .wandb_files import epochs_on_disk, wait_for_exit_record
 

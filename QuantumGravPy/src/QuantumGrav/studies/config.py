@@ -20,14 +20,14 @@ from typing import Any, ClassVar
 
 from ..config.checks import Invalid, choice, integer, mapping, plain_name, string
 from ..config.schema import load_config, validate_config
-from ..config.section import PyObjectName, Section, setting, thaw
+from ..config.sections.base import PyObjectName, Section, setting, thaw
 from ..config.validation import validate_section
 from ..config.yaml_io import (UnresolvedPyObject, apply_overrides, merge_configs, read_config_file,
                               resolve_pyobject)
-from ..errors import ConfigError, UserError
+from ..common.errors import ConfigError, UserError
 from .search_space import SearchSpace
 from ..config.smoke_test import cap_file_epochs, cap_file_trials
-from ..config.learning_sections import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
+from ..config.sections.task import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
 
 OPTUNA_EXTRA = "pip install 'QuantumGrav[tune]'"
 

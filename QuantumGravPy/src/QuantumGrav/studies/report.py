@@ -17,8 +17,9 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from ..config.schema import apply_overrides, dump_config, validate_config
-from ..files import atomic_replace, atomic_write_text
+from ..config.yaml_io import apply_overrides, dump_config
+from ..config.schema import validate_config
+from ..common.files import atomic_replace, atomic_write_text
 from .search_space import short_text
 from .config import StudySettings
 from .storage import HEARTBEAT_GRACE_S, retried_as

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..config.schema import Field, mapping, pyobject_path, schema
+from ..config.checks import Field, mapping
+from ..config.yaml_io import pyobject_path
+from ..config.layout import schema
 
 NUMERIC_KEYS = {"low", "high", "log", "step"}
 PRIMITIVE = (type(None), bool, int, float, str)

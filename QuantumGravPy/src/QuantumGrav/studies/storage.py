@@ -37,7 +37,7 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .config import StudySettings
 
 HEARTBEAT_INTERVAL_S = 5

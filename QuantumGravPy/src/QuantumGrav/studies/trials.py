@@ -18,10 +18,11 @@ import optuna
 from optuna.trial import TrialState
 
 from ..callbacks.base import Callback, Stop
-from ..config.schema import apply_overrides, validate_config
-from ..errors import ConfigError, Preempted, UserError
+from ..config.yaml_io import apply_overrides
+from ..config.schema import validate_config
+from ..common.errors import ConfigError, Preempted, UserError
 from ..jobs.launcher import TrainingFailed, launch
-from ..logging_utils import get_logger
+from ..common.logging_utils import get_logger
 from .search_space import short_text
 from .config import StudySettings, problem_lines
 from .report import write_study_outputs

@@ -42,9 +42,9 @@ import torch.distributed as dist
 
 from ..distributed.lifeline import stop_when_the_agent_dies
 from ..distributed.process_group import store_of_this_attempt
-from ..errors import ConfigError, Preempted, UserError
+from ..common.errors import ConfigError, Preempted, UserError
 from ..jobs.entry import run_process
-from ..logging_utils import get_logger
+from ..common.logging_utils import get_logger
 from .config import StudySettings
 from .storage import open_study, repeating
 from .trials import WAIT_POLL_S, Outcome, StudyFailed, StudyWorker, one_line, outcome_of_run

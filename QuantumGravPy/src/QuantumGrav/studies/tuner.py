@@ -23,9 +23,9 @@ import optuna
 from optuna.trial import TrialState
 
 from ..distributed.environment import launched_by_torchrun
-from ..errors import UserError
+from ..common.errors import UserError
 from ..jobs.launcher import check_job, check_main_guard, check_spawnable
-from ..logging_utils import setup_logging
+from ..common.logging_utils import setup_logging
 from .config import read_study_config
 from .storage import open_study
 from .trials import StudyWorker

@@ -8,7 +8,7 @@ backward pass; the training loop says so there.
 from __future__ import annotations
 
 
-from ..config.sections import ConfigSections
+from ..config.layout import ConfigSections
 from ..distributed.environment import usable_cpu_count
 from .schedules import derive_hyperparameters
 

@@ -18,14 +18,14 @@ from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBrea
 from ..callbacks.state import RunState
 from ..callbacks.wandb_logging import WandbCallback
 from ..config.schema import ResolvedConfig
-from ..config.sections import ConfigSections
-from ..config.training_sections import CheckpointSection, LoopSection
+from ..config.layout import ConfigSections
+from ..config.sections.training import CheckpointSection, LoopSection
 from ..data import sources as data_sources
 from ..data.training_range import counts_and_invariants, known_counts_and_invariants, training_range_of
 from ..distributed.runtime import Runtime
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 from ..evaluation import tasks
-from ..logging_utils import setup_logging
+from ..common.logging_utils import setup_logging
 from ..runs.artifacts import run_provenance
 from ..runs.checkpoint_files import RunLock
 from ..runs.resume import open_run_dir

@@ -29,8 +29,8 @@ from ..callbacks.base import Callback
 from ..config.schema import ResolvedConfig, with_world_size
 from ..distributed.process_group import release_before_teardown
 from ..distributed.runtime import Runtime
-from ..errors import ConfigError, UserError
-from ..logging_utils import get_logger, rank_zero_warn
+from ..common.errors import ConfigError, UserError
+from ..common.logging_utils import get_logger, rank_zero_warn
 from .trainer import Trainer
 
 logger = get_logger("train_ddp")

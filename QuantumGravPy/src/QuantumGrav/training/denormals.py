@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..logging_utils import get_logger, rank_zero_warn
+from ..common.logging_utils import get_logger, rank_zero_warn
 
 logger = get_logger("training")
 _OMP_PAUSE_HARD = 2  # omp_pause_resource_kind: release the threads, not only idle them

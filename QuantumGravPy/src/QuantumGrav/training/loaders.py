@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import Sampler
 from torch_geometric.loader import DataLoader
 
-from ..config.sections import ConfigSections
-from ..config.training_sections import LoaderSection, LoadersSection, TrainingLoaderSection
+from ..config.layout import ConfigSections
+from ..config.sections.loaders import LoaderSection, LoadersSection, TrainingLoaderSection
 from ..data.batching import (BatchBudget, DistributedBudgetBatchSampler, ShardedBudgetBatches, check_items_fit,
                              graph_sizes)
 from ..data.dataset import generate_share, split_indices
@@ -25,9 +25,9 @@ from ..data.derived_invariants import with_order_invariants
 from ..data.sources import (DistributedClassBalancedSampler, ShardSampler, build_dataset, check_samples, graph_labels,
                             make_train_sampler, naming_the_cache_folder, source_name, subset)
 from ..distributed.runtime import Runtime
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 from ..evaluation import tasks
-from ..processes import dataloader_workers
+from ..common.processes import dataloader_workers
 
 
 @dataclass

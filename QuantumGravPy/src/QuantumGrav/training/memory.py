@@ -7,7 +7,7 @@ import logging
 import psutil
 import torch
 
-from ..logging_utils import get_logger
+from ..common.logging_utils import get_logger
 
 MB = 2**20
 SNAPSHOT_KEYS = ("rss_mb", "cuda_allocated_mb", "cuda_reserved_mb", "cuda_peak_mb")

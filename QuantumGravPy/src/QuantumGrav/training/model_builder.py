@@ -9,10 +9,10 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
-from ..config.learning_sections import ModelSection
+from ..config.sections.model import ModelSection
 from ..config.yaml_io import pyobject_path
 from ..data.causal_sets import INVARIANT_NAMES
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 from ..models.gnn import GNNClassifier, make_conv
 
 

@@ -15,9 +15,11 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from ..config.training_sections import LoopSection, OptimizerSection, SchedulerSection, TrainingLoaderSection
-from ..errors import ConfigError
-from ..logging_utils import get_logger, rank_zero_warn
+from ..config.sections.training import LoopSection
+from ..config.sections.optimizer import OptimizerSection, SchedulerSection
+from ..config.sections.loaders import TrainingLoaderSection
+from ..common.errors import ConfigError
+from ..common.logging_utils import get_logger, rank_zero_warn
 from .schedules import build_scheduler, fast_forward, fit_schedule_to_num_epochs, scheduler_steps_per_epoch
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them

@@ -23,13 +23,14 @@ import psutil
 import torch
 from torch_geometric.data import Batch
 
-from ..config.sections import ConfigSections
-from ..config.training_sections import MemorySection, TrainingLoaderSection
+from ..config.layout import ConfigSections
+from ..config.sections.training import MemorySection
+from ..config.sections.loaders import TrainingLoaderSection
 from ..data import sources as data_sources
 from ..data.batching import EDGES, NODES, BatchBudget, DistributedBudgetBatchSampler
 from ..distributed.environment import resolve_device
 from ..distributed.runtime import Runtime
-from ..errors import UserError
+from ..common.errors import UserError
 from . import loaders
 from .memory import MB
 from .model_builder import build_model

@@ -13,13 +13,13 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from ..callbacks.state import RunState
-from ..config.sections import ConfigSections
+from ..config.layout import ConfigSections
 from ..distributed.runtime import Runtime
 from .advice import config_advice
 from .memory import MemoryMonitor
 from .optimization import Optimization
 from ..data.batching import BatchBudget
-from ..logging_utils import PACKAGE_LOGGER, get_logger
+from ..common.logging_utils import PACKAGE_LOGGER, get_logger
 from ..models.gnn import count_parameters
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them

@@ -11,9 +11,10 @@ import torch
 
 from ..callbacks.base import CallbackList
 from ..callbacks.state import RunState
-from ..config.schema import load_config, load_yaml_text
-from ..errors import ConfigError
-from ..logging_utils import get_logger, rank_zero_warn
+from ..config.schema import load_config
+from ..config.yaml_io import load_yaml_text
+from ..common.errors import ConfigError
+from ..common.logging_utils import get_logger, rank_zero_warn
 from ..runs.artifacts import CHECKPOINT_DIR, records_before
 from ..runs.checkpoint_files import load_checkpoint, load_resume_checkpoint
 from .optimization import Optimization

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, ReduceLROnPlateau, SequentialLR
 
-from ..config.sections import ConfigSections
-from ..config.training_sections import LoopSection, SchedulerSection
-from ..errors import ConfigError
+from ..config.layout import ConfigSections
+from ..config.sections.training import LoopSection
+from ..config.sections.optimizer import SchedulerSection
+from ..common.errors import ConfigError
 
 
 def derive_hyperparameters(sections: ConfigSections, world_size: int) -> dict[str, Any]:

@@ -22,14 +22,15 @@ from torch_geometric.loader import DataLoader
 from ..callbacks.base import Callback, CallbackList, Decision, configured_callbacks
 from ..callbacks.checkpointing import Checkpointing
 from ..callbacks.early_stopping import EarlyStopping
-from ..config.schema import ResolvedConfig, dump_config, resolve_config
+from ..config.schema import ResolvedConfig, resolve_config
+from ..config.yaml_io import dump_config
 from ..distributed.environment import resolve_device
 from ..distributed.preemption import sigterm_requests_a_stop
 from ..distributed.runtime import Runtime, names_stalled_ranks
-from ..errors import Preempted
+from ..common.errors import Preempted
 from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
-from ..logging_utils import close_run_log, get_logger
+from ..common.logging_utils import close_run_log, get_logger
 from ..runs.records import write_resolved_config
 from ..runs.resume import find_run_to_continue, job_token
 from . import components, loaders

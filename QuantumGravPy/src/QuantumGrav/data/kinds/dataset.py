@@ -18,10 +18,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ...files import atomic_write_text
-from ...processes import cores_per_process
+from ...common.files import atomic_write_text
+from ...common.processes import cores_per_process
 from ..dataset import POOL_WORTH_SECONDS
-from ...version import __version__
+from ...common.version import __version__
 from ..zarr_store import QuantumGravJLDataset
 from .catalogue import DEFECT_SIZE_ARGUMENTS, GENERATORS, generator_options
 from .common import DEFAULT_N_RANGE

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...processes import map_in_workers
+from ...common.processes import map_in_workers
 from ..zarr_store import import_zarr, write_julia_group
 from .catalogue import CSET_TYPE_NUMBERS, GENERATORS, generate_kind
 from .common import DEFAULT_N_RANGE

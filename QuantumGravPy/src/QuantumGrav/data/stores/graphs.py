@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .dataset import past_to_future_edges
-from .invariants import features_and_invariants
-from .orders import elements_between, natural_order, transitive_closure
-from .store_limits import store_error
-from ..errors import UserError
+from ..dataset import past_to_future_edges
+from ..invariants import features_and_invariants
+from ..orders import elements_between, natural_order, transitive_closure
+from .limits import store_error
+from ...common.errors import UserError
 
 # What to do with a set whose adj is not a strict partial order, transitively closed (QuantumGrav.jl's
 # complex_topology relation may miss implied relations): refuse the data (one line), close the relation (add the

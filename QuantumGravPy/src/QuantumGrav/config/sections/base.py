@@ -9,8 +9,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
-from .checks import Field
-from .yaml_io import resolve_pyobject
+from ..checks import Field
+from ..yaml_io import resolve_pyobject
 
 
 class FrozenDict(dict):

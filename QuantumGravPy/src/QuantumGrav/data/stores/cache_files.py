@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
-from ..logging_utils import get_logger
-from .store_graphs import ORDER_CYCLE
+from ...common.errors import UserError
+from ...common.logging_utils import get_logger
+from .graphs import ORDER_CYCLE
 
 logger = get_logger("zarr_store")  # the store reader's channel: its warnings name the store
 

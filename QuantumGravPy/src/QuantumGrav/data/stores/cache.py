@@ -7,8 +7,8 @@ import inspect
 import os
 from typing import Any
 
-from ..errors import UserError
-from .zarr_store import QuantumGravJLDataset
+from ...common.errors import UserError
+from ..zarr_store import QuantumGravJLDataset
 
 
 def task_share() -> tuple[int, int]:

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import psutil
 
-from ..errors import UserError
+from ...common.errors import UserError
 
 # The largest set read by default: 32,768 elements (a 1 GiB dense matrix; its features need about 16 GiB).
 DEFAULT_MAX_ELEMENTS = 32_768
-# Peak memory of reading one set and deriving its features, per pair of elements: 15.0 bytes at N = 2,048 and 13.1
-# at N = 4,096 measured (the growth of the peak resident memory of a process reading a 2D sprinkling, uint8 matrix,
-# its bool copies and the float32 product), rounded up.
+# Peak memory of reading one set and deriving its features, per pair of elements (the growth of the peak resident
+# memory of a process reading a 2D sprinkling, over N^2): 13.0 bytes at N = 2,048 and 12.4 at N = 4,096
+# (benchmarks/bench_store_read_memory.py, results_store_read_memory.json; 20.7 at N = 1,024, where a few MB that do
+# not grow with N weigh most), rounded up: the check matters for large N.
 BYTES_PER_PAIR = 16
 GIB = 2**30
 _METADATA = ((".zarray", 2), ("zarr.json", 3))

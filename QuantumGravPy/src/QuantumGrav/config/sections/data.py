@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .checks import choice, fraction_or_range, integer, list_of, mapping, number, pyobject_of, string
-from .section import Section, setting
+from ..checks import choice, fraction_or_range, integer, list_of, mapping, number, pyobject_of, string
+from .base import Section, setting
 
 MANIFOLD_CLASSES: dict[str, int] = {"minkowski_2d": 2, "minkowski_3d": 3, "minkowski_4d": 4}
 NON_MANIFOLD_CLASSES: tuple[str, ...] = ("destroyed", "layered")

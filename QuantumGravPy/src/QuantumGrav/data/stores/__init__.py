@@ -1,0 +1,2 @@
+"""QuantumGrav.jl's stores, read by ``data.zarr_store``: a set as a graph (``graphs``), how large a set may be
+(``limits``) and the feature cache, built ahead of a job (``cache``) in its files (``cache_files``)."""
