@@ -120,6 +120,25 @@ def test_a_step_vote_to_end_the_run_is_refused_it_would_pass_for_a_preemption():
     assert callbacks.votes("on_epoch_end", None, {}) == []  # the class has no epoch vote
 
 
+def test_hooks_are_called_where_a_callback_implements_them_in_its_class_or_on_itself():
+    """Only callbacks that implement a hook are called at it (on_step_end runs at every step); a hook set on an
+    instance counts as implemented, as one overridden in the class."""
+    class Counts(QG.Callback):
+        calls = 0
+
+        def on_step_end(self, state, epoch, completed_batches):
+            Counts.calls += 1
+
+    class Plain(QG.Callback):
+        pass
+
+    plain = Plain()
+    plain.on_step_end = lambda state, epoch, completed_batches: QG.Stop("node drained", resumable=True)
+    callbacks = CallbackList([Counts(), plain, QG.Callback()], is_main=True)
+    assert callbacks.votes("on_step_end", None, 0, 1) == [(Plain.__qualname__, QG.Stop("node drained", resumable=True))]
+    assert Counts.calls == 1 and [type(c).__name__ for c in callbacks.implementing("on_step_end")] == ["Counts", "Plain"]
+
+
 def test_a_metric_a_callback_adds_from_a_later_epoch_gets_its_column(tmp_path):
     from QuantumGrav.runs.artifacts import MetricsCSV
 

@@ -222,8 +222,8 @@ def test_the_smoke_test_switch_shrinks_the_kinds_to_four_small_sets_each(monkeyp
 
 def test_generate_makes_exact_defects_and_the_smoke_switch_keeps_the_sizes_its_small_sets_hold(
         tmp_path, cli_in_process, monkeypatch):
-    """Under the smoke-test switch: the sets shrink to 24-32 elements unless the command sets N, and keep the
-    exact defect sizes they can hold; generate writes exact defects in 4D."""
+    """Under the smoke-test switch: the sets shrink to 24-32 elements, the command's own N too (its warning names
+    it), and keep the exact defect sizes they can hold; generate writes exact defects in 4D."""
     monkeypatch.setenv("QUANTUMGRAV_SMOKE_TEST", "1")
     sizes = ["data.kwargs.changed_relations=[1,2,4,8,16,32,64,128,256,512]", "data.kwargs.block_sizes=[4,8,16,32,64]"]
     config = REPO / "configs" / "manifold_like_dimensions.yaml"
@@ -231,7 +231,7 @@ def test_generate_makes_exact_defects_and_the_smoke_switch_keeps_the_sizes_its_s
     assert (kwargs["n_min"], kwargs["block_sizes"], kwargs["changed_relations"]) == (
         24, [4, 8, 16], [1, 2, 4, 8, 16, 32, 64, 128, 256]), "24 elements: 23 in a block at most, 276 pairs"
     kwargs = QG.load_config(config, [*sizes, "data.kwargs.n_min=128", "data.kwargs.n_max=128"])["data"]["kwargs"]
-    assert (kwargs["n_min"], kwargs["block_sizes"]) == (128, [4, 8, 16, 32, 64]), "the command's N is kept"
+    assert (kwargs["n_min"], kwargs["block_sizes"]) == (24, [4, 8, 16]), "the command's N shrinks too"
     result = cli_in_process("generate", "--config", str(config), "--set", f"data.kwargs.path={tmp_path / 'kinds'}",
                             "--set", "data.kwargs.dimension=4", *(item for size in sizes for item in ("--set", size)),
                             cwd=tmp_path)

@@ -164,8 +164,8 @@ def test_your_own_data_notebook_with_other_sets_and_a_lower_threshold(tmp_path, 
     summary = last_cell_summary(notebook)
 
     assert summary["num_sets"] == 90 and summary["launch_epochs"] == [0, 1]
-    assert summary["binary_metrics"] == ["test_accuracy", "test_f1", "test_loss", "test_precision", "test_recall",
-                                        "test_weighted_f1"]
+    assert summary["binary_metrics"] == ["test_accuracy", "test_balanced_accuracy", "test_f1", "test_loss",
+                                        "test_precision", "test_recall", "test_roc_auc", "test_weighted_f1"]
     assert summary["regression_metrics"] == ["test_loss", "test_mae", "test_r2", "test_rmse"]
     # Three runs: binary and regression on one process, binary on two (a log per rank).
     run_summaries = {run.name: json.loads((run / "summary.json").read_text()) for run in runs.iterdir()}
