@@ -108,14 +108,12 @@ class AppliedRun:
         self.runtime = (Runtime.in_process_group(s.loop.device) if dist.is_available() and dist.is_initialized()
                         else Runtime(device=resolve_device(s.loop.device)))
         model_io = checkpoint.get("model_io") or _model_io_of_the_runs_data(s, self.runtime)
-        if model_io["task"] not in ("multiclass", "binary", "regression"):
-            raise UserError(f"run '{run_dir}' learned a {model_io['task']} task (a label per element): evaluate "
-                            "applies runs that label whole sets; the run's own test (its summary.json) holds its "
-                            "per-element metrics")
         self.in_channels = model_io["in_channels"]
         self.task = tasks.task_of_model_io(model_io, s.task.threshold)
         key = "model.kwargs" if s.model.type is not None else "model"
-        self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width)
+        # The readout as training chose it (model.readout: auto is per element for a node task).
+        self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width,
+                                 node_level=self.task.node_level)
         self.model.load_state_dict(checkpoint["model"])
         self.model.to(self.runtime.device).eval()
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
