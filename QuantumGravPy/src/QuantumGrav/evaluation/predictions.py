@@ -159,13 +159,11 @@ class Predictions:
         for kind in sorted(set(self.kinds)):
             of_kind = torch.tensor([k == kind for k in self.kinds])
             part, measured = self.subset(of_kind), self.subset(of_kind & labelled)
-            row = {"marked_share": float(task.predict(part.outputs).double().mean())}
-            if measured.sets:
-                result = measured._task_metrics(task, criterion)
-                result = with_undefined_as_none(result, undefined_metrics(task, result))
-            else:
-                result = {}
-            found[kind] = {"sets": len(part.sets), **{name: result.get(name) for name in task.metric_names if name != "loss"}, **row}
+            result = measured._task_metrics(task, criterion) if measured.sets else {}
+            result = with_undefined_as_none(result, undefined_metrics(task, result)) if result else {}
+            shown = {name: result.get(name) for name in task.metric_names if name != "loss"}
+            found[kind] = {"sets": len(part.sets), **shown,
+                           "marked_share": float(task.predict(part.outputs).double().mean())}
         return found
 
     def _set_metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
