@@ -119,7 +119,7 @@ def test_the_csv_has_a_row_per_element_with_its_truth_score_and_the_sets_block(n
     dataset = KindsDataset(**run.config["data"]["kwargs"])
     sets = by_set(rows)
     assert list(sets) == list(range(len(dataset))) == list(range(result["count"]))
-    block_sets, ious = 0, []
+    block_sets, ious = 0, {}
     for index, elements in sets.items():
         labels = dataset[index].y
         assert [int(row["element"]) for row in elements] == list(range(len(labels)))
@@ -132,13 +132,19 @@ def test_the_csv_has_a_row_per_element_with_its_truth_score_and_the_sets_block(n
         assert all((float(row["score"]) >= run.task.threshold) == m for row, m in zip(elements, marked))
         if true.any():
             block_sets += 1
-            ious.append((true & marked).sum() / (true | marked).sum())
+            ious[index] = (true & marked).sum() / (true | marked).sum()
     true = np.array([row["truth"] == "inserted_block" for row in rows])
     marked = np.array([row["predicted"] == "inserted_block" for row in rows])
     assert 0 < marked.sum() < len(rows), "a model that marks some elements, not all: the test measures something"
     tp, fp, fn = (true & marked).sum(), (~true & marked).sum(), (true & ~marked).sum()
     assert result["f1"] == pytest.approx(2 * tp / (2 * tp + fp + fn)) and result["recall"] == pytest.approx(tp / (tp + fn))
-    assert result["block_sets"] == block_sets and result["iou"] == pytest.approx(np.mean(ious))
+    assert result["block_sets"] == block_sets and result["iou"] == pytest.approx(np.mean(list(ious.values())))
+    for label, found in result["by_block_size"].items():  # bins of the block's size: 4-7, 8-15, ...
+        low, high = map(int, label.split("-"))
+        in_bin = [index for index in ious if low <= int(sets[index][0]["block_size"]) <= high]
+        assert found["sets"] == len(in_bin) and found["iou"] == pytest.approx(np.mean([ious[i] for i in in_bin]))
+        assert high == 2 * low - 1 and low & (low - 1) == 0
+    assert sum(found["sets"] for found in result["by_block_size"].values()) == block_sets
     for kind, found in result["per_kind"].items():
         of_kind = [row for row in rows if row["kind"] == kind]
         assert found["sets"] == len({row["set"] for row in of_kind})
