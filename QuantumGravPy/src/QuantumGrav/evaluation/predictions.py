@@ -159,13 +159,27 @@ class Predictions:
         for kind in sorted(set(self.kinds)):
             of_kind = torch.tensor([k == kind for k in self.kinds])
             part, measured = self.subset(of_kind), self.subset(of_kind & labelled)
-            row = {"marked_share": float(task.predict(part.outputs).double().mean())}
-            if measured.sets:
-                result = measured._task_metrics(task, criterion)
-                result = with_undefined_as_none(result, undefined_metrics(task, result))
-            else:
-                result = {}
-            found[kind] = {"sets": len(part.sets), **{name: result.get(name) for name in task.metric_names if name != "loss"}, **row}
+            result = measured._task_metrics(task, criterion) if measured.sets else {}
+            result = with_undefined_as_none(result, undefined_metrics(task, result)) if result else {}
+            shown = {name: result.get(name) for name in task.metric_names if name != "loss"}
+            found[kind] = {"sets": len(part.sets), **shown,
+                           "marked_share": float(task.predict(part.outputs).double().mean())}
+        return found
+
+    def metrics_by_size(self, task: tasks.Task, criterion: Callable, sizes: Sequence[int | None]
+                        ) -> dict[str, dict[str, Any]]:
+        """The task's metrics (but the loss) over the sets whose truth is known, in bins of their defect's size
+        (``sizes``, one per set, e.g. a merged set's ``block_size``; None for a set without one): powers of two,
+        ``4-7``, ``8-15``, ..., so that sizes drawn as 4, 8, 16, ... fill one bin each."""
+        known = self.labelled() & torch.tensor([size is not None and size > 0 for size in sizes], dtype=torch.bool)
+        bins = [int(size).bit_length() - 1 if size else -1 for size in sizes]
+        found = {}
+        for low in sorted({bins[i] for i in torch.nonzero(known).view(-1).tolist()}):
+            part = self.subset(known & torch.tensor([b == low for b in bins], dtype=torch.bool))
+            result = part._task_metrics(task, criterion)
+            result = with_undefined_as_none(result, undefined_metrics(task, result))
+            found[f"{2 ** low}-{2 ** (low + 1) - 1}"] = {
+                "sets": len(part.sets), **{name: result[name] for name in task.metric_names if name != "loss"}}
         return found
 
     def _set_metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
@@ -293,6 +307,8 @@ def describe_evaluation(result: dict[str, Any]) -> str:
         lines += [f"{'class':<{width}}{'F1':>8}"]
         lines += [f"{name:<{width}}{_number(f1):>8}" for name, f1 in result["per_class_f1"].items()]
     lines += _per_kind_table(result["per_kind"], width)
+    for key in (key for key in result if key.startswith("by_") and key != "by_defect_size"):
+        lines += _per_kind_table(result[key], width, key.removeprefix("by_"))
     lines += describe_thresholds(result)
     lines += _undefined_lines(result.get("undefined", {}))
     lines += [f"note: {note}" for note in result.get("notes", [])]
@@ -300,14 +316,15 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _per_kind_table(per_kind: dict[str, dict[str, Any]], width: int) -> list[str]:
-    """Each kind's sets and measures (the columns its rows hold), the recall's 95 % interval where there is one."""
+def _per_kind_table(per_kind: dict[str, dict[str, Any]], width: int, label: str = "kind") -> list[str]:
+    """Each kind's (or size bin's, ``label``) sets and measures (the columns its rows hold), the recall's 95 %
+    interval where there is one."""
     first = next(iter(per_kind.values()), {})
     columns = [key for key in first if key not in ("sets", "correct", "recall_low", "recall_high")]
     interval = "recall_low" in first
     widths = {name: max([len(name) + 2, 8, *(len(_number(row[name])) + 2 for row in per_kind.values())])
               for name in columns}
-    lines = [f"{'kind':<{width}}{'sets':>8}" + "".join(f"{name:>{widths[name]}}" for name in columns)
+    lines = [f"{label:<{width}}{'sets':>8}" + "".join(f"{name:>{widths[name]}}" for name in columns)
              + ("  95% interval" if interval else "")]
     for kind, row in per_kind.items():
         lines.append(f"{kind:<{width}}{row['sets']:>8}"
