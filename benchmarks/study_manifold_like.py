@@ -241,19 +241,24 @@ def print_paired(runs: list[dict]) -> None:
 
 def print_flatness(row: str, runs: list[dict]) -> None:
     """How flat each run's validation loss was when it stopped (a row's ``flatness``, :func:`flatness`); rows run
-    before the study recorded it say so."""
+    before the study recorded it say so. When early stopping ended a run, the first of its last ``patience``
+    epochs is the best window, so the change over them is >= 0 by construction: its size (and the highest window
+    over them, as a share above the best) says how flat the loss had become."""
     print(f"\n{row}: validation loss when the run stopped (windowed: the mean early stopping compares)\n\n"
           "| data seed | best / stopped | val loss at best | windowed at best | windowed at stop | windowed change over "
-          "the last patience epochs | learning rate at stop / start |\n|---|---|---|---|---|---|---|")
+          "the last patience epochs | highest window over them, above the best | learning rate at stop / start |\n"
+          "|---|---|---|---|---|---|---|---|")
     for run in runs:
         flat = run.get("flatness")
         if not flat:
-            print(f"| {run['seed']} | {run.get('best_epoch')} / {run.get('stopped_at_epoch')} | not recorded "
-                  "| not recorded | not recorded | not recorded | not recorded |")
+            print(f"| {run['seed']} | {run.get('best_epoch')} / {run.get('stopped_at_epoch')} | "
+                  + " | ".join(["not recorded"] * 6) + " |")
             continue
+        best = flat["windowed_val_loss_at_best"]
         print(f"| {run['seed']} | {flat['best_epoch']} / {flat['stopped_at_epoch']} | {flat['val_loss_at_best']:.4f} | "
-              f"{flat['windowed_val_loss_at_best']:.4f} | {flat['windowed_val_loss_at_stop']:.4f} | "
+              f"{best:.4f} | {flat['windowed_val_loss_at_stop']:.4f} | "
               f"{flat['windowed_val_loss_change_over_patience']:+.4f} over {flat['patience']} | "
+              f"{100 * (flat['windowed_val_loss_range_over_patience'][1] / best - 1):+.1f} % | "
               f"{flat['lr_at_stop']:.3g} / {flat['lr_at_start']:.3g} |")
 
 

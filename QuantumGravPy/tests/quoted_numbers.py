@@ -29,7 +29,8 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it, and
 * Expressions are Python over the loaded sources, with ``pick(records, key, **match)`` (the ``key`` of each
   record whose fields equal ``match``; ``field=None`` also matches a record without that field), ``mean``, ``stdev``
   (sample), ``median``, ``ratio(a, b)``, ``minutes(s)``, ``pts(fraction)`` (x 100), ``find(text, regex)`` (the
-  number of the regex's group), ``constant("EXIT_GRACE_S")`` (a module-level constant of the library, found by
+  number of the regex's group), ``paired_t_p(a, b)`` and ``wilcoxon_p(differences)`` (the two-sided p of a paired
+  comparison, ``scipy.stats``), ``constant("EXIT_GRACE_S")`` (a module-level constant of the library, found by
   name wherever its module lives), ``min``, ``max``, ``sum``, ``len``, ``abs``, ``round``, ``zip``, ``sorted``.
   A ``.json`` or ``.yaml`` source is its data (a YAML ``!tag`` kept as text). Any other source is text:
   ``src.find(r"USR1@(\d+)")``; an ``.ipynb`` source is the text of its stored outputs (``nb.find(regex)``) with
@@ -233,12 +234,27 @@ def pick(records: list[dict], key: str, **match) -> list:
     return chosen
 
 
+def paired_t_p(a: list[float], b: list[float]) -> float:
+    """The two-sided p of the paired t-test of ``a`` against ``b`` (``scipy.stats.ttest_rel``)."""
+    from scipy import stats
+
+    return float(stats.ttest_rel(a, b).pvalue)
+
+
+def wilcoxon_p(differences: list[float]) -> float:
+    """The two-sided p of the Wilcoxon signed-rank test of paired ``differences`` (``scipy.stats.wilcoxon``)."""
+    from scipy import stats
+
+    return float(stats.wilcoxon(differences).pvalue)
+
+
 HELPERS = {
     "pick": pick, "mean": statistics.fmean, "stdev": statistics.stdev, "median": statistics.median,
     "ratio": lambda a, b: a / b, "minutes": lambda seconds: seconds / 60, "pts": lambda share: 100 * share,
     "min": min, "max": max, "sum": sum, "len": len, "abs": abs, "round": round, "zip": zip, "sorted": sorted,
     "list": list, "range": range, "float": float, "int": int,
     "find": lambda text, pattern: TextSource("the text", text).find(pattern),
+    "paired_t_p": paired_t_p, "wilcoxon_p": wilcoxon_p,
 }
 
 

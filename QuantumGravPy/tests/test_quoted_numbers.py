@@ -90,6 +90,24 @@ def test_tied_numbers_pass_and_code_versions_and_comments_are_not_measurements(t
     assert qn.check_document(_tree(tmp_path), "RESULTS.md") == []
 
 
+def test_a_paired_comparison_is_quoted_by_its_p_values(tmp_path):
+    """Differences 1, 2, 3: t = 2 sqrt(3) on 2 degrees of freedom, two-sided p = 1 - t / sqrt(t² + 2) = 0.0742;
+    five differences of one sign: the exact Wilcoxon p is 2 / 2⁵ = 0.0625."""
+    results = {"runs": [{"model": m, "seed": s, "accuracy": a} for m, s, a in (
+        ("gnn", 1, 0.5), ("gnn", 2, 0.6), ("gnn", 3, 0.7), ("baseline", 1, 0.49), ("baseline", 2, 0.58),
+        ("baseline", 3, 0.67))]}
+    registry = {"document": "RESULTS.md", "sources": {"results": "results.json"},
+                "define": {"gnn": "pick(results['runs'], 'accuracy', model='gnn')",
+                           "base": "pick(results['runs'], 'accuracy', model='baseline')"},
+                "quotes": [{"text": "paired t-test p = 0.0742", "values": ["paired_t_p(gnn, base)"]},
+                           {"text": "Wilcoxon p = 0.0625", "values": ["wilcoxon_p([0.1, 0.2, 0.3, 0.4, 0.5])"]}]}
+    document = "# Paired\n\nThe gain: paired t-test p = 0.0742, and over five seeds Wilcoxon p = 0.0625.\n"
+    assert qn.check_document(_tree(tmp_path, document=document, registry=registry, results=results), "RESULTS.md") == []
+    wrong = document.replace("0.0742", "0.0500")
+    problems = qn.check_document(_tree(tmp_path, document=wrong, registry=registry, results=results), "RESULTS.md")
+    assert any("0.0742" in p for p in problems), problems
+
+
 def test_a_result_changed_without_the_prose_fails(tmp_path):
     results = json.loads(json.dumps(RESULTS))
     results["runs"][0]["accuracy"] = 0.976  # the mean moves to 0.983, which 0.980 does not round

@@ -45,5 +45,5 @@ def test_the_paired_table_prints_flatness_and_says_when_a_row_did_not_record_it(
             {"row": "gnn", "seed": 1, "best_epoch": 20, "stopped_at_epoch": 30}]
     study_manifold_like.print_flatness("gnn", runs)
     table = capsys.readouterr().out
-    assert "| 3 | 5 / 7 | 0.2000 | 0.2333 | 0.2667 | +0.0333 over 2 | 0.00125 / 0.01 |" in table
+    assert "| 3 | 5 / 7 | 0.2000 | 0.2333 | 0.2667 | +0.0333 over 2 | +14.3 % | 0.00125 / 0.01 |" in table
     assert "| 1 | 20 / 30 | not recorded |" in table

@@ -40,7 +40,8 @@ from torch_geometric.data import Data, Dataset
 from .invariants import INVARIANT_NAMES, NODE_FEATURES
 from .orders import transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
-from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, check_node_labels, read_node_labels
+from .node_targets import (MISSING_LABELS, NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, node_target,
+                           read_node_labels, unlabelled_stores)
 from .stores.graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
                             describe_order_repairs, graph_tensors, order_error)
 from .stores.cache_files import compacted, expanded, feature_cache_dir
@@ -113,6 +114,13 @@ def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
     return value[0].item()
 
 
+def _check_choices(**given: tuple[str, Sequence[str]]) -> None:
+    """One UserError for the first keyword argument whose value is not among its choices."""
+    for name, (value, choices) in given.items():
+        if value not in choices:
+            raise UserError(f"{name}: expected one of {choices}, got {value!r}")
+
+
 class QuantumGravJLDataset(Dataset):
     """Causal sets from QuantumGrav.jl's Zarr stores as PyG graphs, read lazily item by item.
 
@@ -136,6 +144,9 @@ class QuantumGravJLDataset(Dataset):
       ``complex_topology`` may miss implied relations) is ``"refuse"``-d (one UserError, the default), ``"close"``-d
       (its transitive closure read; a cycle is refused) or ``"skip"``-ped. ``close`` and ``skip`` read (and cache)
       every set at construction, so that ``order_repairs`` counts them before training; a warning names them.
+    * ``missing_labels``: per-element labels that a set's kind should have but its store lacks (QuantumGrav.jl's):
+      ``"refuse"`` (the default) or ``"unknown"``, y of NaN, for ``evaluate`` to score (``node_targets``); the
+      stores whose first set lacks them are ``unlabelled_stores``.
 
     Nothing is read at construction but the folder listings, each group's ``adj`` metadata and the first group of
     each store (checked, so that a wrong path or format fails before training). Stores are opened lazily in
@@ -147,15 +158,12 @@ class QuantumGravJLDataset(Dataset):
     def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, target: str = DEFAULT_TARGET, edges: str = DEFAULT_EDGES,
                  cache: bool = True, cache_dir: str | os.PathLike | None = None,
                  cset_types: Sequence[str] | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                 not_partial_orders: str = "refuse", transform: Callable | None = None):
+                 not_partial_orders: str = "refuse", missing_labels: str = "refuse",
+                 transform: Callable | None = None):
         import_zarr()
-        if target not in VALID_TARGETS:
-            raise UserError(f"target: expected one of {VALID_TARGETS}, got {target!r}")
-        if edges not in VALID_EDGES:
-            raise UserError(f"edges: expected one of {VALID_EDGES}, got {edges!r}")
-        if not_partial_orders not in NOT_PARTIAL_ORDERS:
-            raise UserError(f"not_partial_orders: expected one of {NOT_PARTIAL_ORDERS}, got {not_partial_orders!r}")
-        self.target, self.edges, self.cache = target, edges, bool(cache)
+        _check_choices(target=(target, VALID_TARGETS), edges=(edges, VALID_EDGES), not_partial_orders=(
+            not_partial_orders, NOT_PARTIAL_ORDERS), missing_labels=(missing_labels, MISSING_LABELS))
+        self.target, self.edges, self.cache, self.missing_labels = target, edges, bool(cache), missing_labels
         self.max_elements, self.not_partial_orders = check_max_elements(max_elements), not_partial_orders
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         self.stores = list(dict.fromkeys(store for each in paths for store in find_stores(each)))
@@ -171,9 +179,8 @@ class QuantumGravJLDataset(Dataset):
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
         first_codes = [int(graph["labels"][1]) for graph in firsts]
-        if target in NODE_TARGET_TASKS:
-            check_node_labels(target, self.stores, [groups[0] for groups in self.groups],
-                              [JULIA_CSET_TYPES[code] for code in first_codes])
+        self.unlabelled_stores = unlabelled_stores(target, [store / groups[0] for store, groups in zip(
+            self.stores, self.groups)], [JULIA_CSET_TYPES[code] for code in first_codes], missing_labels)
         self.order_repairs: dict[str, list[str]] = {"closed": [], "skipped": []}
         if not_partial_orders == "refuse":
             for k, graph in enumerate(firsts):
@@ -336,7 +343,8 @@ class QuantumGravJLDataset(Dataset):
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
         if self.target in NODE_TARGET_TASKS:
-            y = graph["node_labels"].float()
+            y = node_target(graph["node_labels"], self.target, JULIA_CSET_TYPES[int(graph["labels"][1])],
+                            self.stores[store_index] / group, self.missing_labels)
         else:
             y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],

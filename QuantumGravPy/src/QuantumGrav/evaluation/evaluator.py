@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from . import tasks
+from .levels import level_of
 from ..distributed.runtime import Runtime
 
 
@@ -26,6 +27,7 @@ class Evaluator:
                  mode: str, autocast: Callable[[], Any]):
         self.model, self.task, self.criterion, self.runtime = model, task, criterion, runtime
         self.mode, self.autocast = mode, autocast
+        self.level = level_of(task)
 
     def evaluate(self, loader) -> dict[str, Any] | None:
         """The task's metrics (loss, count and the task's) of the current model on ``loader``."""
@@ -43,9 +45,10 @@ class Evaluator:
         totals = self.task.zero_totals(next(self.model.parameters()).device)
         for outputs, target, batch in self.outputs(loader):
             loss = self.criterion(outputs, target)
-            # A node task's block IoU is per set: it needs each element's graph.
-            totals += (self.task.batch_totals(outputs, target, loss, batch.batch) if self.task.node_level
-                       else self.task.batch_totals(outputs, target, loss))
+            # A task with several output rows per set (the node task's block IoU) totals per set: it needs each
+            # row's graph.
+            totals += (self.task.batch_totals(outputs, target, loss, self.level.row_graphs(batch))
+                       if self.level.unit != "set" else self.task.batch_totals(outputs, target, loss))
             if predictions is not None:
                 predictions += self._per_graph(outputs, target, batch)
             if scores is not None and isinstance(self.task, tasks.BinaryTask):
