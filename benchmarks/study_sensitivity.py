@@ -57,6 +57,31 @@ CONFIG = "configs/manifold_like_dimensions.yaml"
 SPLIT_SEED = 42
 
 
+class Clock:
+    """Wall and CPU seconds since it started: this process's CPU, and its finished children's (the CLI's training
+    runs), so that a cost read on a machine shared with other jobs is not only the wait for a core."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), self._cpu()
+
+    @staticmethod
+    def _cpu() -> float:
+        import resource
+
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
+
+    def seconds(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, self._cpu() - self.cpu
+
+
+def per_set(name: str, seconds: tuple[float, float] | None, sets: int) -> dict:
+    """``<name>_s_per_set`` (wall) and ``<name>_cpu_s_per_set``; None for a step not timed."""
+    if seconds is None:
+        return {f"{name}_s_per_set": None, f"{name}_cpu_s_per_set": None}
+    return {f"{name}_s_per_set": seconds[0] / sets, f"{name}_cpu_s_per_set": seconds[1] / sets}
+
+
 def data_kwargs(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict:
     return {"path": str(args.data), "kinds": list(KINDS), "num_per_kind": args.per_kind, "n_min": n, "n_max": n,
             "seed": seed, "dimension": dimension, "changed_relations": CHANGED_RELATIONS, "block_sizes": BLOCK_SIZES}
@@ -73,9 +98,9 @@ def open_data(args: argparse.Namespace, n: int, dimension: int, seed: int):
     settings = generation_settings(kwargs["kinds"], args.per_kind, n, n, seed, dimension, CHANGED_RELATIONS,
                                    BLOCK_SIZES)
     there = (generated_folder(args.data, settings) / GENERATION_FILE).is_file()
-    started = time.perf_counter()
+    clock = Clock()
     dataset = KindsDataset(**kwargs, workers=1)
-    generation = None if there else time.perf_counter() - started
+    generation = None if there else clock.seconds()
     return dataset, generation, split_indices(len(dataset), args.split, SPLIT_SEED)
 
 
@@ -122,25 +147,23 @@ def rival_rows(args: argparse.Namespace, n: int, dimension: int, seed: int) -> d
     descriptions = [dataset.describe(i) for i in range(len(dataset))]
     kinds = [d["kind"] for d in descriptions]
     sizes = [d.get(SIZE_OF.get(d["kind"], ""), 0) for d in descriptions]
-    started = time.perf_counter()
+    clock = Clock()
     items = [dataset[i] for i in range(len(dataset))]
-    read = time.perf_counter() - started
-    started = time.perf_counter()
+    read, clock = clock.seconds(), Clock()
     X = baseline_features(items, "invariants_and_elements", strongest=True)
-    features = time.perf_counter() - started
+    features = clock.seconds()
     y = labels_vector(items).astype(np.int64)
     estimator, columns, method = baseline_models("classification", "invariants_and_elements", True)["strongest"]
-    started = time.perf_counter()
+    clock = Clock()
     with threadpool_limits(limits=1):
         estimator.fit(X[train][:, columns], y[train])
-        fit = time.perf_counter() - started
+        fit = clock.seconds()
         defect_class = list(estimator.classes_).index(0)  # y = 1: manifold-like
         scores = estimator.predict_proba(X[:, columns])[:, defect_class]
-    costs = {"sets": len(dataset), "torch_threads": torch.get_num_threads(),
-             "generation_s_per_set": generation / len(dataset) if generation is not None else None,
+    costs = {"sets": len(dataset), "torch_threads": torch.get_num_threads(), **per_set("generation", generation, len(dataset)),
              "generation_note": None if generation is not None else "the stores were already there (not timed)",
-             "read_with_node_features_s_per_set": read / len(dataset),
-             "rival_features_s_per_set": features / len(dataset), "rival_fit_s": fit, "train_sets": len(train)}
+             **per_set("read_with_node_features", read, len(dataset)), **per_set("rival_features", features, len(dataset)),
+             "rival_fit_s": fit[0], "rival_fit_cpu_s": fit[1], "train_sets": len(train)}
     common = {"num_per_kind": args.per_kind, "split": list(args.split), "split_seed": SPLIT_SEED,
               "counts": split_counts(kinds, (train, val, test))}
     rows = {"strongest_baseline": {**common, "method": method, **sensitivity_of(scores, kinds, sizes, val, test),
@@ -177,16 +200,16 @@ def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict
             command += ["--set", setting]
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "QUANTUMGRAV_SMOKE_TEST": "0",
                "PYTHONPATH": os.pathsep.join([str(REPO / "QuantumGravPy" / "src"), os.environ.get("PYTHONPATH", "")])}
-        started = time.perf_counter()
+        clock = Clock()
         finished = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
         if finished.returncode != 0:
             raise RuntimeError(f"gnn n={n} d={dimension} seed {seed} failed:\n{finished.stderr[-3000:]}")
-        training = time.perf_counter() - started
+        training = clock.seconds()
         run = Path(runs) / "run"
         summary = json.loads((run / "summary.json").read_text())
-        started = time.perf_counter()
+        clock = Clock()
         predicted = QG.load_run(run).predict(str(run / "config.yaml"))
-        applying = time.perf_counter() - started
+        applying = clock.seconds()
     score = np.empty(len(dataset))
     for row in predicted:
         score[int(row["set"])] = 1.0 - float(row["score"])
@@ -198,7 +221,8 @@ def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict
             "epoch_cap": args.epochs, "ended_by": ended_by, "best_epoch": summary.get("best_epoch"),
             "stopped_at_epoch": summary.get("stopped_at_epoch"), "test_balanced_accuracy": summary.get("test_balanced_accuracy"),
             **sensitivity_of(score, kinds, sizes, val, test),
-            "costs": {"training_s": training, "applying_s": applying, "torch_threads": args.threads}}
+            "costs": {"training_s": training[0], "training_cpu_s": training[1], "applying_s": applying[0],
+                      "applying_cpu_s": applying[1], "torch_threads": args.threads}}
 
 
 def pooled(runs: list[dict]) -> dict:
@@ -240,15 +264,19 @@ def print_tables(results: dict) -> None:
         for kind, curve in group["curves"].items():
             points = "  ".join(f"{p['size']:g}: {p['correct']}/{p['sets']}" for p in curve["points"])
             print(f"  {kind}: 90 % at {crossing_text(curve)};  {points}")
-    print("\ncosts\n\n| row | N | d | seed | sets | generation s/set | read s/set | rival features s/set | fit s "
-          "| training s |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("\ncosts, wall (CPU) seconds\n\n| row | N | d | seed | sets | generation s/set | read s/set "
+          "| rival features s/set | fit s | training s |\n|---|---|---|---|---|---|---|---|---|---|")
     for run in rows:
         if "costs" in run:
             c = run["costs"]
-            print(f"| {run['row']} | {run['n']} | {run['dimension']} | {run['seed']} | " + " | ".join(
-                "-" if c.get(k) is None else f"{c[k]:.3g}" for k in (
-                    "sets", "generation_s_per_set", "read_with_node_features_s_per_set", "rival_features_s_per_set",
-                    "rival_fit_s", "training_s")) + " |")
+            cells = [str(c.get("sets", "-"))]
+            for wall, cpu in (("generation_s_per_set", "generation_cpu_s_per_set"),
+                              ("read_with_node_features_s_per_set", "read_with_node_features_cpu_s_per_set"),
+                              ("rival_features_s_per_set", "rival_features_cpu_s_per_set"),
+                              ("rival_fit_s", "rival_fit_cpu_s"), ("training_s", "training_cpu_s")):
+                cells.append("-" if c.get(wall) is None else f"{c[wall]:.3g}"
+                             + ("" if c.get(cpu) is None else f" ({c[cpu]:.3g})"))
+            print(f"| {run['row']} | {run['n']} | {run['dimension']} | {run['seed']} | " + " | ".join(cells) + " |")
 
 
 def save(path: Path | None, results: dict) -> None:
