@@ -7,6 +7,7 @@ on the manifold-like (polynomial) sets of the same N and dimension d, per model,
     python benchmarks/study_sensitivity.py --n 1024 --per-kind 360 --dimensions 3 --json benchmarks/results_sensitivity.json
     python benchmarks/study_sensitivity.py --rows gnn --n 256 --dimensions 3 --seeds 1 --json ...
     python benchmarks/study_sensitivity.py --results benchmarks/results_sensitivity.json   # the tables only
+    python benchmarks/study_sensitivity.py --generation-sets 18 --n 1024 --json ...   # what generating a set costs
 
 The data of each (N, d, data seed): ``KindsDataset`` with kinds polynomial, destroyed and merged, ``--per-kind`` sets
 of each with exactly N elements, the destroyed sets taking k = 1, 2, 4, ..., 256 changed relations in turn and the
@@ -225,6 +226,25 @@ def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict
                       "applying_cpu_s": applying[1], "torch_threads": args.threads}}
 
 
+def generation_rows(args: argparse.Namespace, n: int, dimension: int) -> list[dict]:
+    """What one set of each kind costs to generate and write as a store with its node features (``KindsDataset``,
+    one process), ``--generation-sets`` sets of each kind written afresh into a temporary folder, in wall and CPU
+    seconds per set."""
+    from QuantumGrav.data.kinds import KindsDataset
+
+    rows = []
+    for kind in KINDS:
+        sizes = {"changed_relations": CHANGED_RELATIONS} if kind == "destroyed" else \
+            {"block_sizes": BLOCK_SIZES} if kind == "merged" else {}
+        with tempfile.TemporaryDirectory(prefix="qg_generation_") as folder:
+            clock = Clock()
+            KindsDataset(folder, kinds=[kind], num_per_kind=args.generation_sets, n_min=n, n_max=n, seed=0,
+                         dimension=dimension, workers=1, **sizes)
+            rows.append({"kind": kind, "n": n, "dimension": dimension, "sets": args.generation_sets,
+                         **per_set("generation", clock.seconds(), args.generation_sets)})
+    return rows
+
+
 def pooled(runs: list[dict]) -> dict:
     """Per (row, N, d): the seeds, the false alarms and each kind's curve summed over them."""
     from QuantumGrav.evaluation.sensitivity import pooled_curve, pooled_false_alarms
@@ -277,6 +297,16 @@ def print_tables(results: dict) -> None:
                 cells.append("-" if c.get(wall) is None else f"{c[wall]:.3g}"
                              + ("" if c.get(cpu) is None else f" ({c[cpu]:.3g})"))
             print(f"| {run['row']} | {run['n']} | {run['dimension']} | {run['seed']} | " + " | ".join(cells) + " |")
+    if results.get("generation"):
+        print_generation(results["generation"])
+
+
+def print_generation(rows: list[dict]) -> None:
+    print("\ngeneration (sets written with their node features), per set: wall (CPU) seconds\n\n| kind | N | d | sets "
+          "| per set |\n|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['kind']} | {row['n']} | {row['dimension']} | {row['sets']} | {row['generation_s_per_set']:.3g} "
+              f"({row['generation_cpu_s_per_set']:.3g}) |")
 
 
 def save(path: Path | None, results: dict) -> None:
@@ -300,6 +330,8 @@ def main() -> int:
     parser.add_argument("--train-seed-offset", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--data", type=Path, default=REPO / "data" / "sensitivity", help="where the stores are written")
+    parser.add_argument("--generation-sets", type=int, default=0,
+                        help="instead of the curves: time generating this many sets of each kind at each N and d")
     parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
     parser.add_argument("--results", help="print the tables of a results file and exit")
     args = parser.parse_args()
@@ -315,6 +347,14 @@ def main() -> int:
                         f"{CHANGED_RELATIONS}; merged sets with blocks of exactly m elements, m in {BLOCK_SIZES}; "
                         f"threshold at 5 % false alarms on the validation polynomial sets; one process, "
                         f"{args.threads} torch thread(s), CPU (shared 2-core machine)")
+    if args.generation_sets:
+        measured = [row for n in args.n for dimension in args.dimensions for row in generation_rows(args, n, dimension)]
+        keys = {(row["kind"], row["n"], row["dimension"]) for row in measured}
+        results["generation"] = [row for row in results.get("generation", [])
+                                 if (row["kind"], row["n"], row["dimension"]) not in keys] + measured
+        save(path, results)
+        print_generation(results["generation"])
+        return 0
     done = {(run["row"], run["n"], run["dimension"], run["seed"]) for run in results["runs"]}
     for n in args.n:
         for dimension in args.dimensions:
