@@ -41,6 +41,8 @@ from .invariants import INVARIANT_NAMES, NODE_FEATURES
 from .orders import transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
 from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, check_node_labels, read_node_labels
+from .relation_targets import (RELATION_LABELS_ARRAY, RELATION_TARGET_CLASS_NAMES, RELATION_TARGET_TASKS,
+                               check_relation_labels, pair_target)
 from .stores.graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
                             describe_order_repairs, graph_tensors, order_error)
 from .stores.cache_files import compacted, expanded, feature_cache_dir
@@ -57,7 +59,7 @@ JULIA_CSET_TYPES: dict[int, str] = {
     1: "polynomial", 2: "complex_topology", 3: "destroyed", 4: "merged", 5: "grid", 6: "layered",
     7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
 }
-VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS)
+VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS, *RELATION_TARGET_TASKS)
 DEFAULT_TARGET, DEFAULT_EDGES = "manifold_like", "links"  # as upstream trains
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
@@ -113,6 +115,34 @@ def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
     return value[0].item()
 
 
+def choose_cset_types(cset_types: Sequence[str] | None, found: list[str]) -> list[str]:
+    """The classes of ``target="cset_type"``: the names given (checked), else the types found."""
+    if cset_types is None:
+        return found
+    unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
+    if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
+        raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
+                        f"got {list(cset_types)!r}")
+    return list(cset_types)
+
+
+def check_choices(**choices: tuple[str, tuple[str, ...]]) -> None:
+    """Each keyword's value (value, allowed) is one of those allowed, or a UserError naming it."""
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise UserError(f"{name}: expected one of {allowed}, got {value!r}")
+
+
+def check_recorded_labels(target: str, stores: Sequence[Path], first_groups: Sequence[str], kinds: Sequence[str]
+                          ) -> None:
+    """A per-element or per-pair target's labels must be recorded where its kinds have them (``node_targets``,
+    ``relation_targets``); a per-set target needs none."""
+    if target in NODE_TARGET_TASKS:
+        check_node_labels(target, stores, first_groups, kinds)
+    if target in RELATION_TARGET_TASKS:
+        check_relation_labels(target, stores, first_groups, kinds)
+
+
 class QuantumGravJLDataset(Dataset):
     """Causal sets from QuantumGrav.jl's Zarr stores as PyG graphs, read lazily item by item.
 
@@ -124,6 +154,8 @@ class QuantumGravJLDataset(Dataset):
       ``cset_types`` or, by default, those found in the first group of each store (one type per
       store is how produce_data writes them), ordered by code. ``target="inserted_block"``: y holds one 0/1
       per element, 1 inside a merged set's inserted block (``node_targets``), learned as ``node_binary``.
+      ``target="toggled_relations"``: y holds one 0/1 per pair of elements, 1 where a destroyed set's relation was
+      toggled, ``pair_relation`` the pair's input state (``relation_targets``), learned as ``relation_binary``.
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
     * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal set and cached in a
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
@@ -149,12 +181,8 @@ class QuantumGravJLDataset(Dataset):
                  cset_types: Sequence[str] | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS,
                  not_partial_orders: str = "refuse", transform: Callable | None = None):
         import_zarr()
-        if target not in VALID_TARGETS:
-            raise UserError(f"target: expected one of {VALID_TARGETS}, got {target!r}")
-        if edges not in VALID_EDGES:
-            raise UserError(f"edges: expected one of {VALID_EDGES}, got {edges!r}")
-        if not_partial_orders not in NOT_PARTIAL_ORDERS:
-            raise UserError(f"not_partial_orders: expected one of {NOT_PARTIAL_ORDERS}, got {not_partial_orders!r}")
+        check_choices(target=(target, VALID_TARGETS), edges=(edges, VALID_EDGES),
+                      not_partial_orders=(not_partial_orders, NOT_PARTIAL_ORDERS))
         self.target, self.edges, self.cache = target, edges, bool(cache)
         self.max_elements, self.not_partial_orders = check_max_elements(max_elements), not_partial_orders
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -171,8 +199,7 @@ class QuantumGravJLDataset(Dataset):
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
         first_codes = [int(graph["labels"][1]) for graph in firsts]
-        if target in NODE_TARGET_TASKS:
-            check_node_labels(target, self.stores, [groups[0] for groups in self.groups],
+        check_recorded_labels(target, self.stores, [groups[0] for groups in self.groups],
                               [JULIA_CSET_TYPES[code] for code in first_codes])
         self.order_repairs: dict[str, list[str]] = {"closed": [], "skipped": []}
         if not_partial_orders == "refuse":
@@ -188,29 +215,21 @@ class QuantumGravJLDataset(Dataset):
             logger.warning(self.order_repairs_line())
         # The types of the stores, by code: each store's first group's (produce_data writes one type per store).
         self.found_cset_types = [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
-        self._cset_types = self._choose_cset_types(cset_types, self.found_cset_types)
+        self._cset_types = choose_cset_types(cset_types, self.found_cset_types)
         super().__init__(root=None, transform=transform)
 
     # ------------------------------------------------------------------ labels
-    @staticmethod
-    def _choose_cset_types(cset_types: Sequence[str] | None, found: list[str]) -> list[str]:
-        if cset_types is None:
-            return found
-        unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
-        if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
-            raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
-                            f"got {list(cset_types)!r}")
-        return list(cset_types)
-
     @property
     def task(self) -> str:
         """How ``y`` is learned (``task.type: auto`` reads it): as the generator's targets of the same name."""
-        return NODE_TARGET_TASKS.get(self.target) or TARGET_TASKS[self.target]
+        return NODE_TARGET_TASKS.get(self.target) or RELATION_TARGET_TASKS.get(self.target) or TARGET_TASKS[self.target]
 
     @property
     def class_names(self) -> list[str]:
         if self.target in NODE_TARGET_CLASS_NAMES:
             return list(NODE_TARGET_CLASS_NAMES[self.target])
+        if self.target in RELATION_TARGET_CLASS_NAMES:
+            return list(RELATION_TARGET_CLASS_NAMES[self.target])
         return list(MANIFOLD_LIKE_NAMES) if self.target == "manifold_like" else list(self._cset_types)
 
     @property
@@ -335,12 +354,23 @@ class QuantumGravJLDataset(Dataset):
     def get(self, idx: int) -> Data:
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
+        extra = {}
         if self.target in NODE_TARGET_TASKS:
             y = graph["node_labels"].float()
+        elif self.target in RELATION_TARGET_TASKS:
+            y, extra["pair_relation"] = self._pair_target(store_index, group, graph)
         else:
             y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
-                    julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0])
+                    julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0], **extra)
+
+    def _pair_target(self, store_index: int, group: str, graph: dict[str, torch.Tensor]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The group's per-pair labels and input states (N^2 / 2 of each: read from the store, not cached)."""
+        R, _, _ = self._read_checked(store_index, group)
+        R = transitive_closure(R) if int(graph["order_problem"]) == ORDER_CLOSED else R  # what the graph was built from
+        return pair_target(R, graph["edge_index"] if self.edges == "links" else None, self._open(store_index)[group],
+                           lambda problem: store_error(self.stores[store_index], group, problem))
 
     def describe(self, idx: int) -> dict[str, Any]:
         """Where item ``idx`` comes from and what it is: its store's name, group and QuantumGrav.jl kind, and the
@@ -430,9 +460,11 @@ def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndar
 
 
 def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_type_code: int, manifold_like: bool,
-                      *, attributes: dict[str, Any] | None = None, node_labels: np.ndarray | None = None) -> None:
+                      *, attributes: dict[str, Any] | None = None, node_labels: np.ndarray | None = None,
+                      relation_labels: np.ndarray | None = None) -> None:
     """Group ``cset_<index>`` of an open store, as ``write_julia_store`` writes it; ``attributes`` (the group's
-    JSON attributes) and ``node_labels`` (an array of one 0/1 per element) are what our generator adds, and
+    JSON attributes), ``node_labels`` (an array of one 0/1 per element) and ``relation_labels`` (an N x N 0/1
+    matrix like ``causal_matrix``, written in ``adj``'s layout: transposed) are what our generator adds, and
     readers of produce_data's keys pass over them."""
     zarr_format = root.metadata.zarr_format
     if zarr_format == 2:
@@ -445,6 +477,8 @@ def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_typ
               "manifold_like": np.array([manifold_like], dtype=bool), "cset_type": np.array([cset_type_code], dtype="<i8")}
     if node_labels is not None:
         values["node_labels"] = np.asarray(node_labels, dtype=np.uint8)
+    if relation_labels is not None:
+        values[RELATION_LABELS_ARRAY] = np.asarray(relation_labels, dtype=np.uint8).T
     for name, value in values.items():
         chunks = tuple(min(size, 1000) for size in value.shape)
         array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,

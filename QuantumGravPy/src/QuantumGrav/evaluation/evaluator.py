@@ -43,9 +43,10 @@ class Evaluator:
         totals = self.task.zero_totals(next(self.model.parameters()).device)
         for outputs, target, batch in self.outputs(loader):
             loss = self.criterion(outputs, target)
-            # A node task's block IoU is per set: it needs each element's graph.
-            totals += (self.task.batch_totals(outputs, target, loss, batch.batch) if self.task.node_level
-                       else self.task.batch_totals(outputs, target, loss))
+            # A node task's block IoU and a relation task's sets are per set: they need each output's graph.
+            graphs = self.task.output_graph(batch)
+            totals += (self.task.batch_totals(outputs, target, loss) if graphs is None
+                       else self.task.batch_totals(outputs, target, loss, graphs))
             if predictions is not None:
                 predictions += self._per_graph(outputs, target, batch)
             if scores is not None and isinstance(self.task, tasks.BinaryTask):
@@ -71,7 +72,14 @@ class Evaluator:
     def _per_graph(self, outputs: torch.Tensor, target: torch.Tensor, batch) -> list[tuple[Any, Any, float]]:
         """(prediction, true value, flip fraction) of each graph: the predicted class for classification, the
         output for regression, the list of predicted and of true 0/1 labels of its elements for a node task; the
-        flip fraction is NaN for data without one."""
+        flip fraction is NaN for data without one; for a relation task the candidate pairs (their positions in the
+        set's list, ``data.relation_targets``) it marks and those that changed, since all its pairs are N^2 / 2."""
+        if self.task.level == "pair":
+            graphs = self.task.output_graph(batch)
+            predicted, true = self.task.predict(outputs).bool(), target.view(-1) > 0.5
+            starts = torch.cumsum(torch.bincount(graphs, minlength=batch.num_graphs), 0).tolist()
+            return [(torch.nonzero(predicted[a:b]).view(-1).tolist(), torch.nonzero(true[a:b]).view(-1).tolist(),
+                     math.nan) for a, b in zip([0, *starts[:-1]], starts)]
         if self.task.node_level:
             sizes = torch.bincount(batch.batch, minlength=batch.num_graphs).tolist()
             predicted = self.task.predict(outputs).split(sizes)

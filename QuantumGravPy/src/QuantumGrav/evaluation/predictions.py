@@ -22,6 +22,7 @@ from . import tasks
 from .kinds import describe_threshold, mean_by_kind, recall_by_kind
 from .scores import classification_metrics
 from .undefined import undefined_metrics, with_undefined_as_none
+from ..config.sections.task import TASK_METRICS
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
 from ..common.files import atomic_replace, atomic_write_text
@@ -167,7 +168,7 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     """The short table the command line prints: the task's metrics, F1 per class, then each kind's sets and recall
     (or mean absolute error), the detection thresholds with how to read them, what is undefined and why, the notes
     (sets outside the training range, sets closed or left out), and where the files are."""
-    shown = [m for m in tasks.TASK_METRICS[result["task"]] if m != "loss"]
+    shown = [m for m in TASK_METRICS[result["task"]] if m != "loss"]
     scores = "  ".join(f"{m} {_number(result[m])}" for m in shown)
     ranking = [m for m in ("balanced_accuracy", "roc_auc") if m in result]
     scores += "".join(f"  {m} {_number(result[m])}" for m in ranking)

@@ -109,9 +109,10 @@ class AppliedRun:
                         else Runtime(device=resolve_device(s.loop.device)))
         model_io = checkpoint.get("model_io") or _model_io_of_the_runs_data(s, self.runtime)
         if model_io["task"] not in ("multiclass", "binary", "regression"):
-            raise UserError(f"run '{run_dir}' learned a {model_io['task']} task (a label per element): evaluate "
+            unit = "pair of elements" if model_io["task"] == "relation_binary" else "element"
+            raise UserError(f"run '{run_dir}' learned a {model_io['task']} task (a label per {unit}): evaluate "
                             "applies runs that label whole sets; the run's own test (its summary.json) holds its "
-                            "per-element metrics")
+                            f"per-{unit.split()[0]} metrics")
         self.in_channels = model_io["in_channels"]
         self.task = tasks.task_of_model_io(model_io, s.task.threshold)
         key = "model.kwargs" if s.model.type is not None else "model"
