@@ -106,11 +106,14 @@ def batch_stats_val_loss(trainer, val_loader) -> float:
 
 
 class Diagnose(QG.Callback):
-    def __init__(self, rows: list[dict]):
-        self.rows = rows  # loaders and counter: set once the trainer has built them
+    """Hooks receive the run's state (``callbacks.state.RunState``: model, optimizer), not the trainer; the
+    extra validation passes need the trainer's ``evaluate``, so it is handed in once the trainer exists."""
 
-    def on_epoch_end(self, trainer, record):
-        model, optimizer = trainer.core_model, trainer.optimizer
+    def __init__(self, rows: list[dict]):
+        self.rows = rows  # trainer, loaders and counter: set once the trainer has built them
+
+    def on_epoch_end(self, state, record):
+        trainer, model, optimizer = self.trainer, state.model, state.optimizer
         params = list(model.parameters())
         state = [optimizer.state.get(p, {}) for p in params]
         row = {"epoch": record["epoch"], "graphs_per_s": record["graphs_per_s"], "val_loss": record["val_loss"],
@@ -149,7 +152,7 @@ def main() -> int:
     diagnose = Diagnose(rows)
     trainer = QG.Trainer(config, callbacks=[diagnose])
     loaders = trainer.prepare_dataloaders()
-    diagnose.train_loader, diagnose.val_loader = loaders[:2]
+    diagnose.trainer, (diagnose.train_loader, diagnose.val_loader) = trainer, loaders[:2]
     diagnose.counter = ActivationCounter(trainer.core_model)
     trainer.run_training(*loaders[:2])
     trainer.close()

@@ -11,7 +11,10 @@ Rows, each trained and tested on the same sets and split of every data seed (``d
 training seed (``training.seed``: initialisation, batch order, dropout) is the data seed plus ``--train-seed-offset``,
 so that the draw of the sets and the draw of the training are not one and the same; each row records its
 ``train_seed``, and a model row whether it ended by early stopping or at its epoch cap (``ended_by``, ``best_epoch``,
-``stopped_at_epoch``, ``epoch_cap``):
+``stopped_at_epoch``, ``epoch_cap``) and how flat its validation loss was when it stopped (``flatness``: the
+validation loss at the best epoch, the change of the windowed loss over the last ``patience`` epochs, the learning
+rate at the stop; read from the run's metrics.csv, and ``not recorded`` for rows run before the study kept it). With
+``--runs DIR`` each model run's folder stays on disk as ``DIR/<row>_seed<seed>`` (checkpoints, metrics, logs):
 
 * ``gnn``: the default model (``configs/manifold_like.yaml`` as it is);
 * ``gnn_without_invariants``: the same without the order invariants in its head (``model.graph_features=false``):
@@ -71,10 +74,13 @@ def data_settings(args: argparse.Namespace, seed: int) -> list[str]:
 
 def train_row(args: argparse.Namespace, row: str, seed: int) -> dict:
     """One model on one data seed, trained by the CLI in its own process with its own training seed; what its
-    summary.json reports, and whether the run ended by early stopping or at its epoch cap."""
+    summary.json reports, whether the run ended by early stopping or at its epoch cap, and how flat its validation
+    loss was when it stopped (:func:`flatness`). With ``--runs`` the run's folder is kept (its ``run_dir``)."""
     config, overrides = MODELS[row]
-    with tempfile.TemporaryDirectory(prefix="qg_manifold_like_") as runs:
-        settings = [*data_settings(args, seed), *overrides, f"training.path={runs}", "training.run_name=run",
+    with tempfile.TemporaryDirectory(prefix="qg_manifold_like_") as scratch:
+        runs = Path(args.runs) if args.runs else Path(scratch)
+        name = f"{row}_seed{seed}" if args.runs else "run"
+        settings = [*data_settings(args, seed), *overrides, f"training.path={runs}", f"training.run_name={name}",
                     f"training.seed={seed + args.train_seed_offset}", "training.num_workers=0", "training.progress_bar=false",
                     "training.figures=false", "testing.baselines=false", f"training.num_epochs={args.epochs}"]
         command = [sys.executable, "-m", "QuantumGrav", "train", "--config", config]
@@ -86,13 +92,46 @@ def train_row(args: argparse.Namespace, row: str, seed: int) -> dict:
         finished = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
         if finished.returncode != 0:
             raise RuntimeError(f"{row} seed {seed} failed:\n{finished.stderr[-3000:]}")
-        summary = json.loads((Path(runs) / "run" / "summary.json").read_text())
+        summary = json.loads((runs / name / "summary.json").read_text())
+        flat = flatness(runs / name)
     from QuantumGrav.callbacks.early_stopping import EarlyStopping
 
     kept = {key: summary.get(key) for key in KEPT}
     ended_by = "early_stopping" if kept["stopped_by"] == EarlyStopping.__qualname__ else "epoch_cap"
     return {**kept, "train_seed": seed + args.train_seed_offset, "epoch_cap": args.epochs, "ended_by": ended_by,
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started, "flatness": flat,
+            **({"run_dir": str(runs / name)} if args.runs else {})}
+
+
+def flatness(run_dir: Path) -> dict:
+    """Whether validation had flattened when a run stopped, read from the run's own history (metrics.csv, its
+    config's early-stopping rule, summary.json): the validation loss at the best epoch (that epoch's own value and
+    the windowed mean early stopping compared), the change of the windowed validation loss over the last
+    ``patience`` epochs before the stop (stop minus ``patience`` epochs earlier; >= 0: no progress left), its
+    smallest and largest value over those epochs, and the learning rate at the stop beside the initial one."""
+    import csv
+
+    import numpy as np
+    import yaml
+
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        history = {int(line["epoch"]): line for line in csv.DictReader(handle)}
+    loader = type("Loader", (yaml.SafeLoader,), {})  # the run's config names Python objects: read past their tags
+    loader.add_multi_constructor("!", lambda load, suffix, node: None)
+    rule = yaml.load((run_dir / "config.yaml").read_text(), Loader=loader)["early_stopping"]
+    patience, window = int(rule["patience"]), int(rule.get("window", 1))
+    epochs = sorted(history)
+    val = np.array([float(history[epoch]["val_loss"]) for epoch in epochs])
+    windowed = dict(zip(epochs, (val[max(0, i - window + 1):i + 1].mean() for i in range(len(val)))))
+    stop, best = epochs[-1], json.loads((run_dir / "summary.json").read_text()).get("best_epoch")
+    last = [windowed[epoch] for epoch in epochs if stop - patience <= epoch <= stop]
+    return {"patience": patience, "window": window, "best_epoch": best, "stopped_at_epoch": stop,
+            "val_loss_at_best": float(history[best]["val_loss"]) if best in history else None,
+            "windowed_val_loss_at_best": float(windowed[best]) if best in windowed else None,
+            "windowed_val_loss_at_stop": float(windowed[stop]),
+            "windowed_val_loss_change_over_patience": float(windowed[stop] - last[0]),
+            "windowed_val_loss_range_over_patience": [float(min(last)), float(max(last))],
+            "lr_at_start": float(history[epochs[0]]["lr"]), "lr_at_stop": float(history[stop]["lr"])}
 
 
 def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
@@ -197,6 +236,25 @@ def print_paired(runs: list[dict]) -> None:
                 w_p = stats.wilcoxon(differences).pvalue
                 line += f"; paired t-test p = {t_p:.3g}; Wilcoxon signed-rank p = {w_p:.3g}"
             print(line)
+        print_flatness(row, [run for _, run, _ in pairs])
+
+
+def print_flatness(row: str, runs: list[dict]) -> None:
+    """How flat each run's validation loss was when it stopped (a row's ``flatness``, :func:`flatness`); rows run
+    before the study recorded it say so."""
+    print(f"\n{row}: validation loss when the run stopped (windowed: the mean early stopping compares)\n\n"
+          "| data seed | best / stopped | val loss at best | windowed at best | windowed at stop | windowed change over "
+          "the last patience epochs | learning rate at stop / start |\n|---|---|---|---|---|---|---|")
+    for run in runs:
+        flat = run.get("flatness")
+        if not flat:
+            print(f"| {run['seed']} | {run.get('best_epoch')} / {run.get('stopped_at_epoch')} | not recorded "
+                  "| not recorded | not recorded | not recorded | not recorded |")
+            continue
+        print(f"| {run['seed']} | {flat['best_epoch']} / {flat['stopped_at_epoch']} | {flat['val_loss_at_best']:.4f} | "
+              f"{flat['windowed_val_loss_at_best']:.4f} | {flat['windowed_val_loss_at_stop']:.4f} | "
+              f"{flat['windowed_val_loss_change_over_patience']:+.4f} over {flat['patience']} | "
+              f"{flat['lr_at_stop']:.3g} / {flat['lr_at_start']:.3g} |")
 
 
 def print_tables(results: dict) -> None:
@@ -232,6 +290,8 @@ def main() -> int:
                         help="a model's training seed is its data seed plus this (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--data", default=str(REPO / "data" / "kinds"), help="where the stores are written")
+    parser.add_argument("--runs", help="keep each model run's folder here as <row>_seed<seed> (default: a temporary "
+                        "folder, removed); --backfill-flatness reads them again")
     parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
     parser.add_argument("--results", help="print the tables of a results file and exit")
     args = parser.parse_args()

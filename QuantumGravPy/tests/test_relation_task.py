@@ -258,8 +258,8 @@ def test_trains_and_tests_through_the_cli_and_the_python_api_with_both_rivals(ki
     assert all(set(row) == {"sets", "gnn", "rival", "trees"} for row in by_k.values())
     assert test["num_test_pairs"] == sum(map(sum, test["confusion_matrix"]))
 
-    config = QG.load_config(CONFIG, job_settings(kinds_path, tmp_path, **{"training.run_name": "api",
-                                                                            "early_stopping.metric": "val_all_found"}))
+    config = QG.load_config(CONFIG, job_settings(kinds_path, tmp_path, **{
+        "training.run_name": "api", "early_stopping.metric": "val_all_found", "task.threshold": 0.003}))
     trainer = QG.Trainer(config)
     train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
     trainer.run_training(train_loader, val_loader)
@@ -270,8 +270,19 @@ def test_trains_and_tests_through_the_cli_and_the_python_api_with_both_rivals(ki
     assert result["num_test"] == len(trainer.split["test"]) == 4 and 0 <= result["test_f1"] <= 1
     changed = [len(true) for _, true, _ in trainer.test_predictions]
     assert changed == [trainer.state.dataset.describe(i)["changed_relations"] for i in trainer.state.test_order]
-    with pytest.raises(QG.UserError, match="learned a relation_binary task \\(a label per pair of elements\\)"):
-        QG.load_run(trainer.run_dir)
+    # Applied to the same stores: the metrics count every pair, the CSV holds the marked and the changed ones only.
+    applied = QG.load_run(trainer.run_dir).evaluate(trainer.state.dataset.folder)
+    assert applied["unit"] == "pair" and applied["count"] == len(trainer.state.dataset)
+    assert applied["rows"] == sum(item.y.numel() for item in trainer.state.dataset)
+    with open(applied["predictions_csv"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    marked = sum(1 for row in rows if row["predicted"] == "toggled")
+    changed = sum(1 for row in rows if row["truth"] == "toggled")
+    assert changed == sum(int(item.y.sum()) for item in trainer.state.dataset)
+    assert applied["confusion"][1][1] + applied["confusion"][0][1] == marked
+    assert 0 < marked < applied["rows"], "a model that marks some pairs, not all"
+    assert len(rows) == marked + changed - applied["confusion"][1][1], "the marked or changed pairs, each once"
+    assert all(int(row["from_element"]) < int(row["to_element"]) for row in rows)
 
 
 @pytest.mark.full_suite

@@ -47,7 +47,8 @@ def _port(text: str) -> int:
 def _add_evaluate(commands) -> argparse.ArgumentParser:
     """The evaluate command: a trained run applied to new data (jobs.applied_run)."""
     evaluate = commands.add_parser("evaluate", help="apply a trained run's best checkpoint to new data: print its "
-                                   "metrics per class and per kind of causal set; write every set's prediction")
+                                   "metrics per class and per kind of causal set; write every set's prediction (a "
+                                   "node run's: every element's; scores only where the data records no truth)")
     # --run-dir under torchrun: its parser takes --run for a prefix of its own --run-path.
     evaluate.add_argument("--run", "--run-dir", dest="run", required=True, metavar="RUN_DIR",
                           help="a run directory that train wrote (--run-dir under torchrun)")

@@ -5,11 +5,14 @@
 ``node_labels`` array (uint8, 1 inside the block, in element order, so node k of an item is element k + 1 of the
 store's set); a group of another kind without it has no inserted block: all its labels are 0. QuantumGrav.jl's
 produce_data.jl writes no ``node_labels``: its merged sets have a block nobody recorded, so a per-element target on
-them is refused (``check_node_labels``), as is data that records no label at all (every target would be 0).
+them is refused (``check_node_labels``), as is data that records no label at all (every target would be 0). A
+trained run applied to such stores (``evaluate``) needs no labels: read with ``missing_labels="unknown"``, a set
+whose labels were not recorded gets ``y`` of NaN, its truth unknown (``labels_missing``), and is scored only.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -17,6 +20,7 @@ import numpy as np
 import torch
 
 from ..common.errors import UserError
+from .relation_targets import RELATION_LABELS_ARRAY, RELATION_TARGET_TASKS
 
 NODE_LABELS_ARRAY = "node_labels"
 # Each per-element target, the task it is learned as, and its two classes (0, 1).
@@ -24,12 +28,54 @@ NODE_TARGET_TASKS: dict[str, str] = {"inserted_block": "node_binary"}
 NODE_TARGET_CLASS_NAMES: dict[str, list[str]] = {"inserted_block": ["outside_block", "inserted_block"]}
 # The kinds (QuantumGrav.jl's names) whose sets have what each target asks about, so must record their labels.
 LABELLED_KINDS: dict[str, tuple[str, ...]] = {"inserted_block": ("merged", "merged_ambiguous")}
+# What a reader does with a set of such a kind that records no labels: refuse it (training: every label would be a
+# wrong 0), or give it an unknown truth, y of NaN (an applied run scores it without measuring).
+MISSING_LABELS = ("refuse", "unknown")
 
 
-def check_node_labels(target: str, stores: Sequence[Path], first_groups: Sequence[str], kinds: Sequence[str]) -> None:
+def labels_missing(target: str, kind: str, group_folder: Path) -> bool:
+    """Whether the set stored in ``group_folder``, of QuantumGrav.jl kind ``kind``, has what ``target`` asks about
+    but records no labels of it (its truth is unknown)."""
+    return kind in LABELLED_KINDS[target] and not (group_folder / NODE_LABELS_ARRAY).is_dir()
+
+
+def node_target(labels: torch.Tensor, target: str, kind: str, group_folder: Path, missing_labels: str) -> torch.Tensor:
+    """A set's ``y`` for a per-element ``target``: its stored ``labels`` (zeros for a kind without what it asks
+    about); NaN, its truth unknown, where they should be recorded but are not and ``missing_labels`` is
+    ``unknown`` (an applied run scores such a set, never measures it)."""
+    if missing_labels == "unknown" and labels_missing(target, kind, group_folder):
+        return torch.full(labels.shape, math.nan)
+    return labels.float()
+
+
+def unlabelled_stores(target: str, first_groups: Sequence[Path], kinds: Sequence[str],
+                      missing_labels: str) -> list[str]:
+    """The names of the stores whose first set (``first_groups``: its folder; ``kinds``: its kind) lacks the labels of
+    a per-element ``target`` that its kind should have (none for a per-set target); under ``missing_labels``
+    ``refuse``, one UserError instead (``check_node_labels``)."""
+    if target not in NODE_TARGET_TASKS:
+        return []
+    if missing_labels == "refuse":
+        check_node_labels(target, first_groups, kinds)
+    return [group.parent.name for group, kind in zip(first_groups, kinds) if labels_missing(target, kind, group)]
+
+
+def describe_unlabelled(store_names: Sequence[str], target: str) -> str | None:
+    """One line naming the stores whose sets' ``target`` truth is unknown, or None."""
+    if not store_names:
+        return None
+    shown = ", ".join(store_names[:3]) + (f" and {len(store_names) - 3} more" if len(store_names) > 3 else "")
+    array = RELATION_LABELS_ARRAY if target in RELATION_TARGET_TASKS else NODE_LABELS_ARRAY
+    return (f"QuantumGrav.jl data: the sets of {shown} carry no '{array}' (QuantumGrav.jl's "
+            f"produce_data.jl records none), so their {target} truth is unknown: they are scored, not measured")
+
+
+def check_node_labels(target: str, first_groups: Sequence[Path], kinds: Sequence[str]) -> None:
     """A per-element ``target`` needs labels where its kinds have them: one UserError naming a store of such a kind
-    whose (first) set records none, or saying that no store records any. ``kinds``: each store's first set's."""
-    labelled = [(store / group / NODE_LABELS_ARRAY).is_dir() for store, group in zip(stores, first_groups)]
+    whose first set (``first_groups``: its folder; ``kinds``: its kind) records none, or saying that no store
+    records any."""
+    stores = [group.parent for group in first_groups]
+    labelled = [(group / NODE_LABELS_ARRAY).is_dir() for group in first_groups]
     wants = LABELLED_KINDS[target]
     how = (f"QuantumGrav.jl's produce_data.jl writes adj, manifold_like and cset_type only, no {NODE_LABELS_ARRAY}; "
            f"generate sets with their {target} recorded (QuantumGrav.data.kinds.KindsDataset, "

@@ -6,7 +6,9 @@ a set keeps a ``relation_labels`` array in ``adj``'s layout (uint8, N x N, trans
 1 for each relation the closed order has and the sprinkling lacks (added) or lacks and the sprinkling has
 (removed), so that ``R ^ relation_labels`` is the sprinkling. A group of another kind without it has no change:
 all its labels are 0. QuantumGrav.jl's produce_data.jl writes no ``relation_labels``: a per-pair target on its
-destroyed sets is refused (``check_relation_labels``), as is data that records no label at all.
+destroyed sets is refused (``check_relation_labels``), as is data that records no label at all; read with
+``missing_labels="unknown"`` (an applied run, as for ``node_targets``), such a set's ``y`` is NaN, its truth
+unknown.
 
 The candidate pairs of a set of N elements are its N (N - 1) / 2 unordered pairs {i, j}, listed as i < j in the
 item's element order (node k is element k + 1 of the store's set), row by row (``torch.triu_indices``). Why all of
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import math
 
 import numpy as np
 import torch
@@ -68,16 +72,37 @@ def pair_labels(changed: np.ndarray) -> torch.Tensor:
     return torch.from_numpy((changed[first, second] | changed[second, first]).astype(np.float32))
 
 
-def pair_target(R: np.ndarray, links: torch.Tensor | None, group: Any, format_error: Callable[[str], Exception]
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A store group's per-pair labels (``pair_labels`` of its ``relation_labels``) and input states
-    (``pair_relation``) for its causal matrix ``R``; ``links``: the links as an edge index [2, E] where the graph
-    has them (else they are found from ``R``)."""
+def pair_target(R: np.ndarray, links: torch.Tensor | None, group: Any, format_error: Callable[[str], Exception],
+                unknown: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """A store group's per-pair labels (``pair_labels`` of its ``relation_labels``; NaN where ``unknown``: labels
+    its kind should have and it lacks, read for an applied run) and input states (``pair_relation``) for its causal
+    matrix ``R``; ``links``: the links as an edge index [2, E] where the graph has them (else found from ``R``)."""
     linked = None
     if links is not None:
         linked = np.zeros_like(R)
         linked[links[0].numpy(), links[1].numpy()] = True
-    return pair_labels(read_relation_labels(group, len(R), format_error)), pair_relation(R, linked)
+    states = pair_relation(R, linked)
+    if unknown:
+        return torch.full(states.shape, math.nan), states
+    return pair_labels(read_relation_labels(group, len(R), format_error)), states
+
+
+def relation_labels_missing(target: str, kind: str, group_folder: Path) -> bool:
+    """Whether the set stored in ``group_folder``, of QuantumGrav.jl kind ``kind``, has what ``target`` asks about
+    but records no labels of it (its truth is unknown)."""
+    return kind in LABELLED_KINDS[target] and not (group_folder / RELATION_LABELS_ARRAY).is_dir()
+
+
+def unlabelled_relation_stores(target: str, first_groups: Sequence[Path], kinds: Sequence[str],
+                               missing_labels: str) -> list[str]:
+    """The names of the stores whose first set lacks the labels of a per-pair ``target`` that its kind should have
+    (none for another target); under ``missing_labels`` ``refuse``, one UserError instead."""
+    if target not in RELATION_TARGET_TASKS:
+        return []
+    if missing_labels == "refuse":
+        check_relation_labels(target, first_groups, kinds)
+    return [group.parent.name for group, kind in zip(first_groups, kinds)
+            if relation_labels_missing(target, kind, group)]
 
 
 def pair_graph_index(node_graph: torch.Tensor, num_graphs: int) -> torch.Tensor:
@@ -104,11 +129,12 @@ def read_relation_labels(group: Any, num_elements: int, format_error: Callable[[
     return np.ascontiguousarray(labels.T.astype(bool))
 
 
-def check_relation_labels(target: str, stores: Sequence[Path], first_groups: Sequence[str],
-                          kinds: Sequence[str]) -> None:
+def check_relation_labels(target: str, first_groups: Sequence[Path], kinds: Sequence[str]) -> None:
     """A per-pair ``target`` needs labels where its kinds have them: one UserError naming a store of such a kind
-    whose (first) set records none, or saying that no store records any. ``kinds``: each store's first set's."""
-    labelled = [(store / group / RELATION_LABELS_ARRAY).is_dir() for store, group in zip(stores, first_groups)]
+    whose first set (``first_groups``: its folder; ``kinds``: its kind) records none, or saying that no store
+    records any."""
+    stores = [group.parent for group in first_groups]
+    labelled = [(group / RELATION_LABELS_ARRAY).is_dir() for group in first_groups]
     how = (f"QuantumGrav.jl's produce_data.jl writes adj, manifold_like and cset_type only, no "
            f"{RELATION_LABELS_ARRAY}; generate sets with their changed relations recorded "
            f"(QuantumGrav.data.kinds.KindsDataset, configs/toggled_relations.yaml), or choose target manifold_like "

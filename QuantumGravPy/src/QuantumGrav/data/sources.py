@@ -24,6 +24,7 @@ from torch_geometric.data import Dataset as PyGDataset
 
 from ..config.yaml_io import pyobject_path
 from .dataset import CausalSetDataset
+from .node_targets import describe_unlabelled
 from ..common.errors import ConfigError, UserError
 
 GENERATOR_SOURCE = "data (the built-in generator)"
@@ -169,8 +170,10 @@ def subset(dataset: Any, indices: list[int]):
 
 
 def data_notes(dataset: Any) -> list[str]:
-    """What the data's reader did to the sets that a result should say (how many sets a store's reader closed or
-    left out: ``QuantumGravJLDataset.order_repairs_line``)."""
+    """What the data's reader did to the sets that a result should say: how many sets a store's reader closed or
+    left out (``QuantumGravJLDataset.order_repairs_line``), which stores' sets carry no labels of the target, so are
+    scored without truth (``unlabelled_stores``)."""
     describe_repairs = getattr(dataset, "order_repairs_line", None)
-    line = describe_repairs() if callable(describe_repairs) else None
-    return [line] if line else []
+    lines = [describe_repairs()] if callable(describe_repairs) else []
+    lines.append(describe_unlabelled(getattr(dataset, "unlabelled_stores", []), getattr(dataset, "target", "")))
+    return [line for line in lines if line]

@@ -40,9 +40,10 @@ from torch_geometric.data import Data, Dataset
 from .invariants import INVARIANT_NAMES, NODE_FEATURES
 from .orders import transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
-from .node_targets import NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, check_node_labels, read_node_labels
+from .node_targets import (MISSING_LABELS, NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, node_target,
+                           read_node_labels, unlabelled_stores)
 from .relation_targets import (RELATION_LABELS_ARRAY, RELATION_TARGET_CLASS_NAMES, RELATION_TARGET_TASKS,
-                               check_relation_labels, pair_target)
+                               pair_target, relation_labels_missing, unlabelled_relation_stores)
 from .stores.graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
                             describe_order_repairs, graph_tensors, order_error)
 from .stores.cache_files import compacted, expanded, feature_cache_dir
@@ -62,6 +63,8 @@ JULIA_CSET_TYPES: dict[int, str] = {
 VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS, *RELATION_TARGET_TASKS)
 DEFAULT_TARGET, DEFAULT_EDGES = "manifold_like", "links"  # as upstream trains
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
+# The classes of the per-element and per-pair targets (node_targets, relation_targets: 1 inside the defect).
+LOCATED_CLASS_NAMES: dict[str, list[str]] = {**NODE_TARGET_CLASS_NAMES, **RELATION_TARGET_CLASS_NAMES}
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
 # 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32. 4: the per-element
 # labels (node_targets) too, whatever the target, so that one cache serves every target.
@@ -115,32 +118,32 @@ def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
     return value[0].item()
 
 
-def choose_cset_types(cset_types: Sequence[str] | None, found: list[str]) -> list[str]:
-    """The classes of ``target="cset_type"``: the names given (checked), else the types found."""
-    if cset_types is None:
-        return found
-    unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
-    if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
-        raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
-                        f"got {list(cset_types)!r}")
-    return list(cset_types)
+def _check_choices(**given: tuple[str, Sequence[str]]) -> None:
+    """One UserError for the first keyword argument whose value is not among its choices."""
+    for name, (value, choices) in given.items():
+        if value not in choices:
+            raise UserError(f"{name}: expected one of {choices}, got {value!r}")
 
 
-def check_choices(**choices: tuple[str, tuple[str, ...]]) -> None:
-    """Each keyword's value (value, allowed) is one of those allowed, or a UserError naming it."""
-    for name, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise UserError(f"{name}: expected one of {allowed}, got {value!r}")
+def group_cache_key(folder: Path, edges: str) -> str:
+    """The feature cache's key of a store's group (its ``folder``): a hash of every file of the group as stored
+    (compressed chunks and metadata: its content, read without zarr, which costs more than the bytes), the edge
+    kind and the feature version."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
+                  f"invariants={','.join(INVARIANT_NAMES)} edges={edges}".encode())
+    for file in sorted(path for path in folder.rglob("*") if path.is_file()):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
-def check_recorded_labels(target: str, stores: Sequence[Path], first_groups: Sequence[str], kinds: Sequence[str]
-                          ) -> None:
-    """A per-element or per-pair target's labels must be recorded where its kinds have them (``node_targets``,
-    ``relation_targets``); a per-set target needs none."""
-    if target in NODE_TARGET_TASKS:
-        check_node_labels(target, stores, first_groups, kinds)
-    if target in RELATION_TARGET_TASKS:
-        check_relation_labels(target, stores, first_groups, kinds)
+def unlabelled_of_target(target: str, first_groups: Sequence[Path], kinds: Sequence[str],
+                         missing_labels: str) -> list[str]:
+    """The stores whose first set lacks the per-element or per-pair labels ``target`` asks for (``node_targets``,
+    ``relation_targets``; none for a per-set target), or under ``missing_labels`` ``refuse`` one UserError."""
+    return [*unlabelled_stores(target, first_groups, kinds, missing_labels),
+            *unlabelled_relation_stores(target, first_groups, kinds, missing_labels)]
 
 
 class QuantumGravJLDataset(Dataset):
@@ -154,8 +157,7 @@ class QuantumGravJLDataset(Dataset):
       ``cset_types`` or, by default, those found in the first group of each store (one type per
       store is how produce_data writes them), ordered by code. ``target="inserted_block"``: y holds one 0/1
       per element, 1 inside a merged set's inserted block (``node_targets``), learned as ``node_binary``.
-      ``target="toggled_relations"``: y holds one 0/1 per pair of elements, 1 where a destroyed set's relation was
-      toggled, ``pair_relation`` the pair's input state (``relation_targets``), learned as ``relation_binary``.
+      ``"toggled_relations"``: one 0/1 per pair and its input state ``pair_relation`` (``relation_binary``).
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
     * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal set and cached in a
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
@@ -168,6 +170,9 @@ class QuantumGravJLDataset(Dataset):
       ``complex_topology`` may miss implied relations) is ``"refuse"``-d (one UserError, the default), ``"close"``-d
       (its transitive closure read; a cycle is refused) or ``"skip"``-ped. ``close`` and ``skip`` read (and cache)
       every set at construction, so that ``order_repairs`` counts them before training; a warning names them.
+    * ``missing_labels``: per-element labels that a set's kind should have but its store lacks (QuantumGrav.jl's):
+      ``"refuse"`` (the default) or ``"unknown"``, y of NaN, for ``evaluate`` to score (``node_targets``); the
+      stores whose first set lacks them are ``unlabelled_stores``.
 
     Nothing is read at construction but the folder listings, each group's ``adj`` metadata and the first group of
     each store (checked, so that a wrong path or format fails before training). Stores are opened lazily in
@@ -179,11 +184,12 @@ class QuantumGravJLDataset(Dataset):
     def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, target: str = DEFAULT_TARGET, edges: str = DEFAULT_EDGES,
                  cache: bool = True, cache_dir: str | os.PathLike | None = None,
                  cset_types: Sequence[str] | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                 not_partial_orders: str = "refuse", transform: Callable | None = None):
+                 not_partial_orders: str = "refuse", missing_labels: str = "refuse",
+                 transform: Callable | None = None):
         import_zarr()
-        check_choices(target=(target, VALID_TARGETS), edges=(edges, VALID_EDGES),
-                      not_partial_orders=(not_partial_orders, NOT_PARTIAL_ORDERS))
-        self.target, self.edges, self.cache = target, edges, bool(cache)
+        _check_choices(target=(target, VALID_TARGETS), edges=(edges, VALID_EDGES), not_partial_orders=(
+            not_partial_orders, NOT_PARTIAL_ORDERS), missing_labels=(missing_labels, MISSING_LABELS))
+        self.target, self.edges, self.cache, self.missing_labels = target, edges, bool(cache), missing_labels
         self.max_elements, self.not_partial_orders = check_max_elements(max_elements), not_partial_orders
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         self.stores = list(dict.fromkeys(store for each in paths for store in find_stores(each)))
@@ -199,8 +205,8 @@ class QuantumGravJLDataset(Dataset):
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
         first_codes = [int(graph["labels"][1]) for graph in firsts]
-        check_recorded_labels(target, self.stores, [groups[0] for groups in self.groups],
-                              [JULIA_CSET_TYPES[code] for code in first_codes])
+        self.unlabelled_stores = unlabelled_of_target(target, [store / groups[0] for store, groups in zip(
+            self.stores, self.groups)], [JULIA_CSET_TYPES[code] for code in first_codes], missing_labels)
         self.order_repairs: dict[str, list[str]] = {"closed": [], "skipped": []}
         if not_partial_orders == "refuse":
             for k, graph in enumerate(firsts):
@@ -215,10 +221,20 @@ class QuantumGravJLDataset(Dataset):
             logger.warning(self.order_repairs_line())
         # The types of the stores, by code: each store's first group's (produce_data writes one type per store).
         self.found_cset_types = [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
-        self._cset_types = choose_cset_types(cset_types, self.found_cset_types)
+        self._cset_types = self._choose_cset_types(cset_types, self.found_cset_types)
         super().__init__(root=None, transform=transform)
 
     # ------------------------------------------------------------------ labels
+    @staticmethod
+    def _choose_cset_types(cset_types: Sequence[str] | None, found: list[str]) -> list[str]:
+        if cset_types is None:
+            return found
+        unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
+        if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
+            raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
+                            f"got {list(cset_types)!r}")
+        return list(cset_types)
+
     @property
     def task(self) -> str:
         """How ``y`` is learned (``task.type: auto`` reads it): as the generator's targets of the same name."""
@@ -226,11 +242,8 @@ class QuantumGravJLDataset(Dataset):
 
     @property
     def class_names(self) -> list[str]:
-        if self.target in NODE_TARGET_CLASS_NAMES:
-            return list(NODE_TARGET_CLASS_NAMES[self.target])
-        if self.target in RELATION_TARGET_CLASS_NAMES:
-            return list(RELATION_TARGET_CLASS_NAMES[self.target])
-        return list(MANIFOLD_LIKE_NAMES) if self.target == "manifold_like" else list(self._cset_types)
+        return list(LOCATED_CLASS_NAMES.get(self.target)
+                    or (MANIFOLD_LIKE_NAMES if self.target == "manifold_like" else self._cset_types))
 
     @property
     def num_classes(self) -> int:
@@ -356,7 +369,8 @@ class QuantumGravJLDataset(Dataset):
         graph = self._graph(store_index, group)
         extra = {}
         if self.target in NODE_TARGET_TASKS:
-            y = graph["node_labels"].float()
+            y = node_target(graph["node_labels"], self.target, JULIA_CSET_TYPES[int(graph["labels"][1])],
+                            self.stores[store_index] / group, self.missing_labels)
         elif self.target in RELATION_TARGET_TASKS:
             y, extra["pair_relation"] = self._pair_target(store_index, group, graph)
         else:
@@ -364,13 +378,14 @@ class QuantumGravJLDataset(Dataset):
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
                     julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0], **extra)
 
-    def _pair_target(self, store_index: int, group: str, graph: dict[str, torch.Tensor]
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """The group's per-pair labels and input states (N^2 / 2 of each: read from the store, not cached)."""
         R, _, _ = self._read_checked(store_index, group)
         R = transitive_closure(R) if int(graph["order_problem"]) == ORDER_CLOSED else R  # what the graph was built from
+        unknown = self.missing_labels == "unknown" and relation_labels_missing(
+            self.target, JULIA_CSET_TYPES[int(graph["labels"][1])], self.stores[store_index] / group)
         return pair_target(R, graph["edge_index"] if self.edges == "links" else None, self._open(store_index)[group],
-                           lambda problem: store_error(self.stores[store_index], group, problem))
+                           lambda problem: store_error(self.stores[store_index], group, problem), unknown)
 
     def describe(self, idx: int) -> dict[str, Any]:
         """Where item ``idx`` comes from and what it is: its store's name, group and QuantumGrav.jl kind, and the
@@ -382,18 +397,6 @@ class QuantumGravJLDataset(Dataset):
         return {"store": self.stores[store_index].name, "group": group, "kind": JULIA_CSET_TYPES[code], **attributes}
 
     # ------------------------------------------------------------------ feature cache
-    def _cache_key(self, store_index: int, group: str) -> str:
-        """A hash of every file of the group as stored (compressed chunks and metadata: its content, read
-        without zarr, which costs more than the bytes), the edge kind and the feature version."""
-        folder = self.stores[store_index] / group
-        digest = hashlib.blake2b(digest_size=16)
-        digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
-                      f"invariants={','.join(INVARIANT_NAMES)} edges={self.edges}".encode())
-        for file in sorted(path for path in folder.rglob("*") if path.is_file()):
-            digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
-            digest.update(file.read_bytes())
-        return digest.hexdigest()
-
     def _stored_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         return self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
 
@@ -409,7 +412,7 @@ class QuantumGravJLDataset(Dataset):
         the ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a
         temporary name and renames it, so a reader sees no file or a whole one, never a mix. A file that cannot
         be read back (damaged on disk, not written by this code) is computed again and replaced, with a warning."""
-        path = self._cache_dirs[store_index] / f"{self._cache_key(store_index, group)}.pt"
+        path = self._cache_dirs[store_index] / f"{group_cache_key(self.stores[store_index] / group, self.edges)}.pt"
         if path.is_file():
             try:
                 return expanded(torch.load(path, weights_only=True))

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from . import tasks
+from .levels import level_of
 from ..distributed.runtime import Runtime
 
 
@@ -26,6 +27,7 @@ class Evaluator:
                  mode: str, autocast: Callable[[], Any]):
         self.model, self.task, self.criterion, self.runtime = model, task, criterion, runtime
         self.mode, self.autocast = mode, autocast
+        self.level = level_of(task)
 
     def evaluate(self, loader) -> dict[str, Any] | None:
         """The task's metrics (loss, count and the task's) of the current model on ``loader``."""
@@ -43,10 +45,10 @@ class Evaluator:
         totals = self.task.zero_totals(next(self.model.parameters()).device)
         for outputs, target, batch in self.outputs(loader):
             loss = self.criterion(outputs, target)
-            # A node task's block IoU and a relation task's sets are per set: they need each output's graph.
-            graphs = self.task.output_graph(batch)
-            totals += (self.task.batch_totals(outputs, target, loss) if graphs is None
-                       else self.task.batch_totals(outputs, target, loss, graphs))
+            # A task with several output rows per set (the node task's block IoU) totals per set: it needs each
+            # row's graph.
+            totals += (self.task.batch_totals(outputs, target, loss, self.level.row_graphs(batch))
+                       if self.level.unit != "set" else self.task.batch_totals(outputs, target, loss))
             if predictions is not None:
                 predictions += self._per_graph(outputs, target, batch)
             if scores is not None and isinstance(self.task, tasks.BinaryTask):
@@ -74,10 +76,9 @@ class Evaluator:
         output for regression, the list of predicted and of true 0/1 labels of its elements for a node task; the
         flip fraction is NaN for data without one; for a relation task the candidate pairs (their positions in the
         set's list, ``data.relation_targets``) it marks and those that changed, since all its pairs are N^2 / 2."""
-        if self.task.level == "pair":
-            graphs = self.task.output_graph(batch)
+        if self.level.unit == "pair":
+            starts = torch.cumsum(torch.bincount(self.level.row_graphs(batch), minlength=batch.num_graphs), 0).tolist()
             predicted, true = self.task.predict(outputs).bool(), target.view(-1) > 0.5
-            starts = torch.cumsum(torch.bincount(graphs, minlength=batch.num_graphs), 0).tolist()
             return [(torch.nonzero(predicted[a:b]).view(-1).tolist(), torch.nonzero(true[a:b]).view(-1).tolist(),
                      math.nan) for a, b in zip([0, *starts[:-1]], starts)]
         if self.task.node_level:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -20,8 +22,9 @@ import torch
 
 from . import tasks
 from .kinds import describe_threshold, mean_by_kind, recall_by_kind
+from .levels import level_of
 from .scores import classification_metrics
-from .undefined import undefined_metrics, with_undefined_as_none
+from .undefined import undefined_metrics, unlabelled_metrics, with_undefined_as_none
 from ..config.sections.task import TASK_METRICS
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
@@ -45,10 +48,12 @@ def kinds_of(batch, target: torch.Tensor, task: tasks.Task) -> list[str]:
 
 @dataclass
 class Predictions:
-    """The model's outputs on some sets of the data: ``sets`` their indices in the data, ``kinds`` what kind each
-    is, ``outputs`` [sets, output width] and ``targets`` in the task's form (``Task.target``); each set's
-    ``num_elements`` and, where the sets carry them, its order ``invariants`` [sets, K] (what the training range
-    is judged on)."""
+    """The model's outputs on some sets of the data, one row per output row of the model (per set, or per element
+    of each set: the task's ``levels.OutputLevel``): ``sets`` their indices in the data, ``kinds`` what kind each
+    is, ``outputs`` [rows, output width] and ``targets`` in the task's form (``Task.target``; NaN where a set's
+    truth is unknown), each set's rows consecutive and ``rows_per_set`` of them, ``row_ids`` [rows, id columns]
+    (what names each row within its set: ``OutputLevel.row_ids``); each set's ``num_elements`` and, where the sets
+    carry them, its order ``invariants`` [sets, K] (what the training range is judged on)."""
 
     sets: list[int]
     kinds: list[str]
@@ -56,43 +61,116 @@ class Predictions:
     targets: torch.Tensor
     num_elements: list[int] = field(default_factory=list)
     invariants: torch.Tensor | None = None
+    rows_per_set: list[int] = field(default_factory=list)
+    row_ids: torch.Tensor | None = None
 
     @classmethod
     def from_batches(cls, batches: Batches, sets: Sequence[int], task: tasks.Task) -> "Predictions":
         """``batches`` of the sets ``sets``, in that order (a loader over them, not shuffled)."""
-        outputs, targets, kinds, sizes, invariants = [], [], [], [], []
+        level = level_of(task)
+        outputs, targets, kinds, sizes, invariants, rows, ids = [], [], [], [], [], [], []
         for output, target, batch in batches:
             outputs.append(output.cpu())
             targets.append(target.cpu())
             kinds += kinds_of(batch, target, task)
             sizes += torch.bincount(batch.batch.cpu(), minlength=batch.num_graphs).tolist()
+            rows += torch.bincount(level.row_graphs(batch).cpu(), minlength=batch.num_graphs).tolist()
+            ids.append(level.row_ids(batch).cpu())
             if "invariants" in batch:
                 invariants.append(batch.invariants.cpu().double().reshape(batch.num_graphs, -1))
         if not outputs:  # a rank with no sets (more processes than sets)
-            empty = torch.zeros(0, task.output_width)
-            return cls([], [], empty, task.target(torch.zeros(0)))
+            return cls([], [], torch.zeros(0, task.output_width), task.target(torch.zeros(0)),
+                       row_ids=torch.zeros(0, len(level.id_columns), dtype=torch.long))
         return cls(list(sets), kinds, torch.cat(outputs), torch.cat(targets), sizes,
-                   torch.cat(invariants) if len(invariants) == len(outputs) else None)
+                   torch.cat(invariants) if len(invariants) == len(outputs) else None, rows, torch.cat(ids))
 
     @classmethod
     def merged(cls, parts: Sequence["Predictions"]) -> "Predictions":
-        """Every rank's part, in the data's order."""
+        """Every rank's part, in the data's order (each set's rows kept together)."""
         sets = [index for part in parts for index in part.sets]
         order = sorted(range(len(sets)), key=sets.__getitem__)
+        counts = [n for part in parts for n in part.rows_per_set]
+        starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        rows = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in order]) if order else torch.zeros(0).long()
         kinds = [kind for part in parts for kind in part.kinds]
         outputs, targets = torch.cat([p.outputs for p in parts]), torch.cat([p.targets for p in parts])
         sizes = [n for part in parts for n in part.num_elements]
-        rows = [p.invariants for p in parts if p.sets]
-        invariants = torch.cat(rows)[order] if rows and all(r is not None for r in rows) else None
-        return cls([sets[i] for i in order], [kinds[i] for i in order], outputs[order], targets[order],
-                   [sizes[i] for i in order], invariants)
+        invariant_rows = [p.invariants for p in parts if p.sets]
+        invariants = (torch.cat(invariant_rows)[order] if invariant_rows and all(r is not None for r in invariant_rows)
+                      else None)
+        return cls([sets[i] for i in order], [kinds[i] for i in order], outputs[rows], targets[rows],
+                   [sizes[i] for i in order], invariants, [counts[i] for i in order],
+                   torch.cat([p.row_ids for p in parts])[rows])
+
+    def set_of_rows(self) -> torch.Tensor:
+        """Each row's set, as its position in ``sets``."""
+        return torch.repeat_interleave(torch.arange(len(self.sets)), torch.tensor(self.rows_per_set, dtype=torch.long))
+
+    def labelled(self) -> torch.Tensor:
+        """Whether each set's truth is known (no NaN in its targets: ``missing_labels="unknown"``)."""
+        if not self.targets.is_floating_point():
+            return torch.ones(len(self.sets), dtype=torch.bool)
+        unknown = torch.isnan(self.targets.reshape(self.targets.size(0), -1)).any(dim=1).double()
+        return torch.zeros(len(self.sets), dtype=torch.float64).index_add_(0, self.set_of_rows(), unknown) == 0
+
+    def subset(self, keep: torch.Tensor) -> "Predictions":
+        """The sets where ``keep`` (bool per set) holds, with their rows."""
+        positions = torch.nonzero(keep).view(-1).tolist()
+        rows = keep[self.set_of_rows()]
+        return Predictions([self.sets[i] for i in positions], [self.kinds[i] for i in positions], self.outputs[rows],
+                           self.targets[rows], [self.num_elements[i] for i in positions] if self.num_elements else [],
+                           self.invariants[keep] if self.invariants is not None else None,
+                           [self.rows_per_set[i] for i in positions], self.row_ids[rows])
 
     def metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
-        """The task's metrics (as the run's test reports them, its loss the mean over all sets), and per kind:
-        sets and recall (classification) or mean absolute error (regression); the F1 of each class (by name) and
-        their mean weighted by support come with the task's metrics, from the confusion matrix. A metric that the
-        sets cannot define (a precision without any set predicted positive, the F1 of a class with no set, neither
-        true nor predicted) is None, and ``undefined`` says why (``evaluation.undefined``)."""
+        """The task's metrics over the sets whose truth is known (as the run's test reports them, its loss the mean
+        over all of them), with ``unit`` (what a row is about), ``scored_sets``, ``rows`` and ``unlabelled_sets``
+        (scored, truth unknown). Per kind, for one row per set: sets and recall (classification) or mean absolute
+        error (regression), the F1 of each class (by name) and their mean weighted by support with the task's
+        metrics, from the confusion matrix; for rows per element: the task's metrics per kind and the share of its
+        rows predicted positive (``marked_share``), labels or not. A metric that the sets cannot define (a precision
+        without any set predicted positive, the F1 of a class with no set, neither true nor predicted, every metric
+        where no set records its truth) is None, and ``undefined`` says why (``evaluation.undefined``)."""
+        level, labelled = level_of(task), self.labelled()
+        counted = {"unit": level.unit, "scored_sets": len(self.sets), "rows": int(self.outputs.size(0)),
+                   "unlabelled_sets": int((~labelled).sum())}
+        measured = self if bool(labelled.all()) else self.subset(labelled)
+        if not measured.sets:
+            undefined = unlabelled_metrics(task, level.unit)
+            return {**{name: None for name in task.metric_names}, "count": 0, **counted,
+                    **({"per_kind": self._per_kind_of_rows(task, criterion)} if level.unit != "set" else
+                       {"per_kind": {kind: {"sets": n} for kind, n in sorted(Counter(self.kinds).items())}}),
+                    "undefined": undefined}
+        if level.unit != "set":
+            result = measured._task_metrics(task, criterion)
+            undefined = undefined_metrics(task, result)
+            return {**with_undefined_as_none(result, undefined), **counted,
+                    "per_kind": self._per_kind_of_rows(task, criterion), "undefined": undefined}
+        return {**measured._set_metrics(task, criterion), **counted}
+
+    def _task_metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
+        """``task.metrics`` of every row at once, totalled per set as the run's evaluation totals them."""
+        loss = criterion(self.outputs, self.targets)
+        return task.metrics(task.batch_totals(self.outputs, self.targets, loss, self.set_of_rows()))
+
+    def _per_kind_of_rows(self, task: tasks.Task, criterion: Callable) -> dict[str, dict[str, Any]]:
+        """Per kind (sorted by name): its sets, the share of its rows predicted positive, and the task's metrics
+        (but the loss) over those of its sets whose truth is known (None where none is, or where undefined)."""
+        found, labelled = {}, self.labelled()
+        for kind in sorted(set(self.kinds)):
+            of_kind = torch.tensor([k == kind for k in self.kinds])
+            part, measured = self.subset(of_kind), self.subset(of_kind & labelled)
+            row = {"marked_share": float(task.predict(part.outputs).double().mean())}
+            if measured.sets:
+                result = measured._task_metrics(task, criterion)
+                result = with_undefined_as_none(result, undefined_metrics(task, result))
+            else:
+                result = {}
+            found[kind] = {"sets": len(part.sets), **{name: result.get(name) for name in task.metric_names if name != "loss"}, **row}
+        return found
+
+    def _set_metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
+        """The metrics of a task with one row per set (see ``metrics``)."""
         totals = task.batch_totals(self.outputs, self.targets, criterion(self.outputs, self.targets))
         result = task.metrics(totals)
         if not isinstance(task, tasks.ClassificationTask):
@@ -120,34 +198,55 @@ class Predictions:
     def rows(self, task: tasks.Task, describe_set: Callable[[int], dict[str, Any]],
              outside: list[list[str]] | None = None,
              parameters: Callable[[int], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-        """One row per set: what identifies it (``describe_set(index)``: its index in the data, and for a store's
-        sets the store and group), its kind and ``num_elements``, the truth, and the score: the probability of the
-        positive class (binary), the predicted class and its probability (multiclass), the predicted value
-        (regression); ``outside_training_range``: what of the set lies outside the range the run was trained on
-        (``outside``: names per set; empty inside it, ``unknown`` for a run that does not record it); then the
-        set's own parameters where the data records them (``parameters(index)``: a store's ``describe``)."""
-        ids = [describe_set(index) for index in self.sets]
-        flags = [";".join(names) for names in outside] if outside is not None else ["unknown"] * len(ids)
-        extra = [parameters(index) for index in self.sets] if parameters is not None else [{}] * len(ids)
-        sizes = self.num_elements or [None] * len(ids)
-        if not isinstance(task, tasks.ClassificationTask):
-            scored = [{"truth": truth, "score": value} for truth, value in
-                      zip(self.targets.view(-1).tolist(), self.outputs.view(-1).tolist())]
-        else:
-            if isinstance(task, tasks.BinaryTask):
-                scores = torch.sigmoid(self.outputs.view(-1))
-            else:
-                scores = torch.softmax(self.outputs, dim=-1).max(dim=-1).values
-            names = task.class_names
-            scored = [{"truth": names[truth], "predicted": names[predicted], "score": score} for truth, predicted, score
-                      in zip(self.targets.view(-1).long().tolist(), task.predict(self.outputs).tolist(), scores.tolist())]
-        return [{**row, "kind": kind, "num_elements": n, **score, "outside_training_range": flag, **more}
-                for row, kind, n, score, flag, more in zip(ids, self.kinds, sizes, scored, flags, extra)]
+        """One row per output row (per set, per element of each set, or per pair of elements that is marked or truly
+        changed: ``levels``): what identifies its set
+        (``describe_set(index)``: its index in the data, and for a store's sets the store and group), what names
+        the row within its set (``element``: its element, row and column of the set's ``adj``; ``from_element`` and
+        ``to_element`` for a pair), the set's kind and
+        ``num_elements``, the ``truth`` (left out where the set's truth is unknown: scores only) and the score: the
+        probability of the positive class and the prediction (binary, per set or per element), the predicted
+        class and its probability (multiclass), the predicted value (regression); ``outside_training_range``:
+        what of the set lies outside the range the run was trained on (``outside``: names per set; empty inside
+        it, ``unknown`` for a run that does not record it); then the set's own parameters where the data records
+        them (``parameters(index)``: a store's ``describe``)."""
+        level = level_of(task)
+        kept = level.kept_rows(task, self.outputs, self.targets)  # all rows, but for pairs
+        scored, row_ids = _scored(task, self.outputs[kept], self.targets[kept]), self.row_ids[kept].tolist()
+        flags = [";".join(names) for names in outside] if outside is not None else ["unknown"] * len(self.sets)
+        sizes = self.num_elements or [None] * len(self.sets)
+        kept_per_set = torch.zeros(len(self.sets), dtype=torch.long).index_add_(0, self.set_of_rows(), kept.long())
+        found, start = [], 0
+        for position, index in enumerate(self.sets):
+            ids = describe_set(index)
+            of_set = {"kind": self.kinds[position], "num_elements": sizes[position]}
+            after = {"outside_training_range": flags[position], **(parameters(index) if parameters else {})}
+            for row in range(start, start + int(kept_per_set[position])):
+                found.append({**ids, **dict(zip(level.id_columns, row_ids[row])), **of_set, **scored[row], **after})
+            start += int(kept_per_set[position])
+        return found
+
+
+def _scored(task: tasks.Task, outputs: torch.Tensor, targets: torch.Tensor) -> list[dict[str, Any]]:
+    """Each output row's truth (left out where unknown) and score: the value (regression), the predicted class and
+    its softmax probability (multiclass), else the prediction and the probability of the positive class (one
+    logit per row: binary, per set or per element)."""
+    if isinstance(task, tasks.RegressionTask):
+        return [{**({"truth": truth} if not math.isnan(truth) else {}), "score": value}
+                for truth, value in zip(targets.view(-1).tolist(), outputs.view(-1).tolist())]
+    if isinstance(task, tasks.MulticlassTask):
+        scores = torch.softmax(outputs, dim=-1).max(dim=-1).values
+        truths = targets.view(-1).tolist()
+    else:
+        scores = torch.sigmoid(outputs.float().view(-1))
+        truths = targets.double().view(-1).tolist()
+    names = task.class_names if len(task.class_names) >= 2 else ["0", "1"]
+    return [{**({"truth": names[int(truth)]} if not math.isnan(truth) else {}), "predicted": names[predicted],
+             "score": score} for truth, predicted, score in zip(truths, task.predict(outputs).tolist(), scores.tolist())]
 
 
 def write_predictions(csv_path: Path, rows: list[dict[str, Any]], json_path: Path, metrics: dict[str, Any]) -> None:
     """The rows as a CSV and the metrics as JSON, each written whole or not at all (``files.atomic_replace``)."""
-    columns = list(dict.fromkeys(key for row in rows for key in row)) or ["set"]  # every row's, in first-seen order
+    columns = _columns(rows)
 
     def write_csv(tmp: str) -> None:
         with open(tmp, "w", newline="") as file:
@@ -159,6 +258,21 @@ def write_predictions(csv_path: Path, rows: list[dict[str, Any]], json_path: Pat
     atomic_write_text(json_path, json.dumps(metrics, indent=2) + "\n")
 
 
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    """Every row's keys, each where its rows put it: a key that earlier rows lack (the truth of a labelled set after
+    sets without one, a parameter of another kind) goes right after the key it follows in its row."""
+    columns: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    for keys in (tuple(row) for row in rows):
+        if keys in seen:
+            continue
+        seen.add(keys)
+        for position, key in enumerate(keys):
+            if key not in columns:
+                columns.insert(columns.index(keys[position - 1]) + 1 if position else 0, key)
+    return columns or ["set"]
+
+
 def _cell(value: Any) -> Any:
     """A CSV cell: lists and mappings (a set's recorded parameters) as JSON, the rest as they are."""
     return json.dumps(value) if isinstance(value, (list, dict)) else value
@@ -166,29 +280,52 @@ def _cell(value: Any) -> Any:
 
 def describe_evaluation(result: dict[str, Any]) -> str:
     """The short table the command line prints: the task's metrics, F1 per class, then each kind's sets and recall
-    (or mean absolute error), the detection thresholds with how to read them, what is undefined and why, the notes
-    (sets outside the training range, sets closed or left out), and where the files are."""
+    (or mean absolute error; for rows per element, the task's metrics and the share of elements marked), the
+    detection thresholds with how to read them, what is undefined and why, the notes (sets outside the training
+    range, sets closed or left out, sets whose truth is unknown), and where the files are."""
     shown = [m for m in TASK_METRICS[result["task"]] if m != "loss"]
     scores = "  ".join(f"{m} {_number(result[m])}" for m in shown)
     ranking = [m for m in ("balanced_accuracy", "roc_auc") if m in result]
     scores += "".join(f"  {m} {_number(result[m])}" for m in ranking)
-    lines = ["", f"=== {result['run']} applied to {result['data_name']} ({result['count']} causal sets) ===",
-             f"{scores}  (loss {result['loss']:.4f})"]
+    unit = result.get("unit", "set")
+    scored = f"{result.get('scored_sets', result['count'])} causal sets"
+    scored += f", {result['rows']} {unit}s" if unit != "set" else ""
+    lines = ["", f"=== {result['run']} applied to {result['data_name']} ({scored}) ===",
+             f"{scores}  (loss {_number(result['loss'], 4)})"]
     width = max(len(name) for name in [*result.get("per_class_f1", {}), *result["per_kind"], "class"]) + 2
     if "per_class_f1" in result:
         lines += [f"{'class':<{width}}{'F1':>8}"]
         lines += [f"{name:<{width}}{_number(f1):>8}" for name, f1 in result["per_class_f1"].items()]
-    measure = "recall" if "per_class_f1" in result else "mae"
-    interval = "recall_low" in next(iter(result["per_kind"].values()), {})
-    lines += [f"{'kind':<{width}}{'sets':>8}{measure:>8}" + ("  95% interval" if interval else "")]
-    lines += [f"{kind:<{width}}{row['sets']:>8}{row[measure]:>8.3f}"
-              + (f"  {row['recall_low']:.3f}-{row['recall_high']:.3f}" if interval else "")
-              for kind, row in result["per_kind"].items()]
+    lines += _per_kind_table(result["per_kind"], width)
     lines += describe_thresholds(result)
-    lines += [f"undefined: {name}: {why}" for name, why in result.get("undefined", {}).items()]
+    lines += _undefined_lines(result.get("undefined", {}))
     lines += [f"note: {note}" for note in result.get("notes", [])]
     lines += [f"predictions     {result['predictions_csv']}", f"metrics         {result['metrics_json']}"]
     return "\n".join(lines)
+
+
+def _per_kind_table(per_kind: dict[str, dict[str, Any]], width: int) -> list[str]:
+    """Each kind's sets and measures (the columns its rows hold), the recall's 95 % interval where there is one."""
+    first = next(iter(per_kind.values()), {})
+    columns = [key for key in first if key not in ("sets", "correct", "recall_low", "recall_high")]
+    interval = "recall_low" in first
+    widths = {name: max([len(name) + 2, 8, *(len(_number(row[name])) + 2 for row in per_kind.values())])
+              for name in columns}
+    lines = [f"{'kind':<{width}}{'sets':>8}" + "".join(f"{name:>{widths[name]}}" for name in columns)
+             + ("  95% interval" if interval else "")]
+    for kind, row in per_kind.items():
+        lines.append(f"{kind:<{width}}{row['sets']:>8}"
+                     + "".join(f"{_number(row[name]):>{widths[name]}}" for name in columns)
+                     + (f"  {row['recall_low']:.3f}-{row['recall_high']:.3f}" if interval else ""))
+    return lines
+
+
+def _undefined_lines(undefined: dict[str, str]) -> list[str]:
+    """One line per reason, naming every metric it leaves undefined."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in undefined.items():
+        by_reason.setdefault(why, []).append(name)
+    return [f"undefined: {', '.join(names)}: {why}" for why, names in by_reason.items()]
 
 
 THRESHOLD_CAVEAT = ("read each threshold beside the recall of the manifold-like kinds (polynomial, complex_topology) "
@@ -211,5 +348,5 @@ def describe_thresholds(result: dict[str, Any]) -> list[str]:
     return lines + [f"thresholds: {THRESHOLD_CAVEAT}"]
 
 
-def _number(value: float | None) -> str:
-    return "undefined" if value is None else f"{value:.3f}"
+def _number(value: float | None, digits: int = 3) -> str:
+    return "undefined" if value is None else f"{value:.{digits}f}"

@@ -9,7 +9,6 @@ from typing import Any, Sequence
 import torch
 
 from ..config.sections.task import TASK_METRICS
-from ..data.relation_targets import pair_graph_index
 
 
 class Task(ABC):
@@ -18,7 +17,7 @@ class Task(ABC):
     type: str = ""
     default_loss = None
     # What one output and one y are about: a causal set ("graph"), an element ("node") or a candidate pair of
-    # elements ("pair"); below graph level batch_totals needs each output's graph (``output_graph``).
+    # elements ("pair"); below graph level batch_totals needs each output's graph (``levels.OutputLevel.row_graphs``).
     level = "graph"
 
     def __init__(self, output_width: int, class_names: Sequence[str] = ()):
@@ -54,14 +53,6 @@ class Task(ABC):
     @property
     def node_level(self) -> bool:
         return self.level == "node"
-
-    def output_graph(self, batch) -> torch.Tensor | None:
-        """Each output's graph in ``batch`` (None at graph level: one output row per graph)."""
-        if self.level == "node":
-            return batch.batch
-        if self.level == "pair":
-            return pair_graph_index(batch.batch, batch.num_graphs)
-        return None
 
     def item_problem(self, item: Any) -> str | None:
         """What is wrong with one item (a ``Data``) for this task, or None: its ``y`` (``target_problem``)."""

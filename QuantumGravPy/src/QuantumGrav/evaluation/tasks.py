@@ -243,6 +243,10 @@ def task_of_model_io(record: dict[str, Any], threshold: float) -> Task:
         return RegressionTask()
     if record["task"] == "binary":
         return BinaryTask(threshold, names)
+    if record["task"] == "node_binary":
+        return NodeBinaryTask(threshold, names)
+    if record["task"] == "relation_binary":
+        return RelationBinaryTask(threshold, names)
     return MulticlassTask(len(names), names)
 
 

@@ -3,7 +3,8 @@
 A test split of five sets with no manifold-like one has no recall of manifold-like sets (it divides by them), and a
 model that predicted none has no precision; scikit-learn's convention (``zero_division=0``) and the run's metrics
 report such a value as 0, which reads as a measured failure. ``undefined_metrics`` names each such metric with the
-reason, from the same totals the metrics come from; ``evaluate`` shows them as undefined (None in its JSON), and the
+reason, from the same totals the metrics come from (``unlabelled_metrics``: every metric, for data that records no
+truth at all); ``evaluate`` shows them as undefined (None in its JSON), and the
 run's summary gets one line (``describe_undefined``).
 """
 
@@ -44,6 +45,13 @@ def undefined_metrics(task: tasks.Task, metrics: dict[str, Any]) -> dict[str, st
         if sum(confusion[k]) == 0 and sum(row[k] for row in confusion) == 0:
             found[f"per_class_f1.{name}"] = f"no set is {name}, and none was predicted {name}"
     return found
+
+
+def unlabelled_metrics(task: tasks.Task, unit: str) -> dict[str, str]:
+    """Every metric of ``task``, each undefined because no set of the data records its truth (stores written as
+    QuantumGrav.jl writes them carry no per-element labels): its ``unit``s are scored only."""
+    why = f"no set of the data records its truth, so its {unit}s are scored only (the predictions CSV)"
+    return {name: why for name in task.metric_names}
 
 
 def _positive_class(task: tasks.Task, confusion: list[list[int]]) -> dict[str, str]:

@@ -10,11 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
+
 from ..config.schema import load_config
 from ..config.layout import ConfigSections
 from ..data.dataset import split_indices
 from ..data.derived_invariants import with_order_invariants
 from ..data.sources import item_problem, source_name
+from ..data.node_targets import NODE_TARGET_TASKS
+from ..data.relation_targets import RELATION_TARGET_TASKS
 from ..data.zarr_store import (DEFAULT_EDGES, DEFAULT_TARGET, JULIA_CSET_TYPES,
                                QuantumGravJLDataset)
 from ..distributed.runtime import Runtime
@@ -68,7 +72,7 @@ def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task
         fractions, seed = data_cfg["split"], data_cfg["split_seed"]
     else:
         source = f"QuantumGrav.jl data {', '.join(str(p) for p in paths)}"
-        dataset = QuantumGravJLDataset(paths, **_store_kwargs(store_options, run, task))
+        dataset = QuantumGravJLDataset(paths, **_store_kwargs(store_options, run, task), **_without_labels(run))
         _check_store_kinds(dataset, task, source)
         fractions, seed = run.data.split, run.data.split_seed
     model = run.model
@@ -90,9 +94,11 @@ def _existing_paths(data: DataPaths) -> list[Path]:
     return paths
 
 
-# The stores' per-set labels: what a run that labels whole sets can have learned from them (evaluate refuses node
-# tasks first).
-STORE_TARGETS = ("manifold_like", "cset_type")
+# What a run can have learned from stores: their per-set labels, and the per-element and per-pair ones our generator
+# records (node_targets, relation_targets; QuantumGrav.jl's own stores lack them, and their sets are then scored
+# without truth).
+LOCATING_TARGETS = (*NODE_TARGET_TASKS, *RELATION_TARGET_TASKS)
+STORE_TARGETS = ("manifold_like", "cset_type", *LOCATING_TARGETS)
 
 
 def _learned(run: ConfigSections) -> tuple[str | None, str | None]:
@@ -118,7 +124,17 @@ def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks
     target and edges are the run's (the config chooses the sets, the run what is asked of them)."""
     target, edges = _learned(run)
     if _reads_stores(data_cfg["type"]):
-        return {**data_cfg, "kwargs": _store_kwargs({**data_cfg["kwargs"], **store_options}, run, task)}
+        kwargs = _store_kwargs({**data_cfg["kwargs"], **store_options}, run, task)
+        if data_cfg["type"] is QuantumGravJLDataset:  # a subclass (KindsDataset) writes its own labels
+            kwargs.update(_without_labels(run))
+        return {**data_cfg, "kwargs": kwargs}
+    if data_cfg["type"] is None and target in LOCATING_TARGETS:
+        unit = "element" if target in NODE_TARGET_TASKS else "pair of elements"
+        raise UserError(f"data: the run learned {target}, one label per {unit}, which only stores record (our "
+                        f"generator's, QuantumGrav.data.kinds.KindsDataset); this config's data: section builds the "
+                        f"built-in generator's sets, which have no {target}. Give a config whose data.type reads "
+                        f"stores (e.g. configs/inserted_block.yaml, configs/toggled_relations.yaml), or the stores "
+                        f"themselves")
     if data_cfg["type"] is None and target is not None:
         return {**data_cfg, "target": target, "edges": edges}
     return data_cfg
@@ -132,8 +148,9 @@ def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task)
         learned = (f"data.target {target}" if target else
                    f"the labels of its own dataset class ({run.data.type.__qualname__})")
         raise UserError(f"data: the run learned {learned}, a {task.type} task; QuantumGrav.jl stores label their "
-                        f"sets with {' and '.join(STORE_TARGETS)} only. Apply a run trained on one of those (the "
-                        f"generator's data.target, or stores), or give a config of data like the run's")
+                        f"sets with manifold_like and cset_type only (our generator's stores also their elements "
+                        f"with {', '.join(NODE_TARGET_TASKS)}, their pairs with {', '.join(RELATION_TARGET_TASKS)}). Apply a run trained on one of those (the generator's "
+                        f"data.target, or stores), or give a config of data like the run's")
     if _reads_stores(run.data.type):  # how the run read its own stores, unless the data or the caller says otherwise
         kwargs = {**{key: run.data.kwargs[key] for key in STORE_OPTIONS if key in run.data.kwargs}, **kwargs}
     if target == "cset_type":
@@ -144,6 +161,12 @@ def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task)
                             "stores, or on data.target manifold_like")
         kwargs = {**kwargs, "cset_types": task.class_names}
     return {**kwargs, "target": target, "edges": edges}
+
+
+def _without_labels(run: ConfigSections) -> dict[str, Any]:
+    """For a run that learned a per-element target: stores that record no labels of it (QuantumGrav.jl's own) are
+    read with their truth unknown, to be scored only; training refuses them, applying a run needs no truth."""
+    return {"missing_labels": "unknown"} if _learned(run)[0] in LOCATING_TARGETS else {}
 
 
 def _checked_store_options(options: dict[str, Any] | None) -> dict[str, Any]:
@@ -182,10 +205,15 @@ def _check_fits(dataset: Any, task: tasks.Task, in_channels: int, source: str) -
         if problem is None and item.x.size(1) != in_channels:
             problem = (f"its sets have {item.x.size(1)} node features (x's columns), but the run's model reads "
                        f"{in_channels}; make the data's node features as the training data's")
-        problem = problem or task.target_problem(item.y)
+        # A set whose truth is unknown (y of NaN: missing_labels) is checked for its shape only.
+        problem = problem or task.target_problem(torch.zeros_like(item.y) if _unknown(item.y) else item.y)
         if problem:
             raise UserError(f"{source}: set {position} does not fit the run ({task.describe()}): {problem}")
     return dataset[0]
+
+
+def _unknown(y: Any) -> bool:
+    return isinstance(y, torch.Tensor) and y.is_floating_point() and bool(torch.isnan(y).any())
 
 
 def _set_ids(dataset: Any) -> Callable[[int], dict[str, Any]]:

@@ -5,6 +5,12 @@ them and what the model was built for (``model_io``: node features in, the task 
 is rebuilt as training built it (``build_model``) without the training data. The new data (``applied_data``) is read
 as the run read its own (its edges, target and classes) and checked against it first.
 
+A run of any task applies: one output per set (multiclass, binary, regression), per element (``node_binary``,
+``configs/inserted_block.yaml``) or per pair of elements (``relation_binary``, ``configs/toggled_relations.yaml``);
+``evaluation.levels`` says which, and the predictions CSV has one row per output (for pairs: those marked or
+truly changed), its set's columns on every row. Where the data records no truth of a set (QuantumGrav.jl's stores hold no
+``node_labels``), the set is scored and left out of the metrics (``applied_data``).
+
 On one process or N: each rank predicts its shard of the sets (rank r: the r-th, (r + N)-th, ...), the predictions
 are gathered to rank 0, and rank 0 computes every metric from all of them in the data's order and writes the files
 (``evaluation.predictions``), so N processes give exactly the metrics of one. ``evaluate(..., nproc=N)`` starts N
@@ -58,7 +64,7 @@ def load_run(run_dir: str | os.PathLike) -> "AppliedRun":
 
     Returns:
         An ``AppliedRun``: ``evaluate(data)`` (the run's metrics on ``data``, per class and per kind of causal set,
-        and a predictions CSV) and ``predict(data)`` (one row per set).
+        and a predictions CSV) and ``predict(data)`` (one row per set, or per element for a node run).
 
     Raises:
         UserError: no such run directory, or no loadable ``best.pt`` in it (the message names what is there).
@@ -70,6 +76,8 @@ def load_run(run_dir: str | os.PathLike) -> "AppliedRun":
         >>> metrics = run.evaluate("path/to/stores")  # a QuantumGrav.jl store, a folder of them, or a config  # doctest: +SKIP
         >>> metrics["accuracy"], metrics["per_kind"]["polynomial"]["recall"]  # doctest: +SKIP
         >>> rows = run.predict("configs/train.yaml", split="test")  # doctest: +SKIP
+        >>> node_run = QG.load_run("runs/inserted_block")  # a node task: one row per element  # doctest: +SKIP
+        >>> node_run.evaluate("path/to/julia_stores")["undefined"]  # no block recorded: scores only  # doctest: +SKIP
     """
     return AppliedRun(*read_run(run_dir))
 
@@ -108,15 +116,12 @@ class AppliedRun:
         self.runtime = (Runtime.in_process_group(s.loop.device) if dist.is_available() and dist.is_initialized()
                         else Runtime(device=resolve_device(s.loop.device)))
         model_io = checkpoint.get("model_io") or _model_io_of_the_runs_data(s, self.runtime)
-        if model_io["task"] not in ("multiclass", "binary", "regression"):
-            unit = "pair of elements" if model_io["task"] == "relation_binary" else "element"
-            raise UserError(f"run '{run_dir}' learned a {model_io['task']} task (a label per {unit}): evaluate "
-                            "applies runs that label whole sets; the run's own test (its summary.json) holds its "
-                            f"per-{unit.split()[0]} metrics")
         self.in_channels = model_io["in_channels"]
         self.task = tasks.task_of_model_io(model_io, s.task.threshold)
         key = "model.kwargs" if s.model.type is not None else "model"
-        self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width)
+        # The readout as training chose it (model.readout: auto is per element for a node task).
+        self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width,
+                                 level=self.task.level)
         self.model.load_state_dict(checkpoint["model"])
         self.model.to(self.runtime.device).eval()
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
@@ -127,13 +132,14 @@ class AppliedRun:
     def evaluate(self, data: DataPaths, *, split: str = "all", out: str | os.PathLike | None = None,
                  nproc: int = 1, store_options: dict[str, Any] | None = None,
                  out_of_range: str = "flag") -> dict[str, Any] | None:
-        """The run's metrics on ``data``, written with every set's prediction.
+        """The run's metrics on ``data``, written with every set's prediction (every element's, for a node run).
 
         Args:
             data: a YAML config (its ``data:`` section is built as training builds it) or QuantumGrav.jl stores
                 and folders of stores (a path or a list).
             split: ``all`` sets, or the ``test`` part of the split training would make of the data.
-            out: the predictions CSV; ``metrics.json`` goes beside it. None:
+            out: the predictions CSV (one row per set, or per element: ``Predictions.rows``); ``metrics.json`` goes
+                beside it. None:
                 ``<run_dir>/evaluations/<data name>/predictions.csv``.
             nproc: processes, each predicting a shard (ignored inside a process group: its ranks share the work).
             store_options: how QuantumGrav.jl stores are read (``applied_data.STORE_OPTIONS``: ``max_elements``,
@@ -144,8 +150,13 @@ class AppliedRun:
                 note in the result, a warning in the log) or ``refuse`` to evaluate (one UserError, nothing written).
 
         Returns:
-            On rank 0: the task's metrics (``accuracy``, ...; ``loss``, ``count``; None where the sets cannot define
-            one, ``undefined`` saying why), for classification ``confusion``, ``weighted_f1`` and ``per_class_f1``,
+            On rank 0: the task's metrics over the sets whose truth the data records (``accuracy``, ...; ``loss``,
+            ``count``; None where the sets cannot define one, every one where no set records its truth,
+            ``undefined`` saying why), ``unit`` (``set`` or ``element``: what a CSV row is about), ``scored_sets``,
+            ``rows`` and ``unlabelled_sets`` (scored without truth), for classification ``confusion``,
+            ``weighted_f1`` and ``per_class_f1``, for a node run the node task's (``iou``, ``block_sets``,
+            ``blockless_sets_marked``, ``nodes``, ``confusion``: as its test computes them) and per kind the same
+            with ``marked_share``,
             ``per_kind`` (sets and recall, or mean absolute error, of each kind of causal set), for sets that
             describe their defect ``by_defect_size`` (recall against each defect's size), ``constant_prediction``
             (the one class predicted for every set, if so), ``outside_training_range`` (the count of sets outside
@@ -170,28 +181,34 @@ class AppliedRun:
         if predictions is None:
             return None
         csv_path = Path(out) if out is not None else self.run_dir / "evaluations" / applied.name / "predictions.csv"
-        json_path = csv_path.parent / "metrics.json"
-        given = [data] if isinstance(data, (str, os.PathLike)) else list(data)
         outside, range_notes = self._judge_range(predictions, out_of_range)
-        result = {"run": str(self.run_dir), "data": [str(path) for path in given], "data_name": applied.name,
-                  "split": split, "task": self.task.type, **predictions.metrics(self.task, self.criterion),
-                  **self._by_defect_size(applied, predictions),
-                  "constant_prediction": predictions.constant_prediction(self.task),
-                  "outside_training_range": sum(bool(names) for names in outside) if outside is not None else None,
-                  "training_range": self.training_range, "notes": [*range_notes, *data_notes(applied.dataset)],
-                  "predictions_csv": str(csv_path), "metrics_json": str(json_path)}
+        result = self._result(data, split, applied, predictions, outside, range_notes, csv_path)
         rows = predictions.rows(self.task, applied.describe_set, outside, applied.set_parameters)
-        write_predictions(csv_path, rows, json_path, result)
+        write_predictions(csv_path, rows, Path(result["metrics_json"]), result)
         return result
+
+    def _result(self, data: DataPaths, split: str, applied: AppliedData, predictions: Predictions,
+                outside: list[list[str]] | None, range_notes: list[str], csv_path: Path) -> dict[str, Any]:
+        """What ``evaluate`` returns and writes as ``metrics.json`` (beside ``csv_path``)."""
+        given = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+        return {"run": str(self.run_dir), "data": [str(path) for path in given], "data_name": applied.name,
+                "split": split, "task": self.task.type, **predictions.metrics(self.task, self.criterion),
+                **self._by_defect_size(applied, predictions),
+                "constant_prediction": predictions.constant_prediction(self.task),
+                "outside_training_range": sum(bool(names) for names in outside) if outside is not None else None,
+                "training_range": self.training_range, "notes": [*range_notes, *data_notes(applied.dataset)],
+                "predictions_csv": str(csv_path), "metrics_json": str(csv_path.parent / "metrics.json")}
 
     def predict(self, data: DataPaths, *, split: str = "all", store_options: dict[str, Any] | None = None,
                 out_of_range: str = "flag") -> list[dict[str, Any]] | None:
-        """One row per set of ``data`` (as ``evaluate`` takes it and judges it against the training range), in the
-        data's order: ``set`` (its index; for stores also ``store`` and ``group``), ``kind``, ``num_elements``,
-        ``truth``, and ``score``: the probability of the positive class (binary), the ``predicted`` class and its
-        probability (multiclass), the value (regression); ``outside_training_range`` (what of the set lies outside
-        it, empty inside, ``unknown`` for a run that does not record it); then the parameters a store records of the
-        set (its defect's). None on ranks other than 0."""
+        """One row per set of ``data`` (as ``evaluate`` takes it and judges it against the training range), or per
+        element of each set for a node run, in the data's order: ``set`` (its index; for stores also ``store`` and
+        ``group``), for a node run ``element``, ``kind``, ``num_elements``, ``truth`` (absent where the data records
+        none), and ``score``: the probability of the positive class and the ``predicted`` class (binary, per set or
+        per element), the predicted class and its probability (multiclass), the value (regression);
+        ``outside_training_range`` (what of the set lies outside it, empty inside, ``unknown`` for a run that does
+        not record it); then the parameters a store records of the set (its defect's). None on ranks other than
+        0."""
         self._check_out_of_range(out_of_range)
         applied, predictions = self._predictions(data, split, store_options)
         if predictions is None:

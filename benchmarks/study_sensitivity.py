@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Sensitivity curves on the field's axes (issue 49, item 3): the detection rate of a defect of exactly k changed
+relations (destroyed sets) or of an inserted block of exactly m elements (merged sets) at a false-alarm rate of 5 %
+on the manifold-like (polynomial) sets of the same N and dimension d, per model, over data seeds.
+
+    python benchmarks/study_sensitivity.py --n 256 --dimensions 2 3 4 --seeds 1 2 3 --json benchmarks/results_sensitivity.json
+    python benchmarks/study_sensitivity.py --n 1024 --per-kind 360 --dimensions 3 --json benchmarks/results_sensitivity.json
+    python benchmarks/study_sensitivity.py --rows gnn --n 256 --dimensions 3 --seeds 1 --json ...
+    python benchmarks/study_sensitivity.py --results benchmarks/results_sensitivity.json   # the tables only
+
+The data of each (N, d, data seed): ``KindsDataset`` with kinds polynomial, destroyed and merged, ``--per-kind`` sets
+of each with exactly N elements, the destroyed sets taking k = 1, 2, 4, ..., 256 changed relations in turn and the
+merged sets blocks of m = 4, 8, ..., 64 elements (``data.kwargs.changed_relations`` and ``block_sizes``), split by
+``split_indices`` (``--split``, seed 42). Target: manifold-like (polynomial) or not. Rows:
+
+* ``strongest_baseline``: the strongest rival (``evaluation.baselines``: gradient boosting on the order invariants,
+  the per-element feature distributions, the exact 2D-order test and the graph observables), fitted on the training
+  split; its score is the probability of *not* manifold-like;
+* ``exact_test`` (d = 2 only): a set is detected when it is not a 2D order (``data.order_dimension``); nothing is
+  chosen, its false-alarm rate is measured;
+* ``gnn``: the default model trained by the CLI (``configs/manifold_like_dimensions.yaml`` with the same data
+  settings, ``--epochs`` at most), applied to every set (``QG.load_run(...).predict``); its score is one minus its
+  probability of manifold-like.
+
+A scored row's threshold is the one at which 5 % of the validation split's polynomial sets would be called defects
+(``evaluation.sensitivity.threshold_at_false_alarm``); the rate realised on the test split's polynomial sets is
+reported with its Wilson interval, and the detection rate per k and m on the test split with counts and intervals,
+and the smallest k (m) detected at 90 %: the crossing of that curve, with the crossings of its Wilson bounds as its
+interval (``evaluation.sensitivity``). ``pooled`` sums the counts over the seeds of each (row, N, d). Each row also
+records what it cost (``costs``: generating the sets and writing the stores, reading them with their node features,
+the rival's features, fitting, per set where per set). Results are written after every row; a row already in
+``--json`` is not run again (a stopped study continues). One process, ``--threads`` torch threads. A benchmark, not
+a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
+
+KINDS = ("polynomial", "destroyed", "merged")
+NULL_KIND = "polynomial"
+SIZE_OF = {"destroyed": "changed_relations", "merged": "block_size"}  # each defect kind's realised size in describe(i)
+CHANGED_RELATIONS = [2 ** b for b in range(9)]  # 1 .. 256
+BLOCK_SIZES = [4, 8, 16, 32, 64]
+ROWS = ("strongest_baseline", "exact_test", "gnn")
+CONFIG = "configs/manifold_like_dimensions.yaml"
+SPLIT_SEED = 42
+
+
+def data_kwargs(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict:
+    return {"path": str(args.data), "kinds": list(KINDS), "num_per_kind": args.per_kind, "n_min": n, "n_max": n,
+            "seed": seed, "dimension": dimension, "changed_relations": CHANGED_RELATIONS, "block_sizes": BLOCK_SIZES}
+
+
+def open_data(args: argparse.Namespace, n: int, dimension: int, seed: int):
+    """The sets of (n, dimension, seed), generated if not there yet, with the seconds generation took (None when
+    they were already there), and the split."""
+    from QuantumGrav.data.dataset import split_indices
+    from QuantumGrav.data.kinds.dataset import (GENERATION_FILE, KindsDataset, generated_folder,
+                                                generation_settings)
+
+    kwargs = data_kwargs(args, n, dimension, seed)
+    settings = generation_settings(kwargs["kinds"], args.per_kind, n, n, seed, dimension, CHANGED_RELATIONS,
+                                   BLOCK_SIZES)
+    there = (generated_folder(args.data, settings) / GENERATION_FILE).is_file()
+    started = time.perf_counter()
+    dataset = KindsDataset(**kwargs, workers=1)
+    generation = None if there else time.perf_counter() - started
+    return dataset, generation, split_indices(len(dataset), args.split, SPLIT_SEED)
+
+
+def sensitivity_of(scores, kinds, sizes, val, test, threshold=None) -> dict:
+    """A scored row's sensitivity: the threshold (chosen on the validation split's null sets unless given), the
+    false-alarm rate realised on the validation and test null sets, and the detection curve of each defect kind on
+    the test split."""
+    import numpy as np
+
+    from QuantumGrav.evaluation.sensitivity import detection_curve, false_alarms, threshold_at_false_alarm
+
+    scores, kinds, sizes = np.asarray(scores, dtype=float), np.asarray(kinds), np.asarray(sizes, dtype=float)
+    null_val = [i for i in val if kinds[i] == NULL_KIND]
+    null_test = [i for i in test if kinds[i] == NULL_KIND]
+    chosen = threshold is None
+    if chosen:
+        threshold = threshold_at_false_alarm(scores[null_val])
+    curves = {}
+    for kind, drawn in (("destroyed", CHANGED_RELATIONS), ("merged", BLOCK_SIZES)):
+        members = [i for i in test if kinds[i] == kind]
+        curves[kind] = detection_curve(sizes[members], scores[members] > threshold, drawn_sizes=drawn)
+    return {"threshold": float(threshold), "threshold_chosen_on": "validation polynomial sets" if chosen else "fixed",
+            "false_alarm_validation": false_alarms(scores[null_val], threshold),
+            "false_alarm_test": false_alarms(scores[null_test], threshold), "curves": curves}
+
+
+def split_counts(kinds, parts) -> dict:
+    return {name: {kind: sum(1 for i in part if kinds[i] == kind) for kind in KINDS}
+            for name, part in zip(("train", "validation", "test"), parts)}
+
+
+def rival_rows(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict[str, dict]:
+    """The strongest rival (and in d = 2 the exact test) on the sets of (n, dimension, seed), with what each step
+    cost."""
+    import numpy as np
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from QuantumGrav.data.causal_sets import INVARIANT_NAMES
+    from QuantumGrav.evaluation.baselines import (STRONGEST_FEATURE_NAMES, baseline_features, baseline_models,
+                                                  element_statistic_names, labels_vector)
+
+    dataset, generation, (train, val, test) = open_data(args, n, dimension, seed)
+    descriptions = [dataset.describe(i) for i in range(len(dataset))]
+    kinds = [d["kind"] for d in descriptions]
+    sizes = [d.get(SIZE_OF.get(d["kind"], ""), 0) for d in descriptions]
+    started = time.perf_counter()
+    items = [dataset[i] for i in range(len(dataset))]
+    read = time.perf_counter() - started
+    started = time.perf_counter()
+    X = baseline_features(items, "invariants_and_elements", strongest=True)
+    features = time.perf_counter() - started
+    y = labels_vector(items).astype(np.int64)
+    estimator, columns, method = baseline_models("classification", "invariants_and_elements", True)["strongest"]
+    started = time.perf_counter()
+    with threadpool_limits(limits=1):
+        estimator.fit(X[train][:, columns], y[train])
+        fit = time.perf_counter() - started
+        defect_class = list(estimator.classes_).index(0)  # y = 1: manifold-like
+        scores = estimator.predict_proba(X[:, columns])[:, defect_class]
+    costs = {"sets": len(dataset), "torch_threads": torch.get_num_threads(),
+             "generation_s_per_set": generation / len(dataset) if generation is not None else None,
+             "generation_note": None if generation is not None else "the stores were already there (not timed)",
+             "read_with_node_features_s_per_set": read / len(dataset),
+             "rival_features_s_per_set": features / len(dataset), "rival_fit_s": fit, "train_sets": len(train)}
+    common = {"num_per_kind": args.per_kind, "split": list(args.split), "split_seed": SPLIT_SEED,
+              "counts": split_counts(kinds, (train, val, test))}
+    rows = {"strongest_baseline": {**common, "method": method, **sensitivity_of(scores, kinds, sizes, val, test),
+                                   "costs": costs}}
+    if dimension == 2:
+        column = [*INVARIANT_NAMES, *element_statistic_names(), *STRONGEST_FEATURE_NAMES].index("is_two_dimensional")
+        not_two_dimensional = 1.0 - X[:, column]
+        rows["exact_test"] = {**common, "method": "detected iff not a 2D order (data.order_dimension), nothing fitted",
+                              **sensitivity_of(not_two_dimensional, kinds, sizes, val, test, threshold=0.5)}
+    return rows
+
+
+def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict:
+    """The default model trained by the CLI on the sets of (n, dimension, seed) and applied to all of them; its
+    score is one minus its probability of manifold-like."""
+    import numpy as np
+
+    import QuantumGrav as QG
+
+    dataset, _, (train, val, test) = open_data(args, n, dimension, seed)  # generated here if not yet, untimed there
+    descriptions = [dataset.describe(i) for i in range(len(dataset))]
+    kinds = [d["kind"] for d in descriptions]
+    sizes = [d.get(SIZE_OF.get(d["kind"], ""), 0) for d in descriptions]
+    kwargs = data_kwargs(args, n, dimension, seed)
+    settings = [f"data.kwargs.{key}={json.dumps(value)}" for key, value in kwargs.items()]
+    settings += [f"data.split={json.dumps(list(args.split))}", f"data.split_seed={SPLIT_SEED}",
+                 f"training.seed={seed + args.train_seed_offset}", "training.num_workers=0",
+                 "training.progress_bar=false", "training.figures=false", "testing.baselines=false",
+                 f"training.num_epochs={args.epochs}"]
+    with tempfile.TemporaryDirectory(prefix="qg_sensitivity_") as runs:
+        command = [sys.executable, "-m", "QuantumGrav", "train", "--config", CONFIG,
+                   "--set", f"training.path={runs}", "--set", "training.run_name=run"]
+        for setting in settings:
+            command += ["--set", setting]
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "QUANTUMGRAV_SMOKE_TEST": "0",
+               "PYTHONPATH": os.pathsep.join([str(REPO / "QuantumGravPy" / "src"), os.environ.get("PYTHONPATH", "")])}
+        started = time.perf_counter()
+        finished = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+        if finished.returncode != 0:
+            raise RuntimeError(f"gnn n={n} d={dimension} seed {seed} failed:\n{finished.stderr[-3000:]}")
+        training = time.perf_counter() - started
+        run = Path(runs) / "run"
+        summary = json.loads((run / "summary.json").read_text())
+        started = time.perf_counter()
+        predicted = QG.load_run(run).predict(str(run / "config.yaml"))
+        applying = time.perf_counter() - started
+    score = np.empty(len(dataset))
+    for row in predicted:
+        score[int(row["set"])] = 1.0 - float(row["score"])
+    from QuantumGrav.callbacks.early_stopping import EarlyStopping
+
+    ended_by = "early_stopping" if summary.get("stopped_by") == EarlyStopping.__qualname__ else "epoch_cap"
+    return {"num_per_kind": args.per_kind, "split": list(args.split), "split_seed": SPLIT_SEED,
+            "counts": split_counts(kinds, (train, val, test)), "config": CONFIG, "train_seed": seed + args.train_seed_offset,
+            "epoch_cap": args.epochs, "ended_by": ended_by, "best_epoch": summary.get("best_epoch"),
+            "stopped_at_epoch": summary.get("stopped_at_epoch"), "test_balanced_accuracy": summary.get("test_balanced_accuracy"),
+            **sensitivity_of(score, kinds, sizes, val, test),
+            "costs": {"training_s": training, "applying_s": applying, "torch_threads": args.threads}}
+
+
+def pooled(runs: list[dict]) -> dict:
+    """Per (row, N, d): the seeds, the false alarms and each kind's curve summed over them."""
+    from QuantumGrav.evaluation.sensitivity import pooled_curve, pooled_false_alarms
+
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(f"{run['row']} n={run['n']} d={run['dimension']}", []).append(run)
+    return {key: {"seeds": sorted(run["seed"] for run in group),
+                  "false_alarm_test": pooled_false_alarms([run["false_alarm_test"] for run in group]),
+                  "curves": {kind: pooled_curve([run["curves"][kind] for run in group]) for kind in SIZE_OF}}
+            for key, group in sorted(groups.items())}
+
+
+def crossing_text(curve: dict) -> str:
+    from QuantumGrav.evaluation.kinds import describe_threshold
+
+    crossing = curve["threshold_at_90"]
+    interval = crossing["interval"]
+    return f"{describe_threshold(crossing)} [{describe_threshold(interval['low'])}, {describe_threshold(interval['high'])}]"
+
+
+def print_tables(results: dict) -> None:
+    print(results["setup"])
+    print("\n| row | N | d | seed | threshold | false alarms (test) | smallest k at 90 % [interval] "
+          "| smallest m at 90 % [interval] |\n|---|---|---|---|---|---|---|---|")
+    rows = sorted(results["runs"], key=lambda r: (r["row"], r["n"], r["dimension"], r["seed"]))
+    for run in rows:
+        alarms = run["false_alarm_test"]
+        print(f"| {run['row']} | {run['n']} | {run['dimension']} | {run['seed']} | {run['threshold']:.3g} | "
+              f"{alarms['false_alarms']}/{alarms['sets']} ({alarms['rate']:.3f}) | "
+              f"{crossing_text(run['curves']['destroyed'])} | {crossing_text(run['curves']['merged'])} |")
+    print("\npooled over seeds\n")
+    for key, group in results["pooled"].items():
+        alarms = group["false_alarm_test"]
+        print(f"{key}, seeds {group['seeds']}: false alarms {alarms['false_alarms']}/{alarms['sets']} = "
+              f"{alarms['rate']:.3f} [{alarms['rate_low']:.3f}, {alarms['rate_high']:.3f}]")
+        for kind, curve in group["curves"].items():
+            points = "  ".join(f"{p['size']:g}: {p['correct']}/{p['sets']}" for p in curve["points"])
+            print(f"  {kind}: 90 % at {crossing_text(curve)};  {points}")
+    print("\ncosts\n\n| row | N | d | seed | sets | generation s/set | read s/set | rival features s/set | fit s "
+          "| training s |\n|---|---|---|---|---|---|---|---|---|---|")
+    for run in rows:
+        if "costs" in run:
+            c = run["costs"]
+            print(f"| {run['row']} | {run['n']} | {run['dimension']} | {run['seed']} | " + " | ".join(
+                "-" if c.get(k) is None else f"{c[k]:.3g}" for k in (
+                    "sets", "generation_s_per_set", "read_with_node_features_s_per_set", "rival_features_s_per_set",
+                    "rival_fit_s", "training_s")) + " |")
+
+
+def save(path: Path | None, results: dict) -> None:
+    results["pooled"] = pooled(results["runs"])
+    if path is not None:
+        from QuantumGrav.common.files import atomic_write_text
+
+        atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[256], help="element counts, one study each")
+    parser.add_argument("--dimensions", type=int, nargs="+", default=[2, 3, 4])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=["strongest_baseline", "exact_test"])
+    parser.add_argument("--per-kind", type=int, default=1080, help="sets of each kind (default: %(default)s)")
+    parser.add_argument("--split", type=float, nargs=3, default=[0.4, 0.2, 0.4],
+                        help="train, validation, test fractions (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=40, help="the GNN's epoch cap")
+    parser.add_argument("--train-seed-offset", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--data", type=Path, default=REPO / "data" / "sensitivity", help="where the stores are written")
+    parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
+    parser.add_argument("--results", help="print the tables of a results file and exit")
+    args = parser.parse_args()
+    if args.results:
+        print_tables(json.loads(Path(args.results).read_text()))
+        return 0
+    import torch
+
+    torch.set_num_threads(args.threads)
+    path = Path(args.json) if args.json else None
+    results = json.loads(path.read_text()) if path and path.exists() else {"runs": []}
+    results["setup"] = (f"kinds {', '.join(KINDS)}; destroyed sets with exactly k changed relations, k in "
+                        f"{CHANGED_RELATIONS}; merged sets with blocks of exactly m elements, m in {BLOCK_SIZES}; "
+                        f"threshold at 5 % false alarms on the validation polynomial sets; one process, "
+                        f"{args.threads} torch thread(s), CPU (shared 2-core machine)")
+    done = {(run["row"], run["n"], run["dimension"], run["seed"]) for run in results["runs"]}
+    for n in args.n:
+        for dimension in args.dimensions:
+            for seed in args.seeds:
+                wanted = [row for row in args.rows if (row, n, dimension, seed) not in done
+                          and not (row == "exact_test" and dimension != 2)]
+                if {"strongest_baseline", "exact_test"} & set(wanted):
+                    for row, result in rival_rows(args, n, dimension, seed).items():
+                        if row in wanted:
+                            results["runs"].append({"row": row, "n": n, "dimension": dimension, "seed": seed, **result})
+                    save(path, results)
+                    print(f"rivals n={n} d={dimension} seed={seed} done", flush=True)
+                if "gnn" in wanted:
+                    results["runs"].append({"row": "gnn", "n": n, "dimension": dimension, "seed": seed,
+                                            **gnn_row(args, n, dimension, seed)})
+                    save(path, results)
+                    print(f"gnn n={n} d={dimension} seed={seed} done", flush=True)
+    save(path, results)
+    print_tables(results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
