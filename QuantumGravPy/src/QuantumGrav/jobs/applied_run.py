@@ -5,9 +5,10 @@ them and what the model was built for (``model_io``: node features in, the task 
 is rebuilt as training built it (``build_model``) without the training data. The new data (``applied_data``) is read
 as the run read its own (its edges, target and classes) and checked against it first.
 
-A run of any task applies: one output per set (multiclass, binary, regression) or per element (``node_binary``,
-``configs/inserted_block.yaml``); ``evaluation.levels`` says which, and the predictions CSV has one row per output,
-its set's columns on every row. Where the data records no truth of a set (QuantumGrav.jl's stores hold no
+A run of any task applies: one output per set (multiclass, binary, regression), per element (``node_binary``,
+``configs/inserted_block.yaml``) or per pair of elements (``relation_binary``, ``configs/toggled_relations.yaml``);
+``evaluation.levels`` says which, and the predictions CSV has one row per output (for pairs: those marked or
+truly changed), its set's columns on every row. Where the data records no truth of a set (QuantumGrav.jl's stores hold no
 ``node_labels``), the set is scored and left out of the metrics (``applied_data``).
 
 On one process or N: each rank predicts its shard of the sets (rank r: the r-th, (r + N)-th, ...), the predictions
@@ -123,7 +124,7 @@ class AppliedRun:
         key = "model.kwargs" if s.model.type is not None else "model"
         # The readout as training chose it (model.readout: auto is per element for a node task).
         self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width,
-                                 node_level=self.task.node_level)
+                                 level=self.task.level)
         self.model.load_state_dict(checkpoint["model"])
         self.model.to(self.runtime.device).eval()
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
