@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from ..data.orders import _one_torch_thread, transitive_closure
+from ..data.orders import _one_torch_thread
 from ..data.relation_targets import candidate_pairs, pair_graph_index
 from .node_rival import best_threshold
 from .relation_task import RelationBinaryTask
@@ -39,16 +39,13 @@ SAMPLED_NEGATIVES = 200_000
 
 
 def relation_of(item: Any) -> np.ndarray:
-    """The causal matrix an item's input describes: in a natural labelling (every edge from a lower index to a
-    higher, as every generated set) its related candidate pairs, else the closure of its edges."""
-    n, edges = int(item.num_nodes), item.edge_index
+    """The causal matrix an item's input describes: its related candidate pairs, in their natural labelling (every
+    relation from the lower index to the higher: ``data.relation_targets``)."""
+    n = int(item.num_nodes)
     R = np.zeros((n, n), dtype=bool)
-    if bool((edges[0] < edges[1]).all()):
-        first, second = candidate_pairs(n).numpy()
-        R[first, second] = item.pair_relation.numpy() > 0
-        return R
-    R[edges[0].numpy(), edges[1].numpy()] = True
-    return transitive_closure(R)
+    first, second = candidate_pairs(n).numpy()
+    R[first, second] = item.pair_relation.numpy() > 0
+    return R
 
 
 def pair_features(item: Any) -> np.ndarray:
