@@ -2,7 +2,9 @@
 changed relations (k in 1, 2, 4, 8, 16, in turn), trained on one process and one thread, with both rivals (the best
 single rule and boosted trees on per-pair features) scored on the same test split, per k. Writes
 benchmarks/results_toggled_relations.json: the command, the wall time of the data and of the run, and the run's
-summary (the GNN's test metrics, the rivals', and by_changed_relations).
+summary (the GNN's test metrics at the config's threshold, the rivals', and by_changed_relations); then, as the
+rivals' thresholds are fitted (on the training split, for the best F1), the GNN's threshold fitted on the validation
+split for its best F1 and its test metrics there, per k too (``tuned_threshold``).
 
     OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py --n 256 --sets 600 --epochs 8
 """
@@ -16,6 +18,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 KEPT = ("stop_reason", "stopped_at_epoch", "best_epoch", "wall_time_s", "num_test", "num_test_pairs",
@@ -53,8 +58,49 @@ def main() -> None:
                        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, CPU",
               "generation_wall_s": round(generated, 1), "total_wall_s": round(total, 1),
               **metrics, **{key: summary[key] for key in KEPT if key in summary}}
+    result["tuned_threshold"] = tuned_threshold(Path(args.work) / "runs" / settings["training.run_name"], args.work)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
+
+
+def tuned_threshold(run_dir: Path, work: str) -> dict:
+    """The run's best weights scored on its validation split: the threshold of the pairs' best F1 there (as the
+    rivals' are fitted on theirs), and the test metrics at it, all sets and per k."""
+    sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
+    import QuantumGrav as QG
+    from QuantumGrav.callbacks.results import by_changed_relations
+    from QuantumGrav.evaluation.levels import level_of
+    from QuantumGrav.evaluation.node_rival import best_threshold
+    from QuantumGrav.evaluation.relation_task import RelationBinaryTask
+
+    config = QG.load_config(run_dir / "config.yaml", {"training.path": f"{work}/threshold_runs",
+                                                      "training.num_epochs": 1, "training.figures": False})
+    trainer = QG.Trainer(config)
+    trainer.core_model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
+    _, val_loader, test_loader = trainer.prepare_dataloaders()
+    level = level_of(trainer.task)
+
+    def scored(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:  # (probabilities, labels) per set
+        found = []
+        for outputs, target, batch in trainer.evaluator.outputs(loader):
+            graphs = level.row_graphs(batch)
+            found += [(torch.sigmoid(outputs.view(-1)[graphs == g]), target.view(-1)[graphs == g])
+                      for g in range(batch.num_graphs)]
+        return found
+
+    val = scored(val_loader)
+    threshold, val_f1 = best_threshold(torch.cat([p for p, _ in val]).double().numpy(),
+                                       torch.cat([y for _, y in val]).numpy() > 0.5)
+    task = RelationBinaryTask(min(max(threshold, 1e-12), 1.0), trainer.task.class_names)
+    per_set = [task.batch_totals(torch.logit(p.double()).view(-1, 1), y.view(-1, 1), torch.zeros(()))
+               for p, y in scored(test_loader)]
+    order = [trainer.split["test"][i] for batch in test_loader.batch_sampler for i in batch]
+    sizes = [trainer.state.dataset.describe(i).get("changed_relations") for i in order]
+    metrics = task.metrics(sum(per_set, task.zero_totals(torch.device("cpu"))))
+    trainer.close()
+    return {"threshold": float(np.float64(threshold)), "val_f1": val_f1,
+            **{f"test_{name}": metrics[name] for name in ("f1", "precision", "recall", "all_found", "exact")},
+            "by_changed_relations": by_changed_relations(sizes, {"gnn": per_set}, task)}
 
 
 if __name__ == "__main__":
