@@ -4,7 +4,7 @@ row, the sets of a PyG batch in turn), from the head's states of both elements a
 For a pair (i, j) in input state s (unrelated, related, link) the score is a bilinear form of the two states,
 one per input state, ``<A_s z_i, B_s z_j> + c_s``, plus a small MLP of what the order says of the pair
 (``ORDER_FEATURES``: the interval between its ends, their common past and future, the cones of both ends, and the
-nesting defect |F(j) \ F(i)| + |P(i) \ P(j)|, which is 0 for a relation removed from a closed order). Message passing
+nesting defect |F(j) \\ F(i)| + |P(i) \\ P(j)|, which is 0 for a relation removed from a closed order). Message passing
 gives each element a summary of its surroundings, not which elements two of them share: those counts come from
 products of the set's relation matrix, ``R R``, ``R R^T`` and ``R^T R``, read from the pairs' states in their natural
 labelling (every relation from the lower index to the higher: ``data.relation_targets`` refuses another).
