@@ -23,11 +23,13 @@ from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, generate_kind  #
 from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_relation, sprinkle  # noqa: E402
 from QuantumGrav.data.kinds.destroyed import generate_destroyed  # noqa: E402
 from QuantumGrav.data.relation_targets import candidate_pairs, pair_graph_index, pair_relation  # noqa: E402
-from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store  # noqa: E402
+from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
 from QuantumGrav.evaluation import relation_rival  # noqa: E402
 from QuantumGrav.evaluation.tasks import RelationBinaryTask  # noqa: E402
 from QuantumGrav.evaluation.undefined import undefined_metrics  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
+from QuantumGrav.models.pair_head import ORDER_FEATURES, order_counts  # noqa: E402
+from torch_geometric.utils import to_dense_batch  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 
@@ -117,6 +119,20 @@ def test_a_relation_target_on_stores_as_produce_data_writes_them_is_one_error(tm
         QuantumGravJLDataset(polynomial, target="toggled_relations")
 
 
+def test_a_set_not_in_a_natural_labelling_is_one_error_naming_it(tmp_path):
+    """A pair's state says its direction only in a natural labelling; a set whose later element precedes an earlier
+    one is refused, naming the store and group, not read with its directions turned round."""
+    backwards = np.zeros((3, 3), dtype=bool)
+    backwards[1, 0] = backwards[1, 2] = backwards[0, 2] = True  # 1 < 0 < 2
+    store = write_julia_store(tmp_path / "destroyed_1.zarr", [], [], [])
+    write_julia_group(zarr.open_group(str(store), mode="a"), 1, backwards, 3, False,
+                      relation_labels=np.zeros((3, 3), dtype=bool))
+    dataset = QuantumGravJLDataset(store, target="toggled_relations", cache=False)
+    with pytest.raises(UserError, match=r"destroyed_1.zarr.*cset_1.*relates a later element to an earlier one; a "
+                                        r"per-pair target reads sets in a natural labelling"):
+        dataset[0]
+
+
 # --------------------------------------------------------------------------- metrics
 def hand_made_batch():
     """Three sets of 4, 3 and 2 elements (6, 3 and 1 pairs): changes in the first two only."""
@@ -168,18 +184,26 @@ def test_the_pair_readout_gives_one_logit_per_candidate_pair_of_each_set():
     assert outputs.shape == (10 + 21 + 3, 1)
     alone = model(Batch.from_data_list(graphs[1:2]))
     torch.testing.assert_close(outputs[10:31], alone, msg="a pair's logit depends on its own set only")
-    # The pair (i, j) of the set is scored from the states of i and j: swapping two elements' features and
-    # the pairs' states accordingly permutes the logits the same way.
-    item = graphs[2]
-    swapped = Data(x=item.x[[1, 0, 2]], edge_index=torch.zeros(2, 0, dtype=torch.long), invariants=item.invariants,
-                   pair_relation=item.pair_relation[[0, 2, 1]])
-    plain = Data(x=item.x, edge_index=torch.zeros(2, 0, dtype=torch.long), invariants=item.invariants,
-                 pair_relation=item.pair_relation)
-    model.pair_scorer.second.load_state_dict(model.pair_scorer.first.state_dict())  # a symmetric form
-    a, b = model(Batch.from_data_list([plain])).view(-1), model(Batch.from_data_list([swapped])).view(-1)
-    torch.testing.assert_close(b, a[[0, 2, 1]])
     with pytest.raises(ValueError, match="readout 'pair' gives one logit per pair: num_classes must be 1, got 2"):
         GNNClassifier(10, 2, readout="pair")
+
+
+def test_the_pair_head_counts_what_the_order_says_of_each_pair():
+    """A chain 0 < 1 < 2 < 3 with the link 1 < 2 removed (the closure keeps 0 < 2 and 1 < 3), beside a set of two
+    unrelated elements: the interval, common cones and nesting defect of each pair, as fractions of its set's N."""
+    R = np.triu(np.ones((4, 4), dtype=bool), 1)
+    R[1, 2] = False
+    states = torch.cat([pair_relation(R), torch.tensor([0], dtype=torch.uint8)])
+    node_graph = torch.tensor([0, 0, 0, 0, 1, 1])
+    _, mask = to_dense_batch(torch.zeros(6, 1), node_graph)
+    pairs = torch.ones(4, 4, dtype=torch.bool).triu(1) & mask[:, :, None] & mask[:, None, :]
+    counts = order_counts(states, pairs, mask.sum(1), torch.float32)[pairs]
+    column = {name: k for k, name in enumerate(ORDER_FEATURES)}
+    chain = [tuple(p) for p in candidate_pairs(4).T.tolist()]
+    assert counts[chain.index((0, 3)), column["interval"]] == 2 / 4  # 1 and 2 lie between 0 and 3
+    assert counts[chain.index((1, 2)), column["nesting_defect"]] == 0.0  # the removed link: nested cones
+    assert counts[chain.index((1, 2)), column["common_past"]] == 1 / 4 and counts[6].abs().sum() == 0.0
+    assert counts[chain.index((0, 1)), column["nesting_defect"]] == 0.0, "related pairs have none"
 
 
 def test_a_fresh_pair_head_predicts_about_one_change_per_set_whatever_its_size():

@@ -20,7 +20,8 @@ them, and unordered:
   unrelated, related but not a link, a link) and "changed" is well defined without a direction;
 * in a natural labelling (every generated set: the sprinkling is sorted by time and toggles draw i < j) every
   relation, added or removed, goes from the lower index to the higher, so these are exactly the pairs a toggle
-  can touch; a store's set in another labelling is judged the same way (related either way, or not).
+  can touch, and a related pair's state says its direction too. A set in another labelling is refused
+  (``pair_target``): the pair head and the rivals read the order from the pairs' states.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ def pair_target(R: np.ndarray, links: torch.Tensor | None, group: Any, format_er
     """A store group's per-pair labels (``pair_labels`` of its ``relation_labels``; NaN where ``unknown``: labels
     its kind should have and it lacks, read for an applied run) and input states (``pair_relation``) for its causal
     matrix ``R``; ``links``: the links as an edge index [2, E] where the graph has them (else found from ``R``)."""
+    if np.tril(R).any():
+        raise format_error("its causal matrix relates a later element to an earlier one; a per-pair target reads "
+                           "sets in a natural labelling (every relation from the lower index to the higher, as "
+                           "every set QuantumGrav.data.kinds generates), so that a pair's state gives its direction")
     linked = None
     if links is not None:
         linked = np.zeros_like(R)

@@ -4,9 +4,10 @@ GNN, so that its F1 and its sets with every change found have something to beat.
 Each candidate pair (i, j), i < j, is described by what the order says of it (``PAIR_FEATURES``, counts as
 fractions of the set's N): its state in the input (related, a link), the interval between its ends, the past and
 future cones of both ends, their common past and common future, and the nesting defect of an unrelated pair,
-|F(j) \\ F(i)| + |P(i) \\ P(j)|. A relation removed from a closed order leaves its ends unrelated with exactly
-nested cones (everything after j is still after i, everything before i still before j), so that defect is 0 there,
-and rare otherwise; a related pair gets 2, beyond any unrelated one.
+|F(j) \\ F(i)| + |P(i) \\ P(j)|, also as a share of |F(j)| + |P(i)|. A relation removed from a closed order leaves
+its ends unrelated with exactly nested cones (everything after j is still after i, everything before i still before
+j), so that defect is 0 there, and otherwise only where those cones are empty (at the set's boundary); a related
+pair gets 2, beyond any unrelated one.
 
 The rule (the best single one) marks the pairs on one side of a threshold of one feature; every feature and side
 is fitted on the training split (the threshold that maximises the training pairs' F1), and the best is the rival.
@@ -26,28 +27,25 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from ..data.orders import _one_torch_thread, transitive_closure
+from ..data.orders import _one_torch_thread
 from ..data.relation_targets import candidate_pairs, pair_graph_index
 from .node_rival import best_threshold
 from .relation_task import RelationBinaryTask
 
 PAIR_FEATURES: tuple[str, ...] = ("related", "link", "interval", "past_first", "future_first", "past_second",
-                                  "future_second", "common_past", "common_future", "nesting_defect")
+                                  "future_second", "common_past", "common_future", "nesting_defect", "nesting_share")
 # Unchanged training pairs kept for fitting, over all training sets (every changed pair is kept).
 SAMPLED_NEGATIVES = 200_000
 
 
 def relation_of(item: Any) -> np.ndarray:
-    """The causal matrix an item's input describes: in a natural labelling (every edge from a lower index to a
-    higher, as every generated set) its related candidate pairs, else the closure of its edges."""
-    n, edges = int(item.num_nodes), item.edge_index
+    """The causal matrix an item's input describes: its related candidate pairs, in their natural labelling (every
+    relation from the lower index to the higher: ``data.relation_targets``)."""
+    n = int(item.num_nodes)
     R = np.zeros((n, n), dtype=bool)
-    if bool((edges[0] < edges[1]).all()):
-        first, second = candidate_pairs(n).numpy()
-        R[first, second] = item.pair_relation.numpy() > 0
-        return R
-    R[edges[0].numpy(), edges[1].numpy()] = True
-    return transitive_closure(R)
+    first, second = candidate_pairs(n).numpy()
+    R[first, second] = item.pair_relation.numpy() > 0
+    return R
 
 
 def pair_features(item: Any) -> np.ndarray:
@@ -64,9 +62,11 @@ def pair_features(item: Any) -> np.ndarray:
     state = item.pair_relation.long()
     related = (state > 0).float()
     nesting = future[second] - common_future[first, second] + past[first] - common_past[first, second]
+    share = nesting / (future[second] + past[first]).clamp(min=1.0)
     columns = [related, (state == 2).float(), between[first, second] / n, past[first] / n, future[first] / n,
                past[second] / n, future[second] / n, common_past[first, second] / n,
-               common_future[first, second] / n, torch.where(related > 0, 2.0, nesting / n)]
+               common_future[first, second] / n, torch.where(related > 0, 2.0, nesting / n),
+               torch.where(related > 0, 2.0, share)]
     return torch.stack(columns, dim=1).numpy()
 
 
@@ -115,13 +115,15 @@ def fit_rule(rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> PairRule:
 
 def fit_trees(rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Callable[[Any], np.ndarray]:
     """Gradient-boosted trees on every feature of the training rows, and the probability threshold of their best
-    training F1; returns what marks the pairs of an item."""
+    training F1; returns what marks the pairs of an item. The trees are fitted on the sampled rows as they are (the
+    changed pairs a minority of a few percent, not of a few per mille: weighting the unchanged ones back would spend
+    the fit on them); the weights count in the threshold, which sets the marked pairs' share as in the data."""
     # Imported here, as the baselines' scikit-learn: only rank 0 fits it, once per run.
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     features, labels, weights = rows
     with threadpool_limits(limits=1):  # rank 0 alone: the other ranks' cores stay theirs
-        trees = HistGradientBoostingClassifier(random_state=0).fit(features, labels, sample_weight=weights)
+        trees = HistGradientBoostingClassifier(random_state=0).fit(features, labels)
         threshold, _ = best_threshold(trees.predict_proba(features)[:, 1], labels, weights)
 
     def predict(item: Any) -> np.ndarray:
