@@ -119,7 +119,7 @@ def test_the_csv_has_a_row_per_element_with_its_truth_score_and_the_sets_block(n
     dataset = KindsDataset(**run.config["data"]["kwargs"])
     sets = by_set(rows)
     assert list(sets) == list(range(len(dataset))) == list(range(result["count"]))
-    block_sets, ious = 0, []
+    block_sets, ious = 0, {}
     for index, elements in sets.items():
         labels = dataset[index].y
         assert [int(row["element"]) for row in elements] == list(range(len(labels)))
@@ -132,13 +132,19 @@ def test_the_csv_has_a_row_per_element_with_its_truth_score_and_the_sets_block(n
         assert all((float(row["score"]) >= run.task.threshold) == m for row, m in zip(elements, marked))
         if true.any():
             block_sets += 1
-            ious.append((true & marked).sum() / (true | marked).sum())
+            ious[index] = (true & marked).sum() / (true | marked).sum()
     true = np.array([row["truth"] == "inserted_block" for row in rows])
     marked = np.array([row["predicted"] == "inserted_block" for row in rows])
     assert 0 < marked.sum() < len(rows), "a model that marks some elements, not all: the test measures something"
     tp, fp, fn = (true & marked).sum(), (~true & marked).sum(), (true & ~marked).sum()
     assert result["f1"] == pytest.approx(2 * tp / (2 * tp + fp + fn)) and result["recall"] == pytest.approx(tp / (tp + fn))
-    assert result["block_sets"] == block_sets and result["iou"] == pytest.approx(np.mean(ious))
+    assert result["block_sets"] == block_sets and result["iou"] == pytest.approx(np.mean(list(ious.values())))
+    for label, found in result["by_block_size"].items():  # bins of the block's size: 4-7, 8-15, ...
+        low, high = map(int, label.split("-"))
+        in_bin = [index for index in ious if low <= int(sets[index][0]["block_size"]) <= high]
+        assert found["sets"] == len(in_bin) and found["iou"] == pytest.approx(np.mean([ious[i] for i in in_bin]))
+        assert high == 2 * low - 1 and low & (low - 1) == 0
+    assert sum(found["sets"] for found in result["by_block_size"].values()) == block_sets
     for kind, found in result["per_kind"].items():
         of_kind = [row for row in rows if row["kind"] == kind]
         assert found["sets"] == len({row["set"] for row in of_kind})
@@ -152,10 +158,11 @@ def test_stores_without_labels_give_scores_only_and_every_metric_undefined_with_
         cli_in_process, node_run, julia_stores, tmp_path):
     """QuantumGrav.jl records no block: training refuses such stores for this target (test_node_task), applying a
     trained run scores every element, measures nothing and says why."""
-    out = tmp_path / "out" / "predictions.csv"
-    done = cli_in_process("evaluate", "--run", str(node_run), "--data", str(julia_stores), "--out", str(out),
-                          cwd=tmp_path)
+    out, stores = tmp_path / "out" / "predictions.csv", write_merged_stores(tmp_path / "output")
+    done = cli_in_process("evaluate", "--run", str(node_run), "--data", str(stores), "--out", str(out),
+                          "--store-option", "cache=false", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    assert not list(stores.glob("*.qg_features")), "read as --store-option said: no feature cache written"
     assert "applied to output (6 causal sets, " in done.stdout
     assert f"undefined: loss, accuracy, precision, recall, f1, iou: {UNLABELLED}" in done.stdout
     assert ("note: QuantumGrav.jl data: the sets of merged_1.zarr, merged_ambiguous_1.zarr carry no 'node_labels' "
@@ -166,7 +173,7 @@ def test_stores_without_labels_give_scores_only_and_every_metric_undefined_with_
     assert all(metrics[metric] is None for metric in NODE_METRICS)
     assert metrics["undefined"] == {metric: UNLABELLED for metric in NODE_METRICS}
     assert (metrics["count"], metrics["scored_sets"], metrics["unlabelled_sets"], metrics["rows"]) == (0, 6, 6, len(rows))
-    stored = zarr.open_group(str(julia_stores / "merged_1.zarr"), mode="r")
+    stored = zarr.open_group(str(stores / "merged_1.zarr"), mode="r")
     sets = by_set(rows)
     assert [(r[0]["store"], r[0]["group"]) for r in sets.values()] == [
         (f"{kind}_1.zarr", f"cset_{i}") for kind in ("merged", "merged_ambiguous") for i in range(1, 4)]
@@ -174,6 +181,21 @@ def test_stores_without_labels_give_scores_only_and_every_metric_undefined_with_
         range(len(sets[0])))
     assert all(0 <= float(row["score"]) <= 1 for row in rows)
     assert {kind: found["sets"] for kind, found in metrics["per_kind"].items()} == {"merged": 3, "merged_ambiguous": 3}
+
+
+def test_a_config_that_reads_the_stores_gives_what_the_stores_give(node_run, julia_stores, tmp_path):
+    """A config whose data.type is QuantumGrav.jl's reader (configs/train_quantumgrav_jl.yaml's) reads its stores
+    as the run's target asks, their truth unknown as when the stores are given themselves."""
+    config = tmp_path / "stores.yaml"
+    config.write_text("data:\n  type: !pyobject QuantumGrav.data.zarr_store.QuantumGravJLDataset\n"
+                      f"  kwargs: {{path: {julia_stores}}}\n")
+    run = QG.load_run(node_run)
+    through_config = run.evaluate(config, out=tmp_path / "config.csv")
+    direct = run.evaluate(julia_stores, out=tmp_path / "direct.csv")
+    assert through_config["unlabelled_sets"] == 6 and through_config["count"] == 0
+    assert {k: v for k, v in numbers_of(through_config).items() if k != "notes"} == {
+        k: v for k, v in numbers_of(direct).items() if k != "notes"}
+    assert read_csv(tmp_path / "config.csv") == read_csv(tmp_path / "direct.csv")
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
@@ -209,12 +231,16 @@ def test_two_processes_write_exactly_the_rows_and_metrics_of_one(node_run, tmp_p
 
 
 def test_sets_outside_the_training_range_are_flagged_on_every_element_or_refused(cli_in_process, node_run, tmp_path):
+    """A merged set of 90 elements after training on 24-40: every row of it says so; --out-of-range refuse refuses it."""
     rng = np.random.default_rng(10)
     store = write_julia_store(tmp_path / "large" / "merged_1.zarr", [generate_kind("merged", rng, n_range=(90, 90))
                                                                       .relation], [MERGED], [False])
     result = QG.load_run(node_run).evaluate(store, out=tmp_path / "flagged.csv")
     rows = read_csv(tmp_path / "flagged.csv")
     assert result["outside_training_range"] == 1 and len(rows) == 90
+    # More processes than sets: rank 1 predicts nothing, and rank 0 writes what one process writes.
+    two = QG.load_run(node_run).evaluate(store, out=tmp_path / "two.csv", nproc=2)
+    assert numbers_of(two) == numbers_of(result) and read_csv(tmp_path / "two.csv") == rows
     assert all("num_elements" in row["outside_training_range"].split(";") for row in rows)
     out = tmp_path / "refused" / "predictions.csv"
     done = cli_in_process("evaluate", "--run", str(node_run), "--data", str(store), "--out", str(out),

@@ -183,7 +183,7 @@ def test_the_node_readout_gives_one_output_per_element_judged_with_its_sets_inva
     assert outputs.shape == (12, 1)
     alone = model(Batch.from_data_list(graphs[1:]))
     torch.testing.assert_close(outputs[5:], alone, msg="an element's output depends on its own set only")
-    with pytest.raises(ValueError, match="readout: expected 'graph' or 'node', got 'edge'"):
+    with pytest.raises(ValueError, match="readout: expected 'graph', 'node' or 'pair', got 'edge'"):
         GNNClassifier(10, 1, readout="edge")
 
 

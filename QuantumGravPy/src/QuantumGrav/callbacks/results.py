@@ -1,5 +1,5 @@
-"""What rank 0 adds after training and testing: the baselines fitted and scored beside the model (for the node task
-its rival rule), the destroyed sets recognised per flip fraction, and the figures (PNGs in ``run_dir/figures/``)."""
+"""What rank 0 adds after training and testing: the baselines fitted and scored beside the model (for the node and the
+relation task their rival rule and trees), the destroyed sets recognised per flip fraction, and the figures (PNGs in ``run_dir/figures/``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fra
 from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
                                   plot_inserted_block, plot_predictions, plot_recall_by_kind, plot_training_curves)
 from ..evaluation.kinds import kind_breakdown
+from ..evaluation import relation_rival
 from ..evaluation.node_rival import TREES_DESCRIPTION, fit_rule, fit_trees, rival_metrics
 from ..evaluation.tasks import ClassificationTask
 from .base import Callback, Decision
@@ -57,6 +58,53 @@ class NodeRival(Callback):
             scores = rival_metrics(predict, test, state.task)
             result.update({f"{prefix}_{name}": value for name, value in scores.items()})
         result.update(rival_rule=rule.describe(), trees_rival=TREES_DESCRIPTION)
+
+
+class RelationRival(Callback):
+    """After the test of a relation task (rank 0, with ``testing.baselines``): the rivals
+    (``evaluation.relation_rival``) fitted on the training split and scored on the test split beside the model's
+    ``test_<metric>``: the best single rule as ``rival_<metric>`` (the rule as ``rival_rule``), boosted trees on
+    per-pair features as ``trees_<metric>``; on data that describe their sets' ``changed_relations`` (exact k),
+    the model's and both rivals' metrics per k as ``result["by_changed_relations"]``."""
+
+    main_process_only = True
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        rows = relation_rival.training_rows([state.dataset[i] for i in state.split["train"]])
+        rule = relation_rival.fit_rule(rows)
+        test = [state.dataset[i] for i in state.test_order]  # in the order of the model's predictions
+        per_set = {"gnn": model_set_totals(state, test)}
+        for prefix, predict in (("rival", rule.predict), ("trees", relation_rival.fit_trees(rows))):
+            per_set[prefix] = relation_rival.rival_totals(predict, test, state.task)
+            result.update({f"{prefix}_{name}": value
+                           for name, value in relation_rival.rival_metrics(per_set[prefix], state.task).items()})
+        result.update(rival_rule=rule.describe(), trees_rival=relation_rival.TREES_DESCRIPTION)
+        if hasattr(state.dataset, "describe"):
+            sizes = [state.dataset.describe(i).get("changed_relations") for i in state.test_order]
+            result["by_changed_relations"] = by_changed_relations(sizes, per_set, state.task)
+
+
+def model_set_totals(state: RunState, test: list) -> list[torch.Tensor]:
+    """The task's totals of each test set from the model's test predictions (its marked and its changed pairs)."""
+    totals = []
+    for item, (marked, changed, _) in zip(test, state.test_predictions):
+        logits, truth = torch.full((item.y.numel(), 1), -np.inf), torch.zeros(item.y.numel())
+        logits[marked], truth[changed] = np.inf, 1.0
+        totals.append(state.task.batch_totals(logits, state.task.target(truth), torch.zeros(())))
+    return totals
+
+
+def by_changed_relations(sizes: list, per_set: dict[str, list[torch.Tensor]], task) -> dict[str, dict[str, Any]]:
+    """Per realised count of changed relations k (sets that record one), each predictor's pair F1, precision,
+    recall, share of sets with every change found, and the sets counted."""
+    found: dict[str, dict[str, Any]] = {}
+    for k in sorted({size for size in sizes if size is not None}):
+        sets = [position for position, size in enumerate(sizes) if size == k]
+        found[str(k)] = {"sets": len(sets)}
+        for name, totals in per_set.items():
+            metrics = task.metrics(sum((totals[p] for p in sets), task.zero_totals(torch.device("cpu"))))
+            found[str(k)][name] = {m: metrics[m] for m in ("f1", "precision", "recall", "all_found")}
+    return found
 
 
 

@@ -28,7 +28,8 @@ class RunState:
         summary: what summary.json holds (rank 0 writes it).
         best_state: the best epoch's weights (best.pt's), which ``run_test`` evaluates.
         test_predictions: after the test, ``(prediction, truth, flip fraction)`` per test set (for a node task the
-            lists of its elements' predicted and true labels).
+            lists of its elements' predicted and true labels; for a relation task the positions of its marked and
+            of its changed pairs in the set's candidate pairs).
         test_order: the dataset index of each of ``test_predictions``.
         baseline_predictions: after the test, each baseline's predictions on the test split.
         figures: figure name -> PNG file, as they are drawn.

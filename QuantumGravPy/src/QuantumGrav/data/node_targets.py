@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..common.errors import UserError
+from .relation_targets import RELATION_LABELS_ARRAY, RELATION_TARGET_TASKS
 
 NODE_LABELS_ARRAY = "node_labels"
 # Each per-element target, the task it is learned as, and its two classes (0, 1).
@@ -64,7 +65,8 @@ def describe_unlabelled(store_names: Sequence[str], target: str) -> str | None:
     if not store_names:
         return None
     shown = ", ".join(store_names[:3]) + (f" and {len(store_names) - 3} more" if len(store_names) > 3 else "")
-    return (f"QuantumGrav.jl data: the sets of {shown} carry no '{NODE_LABELS_ARRAY}' (QuantumGrav.jl's "
+    array = RELATION_LABELS_ARRAY if target in RELATION_TARGET_TASKS else NODE_LABELS_ARRAY
+    return (f"QuantumGrav.jl data: the sets of {shown} carry no '{array}' (QuantumGrav.jl's "
             f"produce_data.jl records none), so their {target} truth is unknown: they are scored, not measured")
 
 

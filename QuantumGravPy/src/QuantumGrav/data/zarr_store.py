@@ -42,6 +42,8 @@ from .orders import transitive_closure
 from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
 from .node_targets import (MISSING_LABELS, NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, node_target,
                            read_node_labels, unlabelled_stores)
+from .relation_targets import (RELATION_LABELS_ARRAY, RELATION_TARGET_CLASS_NAMES, RELATION_TARGET_TASKS,
+                               pair_target, relation_labels_missing, unlabelled_relation_stores)
 from .stores.graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
                             describe_order_repairs, graph_tensors, order_error)
 from .stores.cache_files import compacted, expanded, feature_cache_dir
@@ -58,9 +60,11 @@ JULIA_CSET_TYPES: dict[int, str] = {
     1: "polynomial", 2: "complex_topology", 3: "destroyed", 4: "merged", 5: "grid", 6: "layered",
     7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
 }
-VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS)
+VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS, *RELATION_TARGET_TASKS)
 DEFAULT_TARGET, DEFAULT_EDGES = "manifold_like", "links"  # as upstream trains
 ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
+# The classes of the per-element and per-pair targets (node_targets, relation_targets: 1 inside the defect).
+LOCATED_CLASS_NAMES: dict[str, list[str]] = {**NODE_TARGET_CLASS_NAMES, **RELATION_TARGET_CLASS_NAMES}
 # Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
 # 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32. 4: the per-element
 # labels (node_targets) too, whatever the target, so that one cache serves every target.
@@ -121,6 +125,27 @@ def _check_choices(**given: tuple[str, Sequence[str]]) -> None:
             raise UserError(f"{name}: expected one of {choices}, got {value!r}")
 
 
+def group_cache_key(folder: Path, edges: str) -> str:
+    """The feature cache's key of a store's group (its ``folder``): a hash of every file of the group as stored
+    (compressed chunks and metadata: its content, read without zarr, which costs more than the bytes), the edge
+    kind and the feature version."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
+                  f"invariants={','.join(INVARIANT_NAMES)} edges={edges}".encode())
+    for file in sorted(path for path in folder.rglob("*") if path.is_file()):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def unlabelled_of_target(target: str, first_groups: Sequence[Path], kinds: Sequence[str],
+                         missing_labels: str) -> list[str]:
+    """The stores whose first set lacks the per-element or per-pair labels ``target`` asks for (``node_targets``,
+    ``relation_targets``; none for a per-set target), or under ``missing_labels`` ``refuse`` one UserError."""
+    return [*unlabelled_stores(target, first_groups, kinds, missing_labels),
+            *unlabelled_relation_stores(target, first_groups, kinds, missing_labels)]
+
+
 class QuantumGravJLDataset(Dataset):
     """Causal sets from QuantumGrav.jl's Zarr stores as PyG graphs, read lazily item by item.
 
@@ -132,6 +157,7 @@ class QuantumGravJLDataset(Dataset):
       ``cset_types`` or, by default, those found in the first group of each store (one type per
       store is how produce_data writes them), ordered by code. ``target="inserted_block"``: y holds one 0/1
       per element, 1 inside a merged set's inserted block (``node_targets``), learned as ``node_binary``.
+      ``"toggled_relations"``: one 0/1 per pair and its input state ``pair_relation`` (``relation_binary``).
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
     * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal set and cached in a
       folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
@@ -179,7 +205,7 @@ class QuantumGravJLDataset(Dataset):
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
         first_codes = [int(graph["labels"][1]) for graph in firsts]
-        self.unlabelled_stores = unlabelled_stores(target, [store / groups[0] for store, groups in zip(
+        self.unlabelled_stores = unlabelled_of_target(target, [store / groups[0] for store, groups in zip(
             self.stores, self.groups)], [JULIA_CSET_TYPES[code] for code in first_codes], missing_labels)
         self.order_repairs: dict[str, list[str]] = {"closed": [], "skipped": []}
         if not_partial_orders == "refuse":
@@ -212,13 +238,12 @@ class QuantumGravJLDataset(Dataset):
     @property
     def task(self) -> str:
         """How ``y`` is learned (``task.type: auto`` reads it): as the generator's targets of the same name."""
-        return NODE_TARGET_TASKS.get(self.target) or TARGET_TASKS[self.target]
+        return NODE_TARGET_TASKS.get(self.target) or RELATION_TARGET_TASKS.get(self.target) or TARGET_TASKS[self.target]
 
     @property
     def class_names(self) -> list[str]:
-        if self.target in NODE_TARGET_CLASS_NAMES:
-            return list(NODE_TARGET_CLASS_NAMES[self.target])
-        return list(MANIFOLD_LIKE_NAMES) if self.target == "manifold_like" else list(self._cset_types)
+        return list(LOCATED_CLASS_NAMES.get(self.target)
+                    or (MANIFOLD_LIKE_NAMES if self.target == "manifold_like" else self._cset_types))
 
     @property
     def num_classes(self) -> int:
@@ -342,13 +367,25 @@ class QuantumGravJLDataset(Dataset):
     def get(self, idx: int) -> Data:
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
+        extra = {}
         if self.target in NODE_TARGET_TASKS:
             y = node_target(graph["node_labels"], self.target, JULIA_CSET_TYPES[int(graph["labels"][1])],
                             self.stores[store_index] / group, self.missing_labels)
+        elif self.target in RELATION_TARGET_TASKS:
+            y, extra["pair_relation"] = self._pair_target(store_index, group, graph)
         else:
             y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
-                    julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0])
+                    julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0], **extra)
+
+    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The group's per-pair labels and input states (N^2 / 2 of each: read from the store, not cached)."""
+        R, _, _ = self._read_checked(store_index, group)
+        R = transitive_closure(R) if int(graph["order_problem"]) == ORDER_CLOSED else R  # what the graph was built from
+        unknown = self.missing_labels == "unknown" and relation_labels_missing(
+            self.target, JULIA_CSET_TYPES[int(graph["labels"][1])], self.stores[store_index] / group)
+        return pair_target(R, graph["edge_index"] if self.edges == "links" else None, self._open(store_index)[group],
+                           lambda problem: store_error(self.stores[store_index], group, problem), unknown)
 
     def describe(self, idx: int) -> dict[str, Any]:
         """Where item ``idx`` comes from and what it is: its store's name, group and QuantumGrav.jl kind, and the
@@ -360,18 +397,6 @@ class QuantumGravJLDataset(Dataset):
         return {"store": self.stores[store_index].name, "group": group, "kind": JULIA_CSET_TYPES[code], **attributes}
 
     # ------------------------------------------------------------------ feature cache
-    def _cache_key(self, store_index: int, group: str) -> str:
-        """A hash of every file of the group as stored (compressed chunks and metadata: its content, read
-        without zarr, which costs more than the bytes), the edge kind and the feature version."""
-        folder = self.stores[store_index] / group
-        digest = hashlib.blake2b(digest_size=16)
-        digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
-                      f"invariants={','.join(INVARIANT_NAMES)} edges={self.edges}".encode())
-        for file in sorted(path for path in folder.rglob("*") if path.is_file()):
-            digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
-            digest.update(file.read_bytes())
-        return digest.hexdigest()
-
     def _stored_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         return self._cached_graph(store_index, group) if self.cache else self._read_graph(store_index, group)
 
@@ -387,7 +412,7 @@ class QuantumGravJLDataset(Dataset):
         the ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a
         temporary name and renames it, so a reader sees no file or a whole one, never a mix. A file that cannot
         be read back (damaged on disk, not written by this code) is computed again and replaced, with a warning."""
-        path = self._cache_dirs[store_index] / f"{self._cache_key(store_index, group)}.pt"
+        path = self._cache_dirs[store_index] / f"{group_cache_key(self.stores[store_index] / group, self.edges)}.pt"
         if path.is_file():
             try:
                 return expanded(torch.load(path, weights_only=True))
@@ -438,9 +463,11 @@ def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndar
 
 
 def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_type_code: int, manifold_like: bool,
-                      *, attributes: dict[str, Any] | None = None, node_labels: np.ndarray | None = None) -> None:
+                      *, attributes: dict[str, Any] | None = None, node_labels: np.ndarray | None = None,
+                      relation_labels: np.ndarray | None = None) -> None:
     """Group ``cset_<index>`` of an open store, as ``write_julia_store`` writes it; ``attributes`` (the group's
-    JSON attributes) and ``node_labels`` (an array of one 0/1 per element) are what our generator adds, and
+    JSON attributes), ``node_labels`` (an array of one 0/1 per element) and ``relation_labels`` (an N x N 0/1
+    matrix like ``causal_matrix``, written in ``adj``'s layout: transposed) are what our generator adds, and
     readers of produce_data's keys pass over them."""
     zarr_format = root.metadata.zarr_format
     if zarr_format == 2:
@@ -453,6 +480,8 @@ def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_typ
               "manifold_like": np.array([manifold_like], dtype=bool), "cset_type": np.array([cset_type_code], dtype="<i8")}
     if node_labels is not None:
         values["node_labels"] = np.asarray(node_labels, dtype=np.uint8)
+    if relation_labels is not None:
+        values[RELATION_LABELS_ARRAY] = np.asarray(relation_labels, dtype=np.uint8).T
     for name, value in values.items():
         chunks = tuple(min(size, 1000) for size in value.shape)
         array = group.create_array(name, shape=value.shape, chunks=chunks, dtype=value.dtype,

@@ -74,7 +74,13 @@ class Evaluator:
     def _per_graph(self, outputs: torch.Tensor, target: torch.Tensor, batch) -> list[tuple[Any, Any, float]]:
         """(prediction, true value, flip fraction) of each graph: the predicted class for classification, the
         output for regression, the list of predicted and of true 0/1 labels of its elements for a node task; the
-        flip fraction is NaN for data without one."""
+        flip fraction is NaN for data without one; for a relation task the candidate pairs (their positions in the
+        set's list, ``data.relation_targets``) it marks and those that changed, since all its pairs are N^2 / 2."""
+        if self.level.unit == "pair":
+            starts = torch.cumsum(torch.bincount(self.level.row_graphs(batch), minlength=batch.num_graphs), 0).tolist()
+            predicted, true = self.task.predict(outputs).bool(), target.view(-1) > 0.5
+            return [(torch.nonzero(predicted[a:b]).view(-1).tolist(), torch.nonzero(true[a:b]).view(-1).tolist(),
+                     math.nan) for a, b in zip([0, *starts[:-1]], starts)]
         if self.task.node_level:
             sizes = torch.bincount(batch.batch, minlength=batch.num_graphs).tolist()
             predicted = self.task.predict(outputs).split(sizes)

@@ -65,13 +65,15 @@ class AnomalyRule:
                 f"deviations")
 
 
-def best_threshold(values: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+def best_threshold(values: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float]:
     """The threshold t maximising the F1 of ``values > t`` against ``labels`` (both per element), and that F1: every
-    cut of the sorted values is tried at once (cumulative true positives)."""
+    cut of the sorted values is tried at once (cumulative true positives). ``weights``: how many items each row
+    stands for (rows sampled from more; None: one each)."""
+    weights = np.ones(len(values)) if weights is None else np.asarray(weights, dtype=np.float64)
     order = np.argsort(-values, kind="stable")
-    ordered, hits = values[order], labels[order].astype(np.float64)
+    ordered, hits = values[order], labels[order] * weights[order]
     true_positives = np.cumsum(hits)
-    marked = np.arange(1, len(values) + 1)
+    marked = np.cumsum(weights[order])
     f1 = 2 * true_positives / (marked + hits.sum())
     cuts = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))  # after the last of equal values only
     best = cuts[np.argmax(f1[cuts])]

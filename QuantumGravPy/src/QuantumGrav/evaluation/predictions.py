@@ -25,6 +25,7 @@ from .kinds import describe_threshold, mean_by_kind, recall_by_kind
 from .levels import level_of
 from .scores import classification_metrics
 from .undefined import undefined_metrics, unlabelled_metrics, with_undefined_as_none
+from ..config.sections.task import TASK_METRICS
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
 from ..common.files import atomic_replace, atomic_write_text
@@ -159,13 +160,27 @@ class Predictions:
         for kind in sorted(set(self.kinds)):
             of_kind = torch.tensor([k == kind for k in self.kinds])
             part, measured = self.subset(of_kind), self.subset(of_kind & labelled)
-            row = {"marked_share": float(task.predict(part.outputs).double().mean())}
-            if measured.sets:
-                result = measured._task_metrics(task, criterion)
-                result = with_undefined_as_none(result, undefined_metrics(task, result))
-            else:
-                result = {}
-            found[kind] = {"sets": len(part.sets), **{name: result.get(name) for name in task.metric_names if name != "loss"}, **row}
+            result = measured._task_metrics(task, criterion) if measured.sets else {}
+            result = with_undefined_as_none(result, undefined_metrics(task, result)) if result else {}
+            shown = {name: result.get(name) for name in task.metric_names if name != "loss"}
+            found[kind] = {"sets": len(part.sets), **shown,
+                           "marked_share": float(task.predict(part.outputs).double().mean())}
+        return found
+
+    def metrics_by_size(self, task: tasks.Task, criterion: Callable, sizes: Sequence[int | None]
+                        ) -> dict[str, dict[str, Any]]:
+        """The task's metrics (but the loss) over the sets whose truth is known, in bins of their defect's size
+        (``sizes``, one per set, e.g. a merged set's ``block_size``; None for a set without one): powers of two,
+        ``4-7``, ``8-15``, ..., so that sizes drawn as 4, 8, 16, ... fill one bin each."""
+        known = self.labelled() & torch.tensor([size is not None and size > 0 for size in sizes], dtype=torch.bool)
+        bins = [int(size).bit_length() - 1 if size else -1 for size in sizes]
+        found = {}
+        for low in sorted({bins[i] for i in torch.nonzero(known).view(-1).tolist()}):
+            part = self.subset(known & torch.tensor([b == low for b in bins], dtype=torch.bool))
+            result = part._task_metrics(task, criterion)
+            result = with_undefined_as_none(result, undefined_metrics(task, result))
+            found[f"{2 ** low}-{2 ** (low + 1) - 1}"] = {
+                "sets": len(part.sets), **{name: result[name] for name in task.metric_names if name != "loss"}}
         return found
 
     def _set_metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
@@ -197,28 +212,31 @@ class Predictions:
     def rows(self, task: tasks.Task, describe_set: Callable[[int], dict[str, Any]],
              outside: list[list[str]] | None = None,
              parameters: Callable[[int], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-        """One row per output row (per set, or per element of each set: ``levels``): what identifies its set
+        """One row per output row (per set, per element of each set, or per pair of elements that is marked or truly
+        changed: ``levels``): what identifies its set
         (``describe_set(index)``: its index in the data, and for a store's sets the store and group), what names
-        the row within its set (``element``: its element, row and column of the set's ``adj``), the set's kind and
+        the row within its set (``element``: its element, row and column of the set's ``adj``; ``from_element`` and
+        ``to_element`` for a pair), the set's kind and
         ``num_elements``, the ``truth`` (left out where the set's truth is unknown: scores only) and the score: the
         probability of the positive class and the prediction (binary, per set or per element), the predicted
         class and its probability (multiclass), the predicted value (regression); ``outside_training_range``:
         what of the set lies outside the range the run was trained on (``outside``: names per set; empty inside
         it, ``unknown`` for a run that does not record it); then the set's own parameters where the data records
         them (``parameters(index)``: a store's ``describe``)."""
-        id_columns, scored = level_of(task).id_columns, _scored(task, self.outputs, self.targets)
-        row_ids = self.row_ids.tolist()
+        level = level_of(task)
+        kept = level.kept_rows(task, self.outputs, self.targets)  # all rows, but for pairs
+        scored, row_ids = _scored(task, self.outputs[kept], self.targets[kept]), self.row_ids[kept].tolist()
         flags = [";".join(names) for names in outside] if outside is not None else ["unknown"] * len(self.sets)
         sizes = self.num_elements or [None] * len(self.sets)
+        kept_per_set = torch.zeros(len(self.sets), dtype=torch.long).index_add_(0, self.set_of_rows(), kept.long())
         found, start = [], 0
         for position, index in enumerate(self.sets):
             ids = describe_set(index)
             of_set = {"kind": self.kinds[position], "num_elements": sizes[position]}
             after = {"outside_training_range": flags[position], **(parameters(index) if parameters else {})}
-            for row in range(start, start + self.rows_per_set[position]):
-                names = dict(zip(id_columns, row_ids[row]))
-                found.append({**ids, **names, **of_set, **scored[row], **after})
-            start += self.rows_per_set[position]
+            for row in range(start, start + int(kept_per_set[position])):
+                found.append({**ids, **dict(zip(level.id_columns, row_ids[row])), **of_set, **scored[row], **after})
+            start += int(kept_per_set[position])
         return found
 
 
@@ -279,7 +297,7 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     (or mean absolute error; for rows per element, the task's metrics and the share of elements marked), the
     detection thresholds with how to read them, what is undefined and why, the notes (sets outside the training
     range, sets closed or left out, sets whose truth is unknown), and where the files are."""
-    shown = [m for m in tasks.TASK_METRICS[result["task"]] if m != "loss"]
+    shown = [m for m in TASK_METRICS[result["task"]] if m != "loss"]
     scores = "  ".join(f"{m} {_number(result[m])}" for m in shown)
     ranking = [m for m in ("balanced_accuracy", "roc_auc") if m in result]
     scores += "".join(f"  {m} {_number(result[m])}" for m in ranking)
@@ -293,6 +311,8 @@ def describe_evaluation(result: dict[str, Any]) -> str:
         lines += [f"{'class':<{width}}{'F1':>8}"]
         lines += [f"{name:<{width}}{_number(f1):>8}" for name, f1 in result["per_class_f1"].items()]
     lines += _per_kind_table(result["per_kind"], width)
+    for key in (key for key in result if key.startswith("by_") and key != "by_defect_size"):
+        lines += _per_kind_table(result[key], width, key.removeprefix("by_"))
     lines += describe_thresholds(result)
     lines += _undefined_lines(result.get("undefined", {}))
     lines += [f"note: {note}" for note in result.get("notes", [])]
@@ -300,14 +320,15 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _per_kind_table(per_kind: dict[str, dict[str, Any]], width: int) -> list[str]:
-    """Each kind's sets and measures (the columns its rows hold), the recall's 95 % interval where there is one."""
+def _per_kind_table(per_kind: dict[str, dict[str, Any]], width: int, label: str = "kind") -> list[str]:
+    """Each kind's (or size bin's, ``label``) sets and measures (the columns its rows hold), the recall's 95 %
+    interval where there is one."""
     first = next(iter(per_kind.values()), {})
     columns = [key for key in first if key not in ("sets", "correct", "recall_low", "recall_high")]
     interval = "recall_low" in first
     widths = {name: max([len(name) + 2, 8, *(len(_number(row[name])) + 2 for row in per_kind.values())])
               for name in columns}
-    lines = [f"{'kind':<{width}}{'sets':>8}" + "".join(f"{name:>{widths[name]}}" for name in columns)
+    lines = [f"{label:<{width}}{'sets':>8}" + "".join(f"{name:>{widths[name]}}" for name in columns)
              + ("  95% interval" if interval else "")]
     for kind, row in per_kind.items():
         lines.append(f"{kind:<{width}}{row['sets']:>8}"

@@ -10,6 +10,10 @@
 * ``node_binary``: ``y`` is 0 or 1 per element (inside the inserted block or not); the model returns one logit per
   element, ``[nodes, 1]``; ``BCEWithLogits`` over the elements; the elements' accuracy, precision, recall and F1,
   and the mean over the sets that have a block of its intersection over union (``NodeBinaryTask``).
+* ``relation_binary``: ``y`` is 0 or 1 per candidate pair of elements (its relation toggled or not,
+  ``data.relation_targets``); the model returns one logit per pair, ``[pairs, 1]``; ``BCEWithLogits`` over the
+  pairs; the pairs' precision, recall and F1, the share of changed sets whose every changed pair is found, and the
+  share of sets whose marked pairs are exactly the changed ones (``RelationBinaryTask``).
 
 Every metric is computed from sums that can be added across ranks (a confusion matrix, or sums of
 errors, of y and of y^2, and the count): each rank sums its shard, the sums are reduced, then the
@@ -25,57 +29,11 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..config.sections.task import TASK_METRICS, TASK_TYPES, TaskSection
+from ..config.sections.task import TASK_TYPES, TaskSection
 from ..common.errors import ConfigError
+from .relation_task import RelationBinaryTask
+from .task_base import Task
 
-
-class Task(ABC):
-    """The common part: loss sum and count are the first two totals; subclasses add their own."""
-
-    type: str = ""
-    default_loss = None
-    node_level = False  # True: outputs and y per element, and batch_totals needs each element's graph
-
-    def __init__(self, output_width: int, class_names: Sequence[str] = ()):
-        self.output_width = output_width
-        self.class_names = list(class_names)
-
-    @property
-    def metric_names(self) -> tuple[str, ...]:
-        return TASK_METRICS[self.type]
-
-    @abstractmethod
-    def target(self, y: torch.Tensor) -> torch.Tensor:
-        """The batch's ``y`` in the form the loss takes (see the subclasses)."""
-        raise NotImplementedError
-
-    @abstractmethod
-    def target_problem(self, y: Any) -> str | None:
-        """What is wrong with one item's ``y`` for this task, or None."""
-        raise NotImplementedError
-
-    @abstractmethod
-    def batch_totals(self, outputs: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
-        """float64 sums of one batch; adding them over batches and ranks, then ``metrics``, is exact."""
-        raise NotImplementedError
-
-    @abstractmethod
-    def metrics(self, totals: torch.Tensor) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def zero_totals(self, device: torch.device) -> torch.Tensor:
-        return torch.zeros(self.num_totals, device=device, dtype=torch.float64)
-
-    def describe(self) -> str:
-        return self.type
-
-    @staticmethod
-    def _one_value(y: Any) -> str | None:
-        if not isinstance(y, torch.Tensor):
-            return f"y must be a tensor, got {type(y).__name__}"
-        if y.numel() != 1:
-            return f"y must hold one value per graph, got shape {list(y.shape)}"
-        return None
 
 
 class ClassificationTask(Task, ABC):
@@ -258,12 +216,15 @@ def resolve_task(settings: TaskSection, dataset, samples: dict[int, Any], source
         task = BinaryTask(settings.threshold, names)
     elif kind == "node_binary":
         task = NodeBinaryTask(settings.threshold, names)
+    elif kind == "relation_binary":
+        task = RelationBinaryTask(settings.threshold, names)
     else:
         task = MulticlassTask(_num_classes(dataset), names)
     for position, item in samples.items():
-        problem = task.target_problem(item.y)
+        problem = task.item_problem(item)
         if problem:
-            how = ("set task.type to the task y is meant for (multiclass, binary, regression or node_binary), or fix y"
+            how = ("set task.type to the task y is meant for (multiclass, binary, regression, node_binary or "
+                   "relation_binary), or fix y"
                    if settings.type == "auto" else "fix y, or set task.type to the task y is meant for")
             raise ConfigError(f"{source}: item {position} does not fit the {task.type} task: {problem}; {how}")
     return task
@@ -284,6 +245,8 @@ def task_of_model_io(record: dict[str, Any], threshold: float) -> Task:
         return BinaryTask(threshold, names)
     if record["task"] == "node_binary":
         return NodeBinaryTask(threshold, names)
+    if record["task"] == "relation_binary":
+        return RelationBinaryTask(threshold, names)
     return MulticlassTask(len(names), names)
 
 
@@ -329,22 +292,31 @@ _MULTICLASS_LOSSES = (F.cross_entropy, F.nll_loss, torch.nn.CrossEntropyLoss, to
 
 
 def _target_text(task: Task) -> str:
-    if task.node_level:
-        return "[nodes, 1] (float)"
+    if task.level != "graph":
+        return f"[{task.level}s, 1] (float)"
     return "class indices [graphs] (long)" if task.type == "multiclass" else "[graphs, 1] (float)"
 
 
+# What one y is about, for each task type (a dataset's ``task`` attribute names its type).
+TASK_LEVELS = {"node_binary": "node", "relation_binary": "pair"}
+_LEVEL_LABELS = {"graph": "one label per causal set", "node": "one label per element",
+                 "pair": "one label per pair of elements"}
+
+
 def check_task_level(task_type: str, dataset, source: str) -> None:
-    """A node-level task on a dataset whose target is per graph, or the reverse, is one ConfigError naming
-    ``task.type`` and the data's target (the dataset's ``task`` attribute says which task its ``y`` is for)."""
+    """A task whose y is per element or per pair on a dataset whose target is per graph, or any other mismatch of
+    levels, is one ConfigError naming ``task.type`` and the data's target (the dataset's ``task`` attribute says
+    which task its ``y`` is for)."""
     declared = getattr(dataset, "task", None)
-    if task_type == "auto" or declared not in TASK_TYPES or (task_type == "node_binary") == (declared == "node_binary"):
+    if task_type == "auto" or declared not in TASK_TYPES:
+        return
+    wanted, given = TASK_LEVELS.get(task_type, "graph"), TASK_LEVELS.get(declared, "graph")
+    if wanted == given:
         return
     target = getattr(dataset, "target", None)
     target_text = f" (target {target!r}: data.target or data.kwargs.target)" if isinstance(target, str) else ""
-    levels = {True: "one label per element", False: "one label per causal set"}
-    raise ConfigError(f"task.type: {task_type} needs {levels[task_type == 'node_binary']}, but {source}{target_text} "
-                      f"gives {levels[declared == 'node_binary']}, for the {declared} task; set task.type to "
+    raise ConfigError(f"task.type: {task_type} needs {_LEVEL_LABELS[wanted]}, but {source}{target_text} "
+                      f"gives {_LEVEL_LABELS[given]}, for the {declared} task; set task.type to "
                       f"{declared} or auto, or choose the data's target for {task_type}")
 
 
@@ -368,7 +340,7 @@ class NodeBinaryTask(Task):
     of a rank whose sets are smaller weigh more (equal only when the ranks hold equally many elements)."""
 
     type = "node_binary"
-    node_level = True
+    level = "node"
     default_loss = staticmethod(F.binary_cross_entropy_with_logits)
     num_totals = len(NODE_TOTALS)
 
@@ -434,3 +406,4 @@ def block_iou(predicted: torch.Tensor, true: torch.Tensor, graph_index: torch.Te
     true_size = torch.zeros_like(intersection).index_add_(0, graph_index, true.double())
     iou = torch.where(union > 0, intersection / union.clamp(min=1.0), torch.ones_like(union))
     return iou, true_size > 0, union > true_size
+

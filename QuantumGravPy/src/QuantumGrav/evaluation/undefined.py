@@ -27,8 +27,14 @@ def undefined_metrics(task: tasks.Task, metrics: dict[str, Any]) -> dict[str, st
     if confusion is None:
         return {}
     found: dict[str, str] = {}
-    if isinstance(task, (tasks.BinaryTask, tasks.NodeBinaryTask)):
+    if isinstance(task, (tasks.BinaryTask, tasks.NodeBinaryTask, tasks.RelationBinaryTask)):
         found.update(_positive_class(task, confusion))
+    if isinstance(task, tasks.RelationBinaryTask):
+        for name, why in (("all_found", "no set has a changed pair (all_found is a share of those sets)"),
+                          ("exact", "no set was measured")):
+            if math.isnan(metrics.get(name, 0.0)):
+                found[name] = why
+        return found
     if isinstance(task, tasks.NodeBinaryTask):
         iou = metrics.get("iou")
         if iou is not None and math.isnan(iou):
@@ -50,7 +56,7 @@ def unlabelled_metrics(task: tasks.Task, unit: str) -> dict[str, str]:
 
 def _positive_class(task: tasks.Task, confusion: list[list[int]]) -> dict[str, str]:
     (_, fp), (fn, tp) = confusion
-    unit = "element" if task.node_level else "set"
+    unit = {"node": "element", "pair": "pair"}.get(task.level, "set")
     positive = task.class_names[1] if len(task.class_names) == 2 else "positive"
     found = {}
     if tp + fp == 0:

@@ -18,6 +18,7 @@ from ..data.dataset import split_indices
 from ..data.derived_invariants import with_order_invariants
 from ..data.sources import item_problem, source_name
 from ..data.node_targets import NODE_TARGET_TASKS
+from ..data.relation_targets import RELATION_TARGET_TASKS
 from ..data.zarr_store import (DEFAULT_EDGES, DEFAULT_TARGET, JULIA_CSET_TYPES,
                                QuantumGravJLDataset)
 from ..distributed.runtime import Runtime
@@ -93,9 +94,11 @@ def _existing_paths(data: DataPaths) -> list[Path]:
     return paths
 
 
-# What a run can have learned from stores: their per-set labels, and the per-element ones our generator records
-# (node_targets; QuantumGrav.jl's own stores lack them, and their sets are then scored without truth).
-STORE_TARGETS = ("manifold_like", "cset_type", *NODE_TARGET_TASKS)
+# What a run can have learned from stores: their per-set labels, and the per-element and per-pair ones our generator
+# records (node_targets, relation_targets; QuantumGrav.jl's own stores lack them, and their sets are then scored
+# without truth).
+LOCATING_TARGETS = (*NODE_TARGET_TASKS, *RELATION_TARGET_TASKS)
+STORE_TARGETS = ("manifold_like", "cset_type", *LOCATING_TARGETS)
 
 
 def _learned(run: ConfigSections) -> tuple[str | None, str | None]:
@@ -125,11 +128,13 @@ def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks
         if data_cfg["type"] is QuantumGravJLDataset:  # a subclass (KindsDataset) writes its own labels
             kwargs.update(_without_labels(run))
         return {**data_cfg, "kwargs": kwargs}
-    if data_cfg["type"] is None and target in NODE_TARGET_TASKS:
-        raise UserError(f"data: the run learned {target}, one label per element, which only stores record (our "
+    if data_cfg["type"] is None and target in LOCATING_TARGETS:
+        unit = "element" if target in NODE_TARGET_TASKS else "pair of elements"
+        raise UserError(f"data: the run learned {target}, one label per {unit}, which only stores record (our "
                         f"generator's, QuantumGrav.data.kinds.KindsDataset); this config's data: section builds the "
                         f"built-in generator's sets, which have no {target}. Give a config whose data.type reads "
-                        f"stores (e.g. configs/inserted_block.yaml), or the stores themselves")
+                        f"stores (e.g. configs/inserted_block.yaml, configs/toggled_relations.yaml), or the stores "
+                        f"themselves")
     if data_cfg["type"] is None and target is not None:
         return {**data_cfg, "target": target, "edges": edges}
     return data_cfg
@@ -144,7 +149,7 @@ def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task)
                    f"the labels of its own dataset class ({run.data.type.__qualname__})")
         raise UserError(f"data: the run learned {learned}, a {task.type} task; QuantumGrav.jl stores label their "
                         f"sets with manifold_like and cset_type only (our generator's stores also their elements "
-                        f"with {', '.join(NODE_TARGET_TASKS)}). Apply a run trained on one of those (the generator's "
+                        f"with {', '.join(NODE_TARGET_TASKS)}, their pairs with {', '.join(RELATION_TARGET_TASKS)}). Apply a run trained on one of those (the generator's "
                         f"data.target, or stores), or give a config of data like the run's")
     if _reads_stores(run.data.type):  # how the run read its own stores, unless the data or the caller says otherwise
         kwargs = {**{key: run.data.kwargs[key] for key in STORE_OPTIONS if key in run.data.kwargs}, **kwargs}
@@ -161,7 +166,7 @@ def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task)
 def _without_labels(run: ConfigSections) -> dict[str, Any]:
     """For a run that learned a per-element target: stores that record no labels of it (QuantumGrav.jl's own) are
     read with their truth unknown, to be scored only; training refuses them, applying a run needs no truth."""
-    return {"missing_labels": "unknown"} if _learned(run)[0] in NODE_TARGET_TASKS else {}
+    return {"missing_labels": "unknown"} if _learned(run)[0] in LOCATING_TARGETS else {}
 
 
 def _checked_store_options(options: dict[str, Any] | None) -> dict[str, Any]:

@@ -5,9 +5,10 @@ them and what the model was built for (``model_io``: node features in, the task 
 is rebuilt as training built it (``build_model``) without the training data. The new data (``applied_data``) is read
 as the run read its own (its edges, target and classes) and checked against it first.
 
-A run of any task applies: one output per set (multiclass, binary, regression) or per element (``node_binary``,
-``configs/inserted_block.yaml``); ``evaluation.levels`` says which, and the predictions CSV has one row per output,
-its set's columns on every row. Where the data records no truth of a set (QuantumGrav.jl's stores hold no
+A run of any task applies: one output per set (multiclass, binary, regression), per element (``node_binary``,
+``configs/inserted_block.yaml``) or per pair of elements (``relation_binary``, ``configs/toggled_relations.yaml``);
+``evaluation.levels`` says which, and the predictions CSV has one row per output (for pairs: those marked or
+truly changed), its set's columns on every row. Where the data records no truth of a set (QuantumGrav.jl's stores hold no
 ``node_labels``), the set is scored and left out of the metrics (``applied_data``).
 
 On one process or N: each rank predicts its shard of the sets (rank r: the r-th, (r + N)-th, ...), the predictions
@@ -52,6 +53,9 @@ from .launcher import check_main_guard, launch_processes
 
 logger = get_logger("evaluate")
 OUT_OF_RANGE = ("flag", "refuse")  # what evaluate does with sets outside the range the run was trained on
+# The parameter that gives the size of a set's defect, per task with rows per element (describe(i)'s key): its
+# metrics are also reported in bins of that size.
+DEFECT_SIZES = {"node_binary": "block_size"}
 
 
 def load_run(run_dir: str | os.PathLike) -> "AppliedRun":
@@ -120,7 +124,7 @@ class AppliedRun:
         key = "model.kwargs" if s.model.type is not None else "model"
         # The readout as training chose it (model.readout: auto is per element for a node task).
         self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width,
-                                 node_level=self.task.node_level)
+                                 level=self.task.level)
         self.model.load_state_dict(checkpoint["model"])
         self.model.to(self.runtime.device).eval()
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
@@ -154,8 +158,8 @@ class AppliedRun:
             ``undefined`` saying why), ``unit`` (``set`` or ``element``: what a CSV row is about), ``scored_sets``,
             ``rows`` and ``unlabelled_sets`` (scored without truth), for classification ``confusion``,
             ``weighted_f1`` and ``per_class_f1``, for a node run the node task's (``iou``, ``block_sets``,
-            ``blockless_sets_marked``, ``nodes``, ``confusion``: as its test computes them) and per kind the same
-            with ``marked_share``,
+            ``blockless_sets_marked``, ``nodes``, ``confusion``: as its test computes them), per kind the same
+            with ``marked_share``, and ``by_block_size`` (the same in bins of the block's size),
             ``per_kind`` (sets and recall, or mean absolute error, of each kind of causal set), for sets that
             describe their defect ``by_defect_size`` (recall against each defect's size), ``constant_prediction``
             (the one class predicted for every set, if so), ``outside_training_range`` (the count of sets outside
@@ -192,7 +196,7 @@ class AppliedRun:
         given = [data] if isinstance(data, (str, os.PathLike)) else list(data)
         return {"run": str(self.run_dir), "data": [str(path) for path in given], "data_name": applied.name,
                 "split": split, "task": self.task.type, **predictions.metrics(self.task, self.criterion),
-                **self._by_defect_size(applied, predictions),
+                **self._by_defect_size(applied, predictions), **self._by_size_of_defect(applied, predictions),
                 "constant_prediction": predictions.constant_prediction(self.task),
                 "outside_training_range": sum(bool(names) for names in outside) if outside is not None else None,
                 "training_range": self.training_range, "notes": [*range_notes, *data_notes(applied.dataset)],
@@ -247,6 +251,17 @@ class AppliedRun:
         correct = self.task.predict(predictions.outputs) == predictions.targets.view(-1).long()
         descriptions = [applied.dataset.describe(index) for index in predictions.sets]
         return {"by_defect_size": kind_breakdown(descriptions, {"model": correct.numpy()})["by_defect_size"]}
+
+    def _by_size_of_defect(self, applied: AppliedData, predictions: Predictions) -> dict[str, Any]:
+        """For a task with rows per element on sets that describe their defect's size (``DEFECT_SIZES``: a merged
+        set's ``block_size``): ``by_<size>``, its metrics in bins of that size (``Predictions.metrics_by_size``)."""
+        key = DEFECT_SIZES.get(self.task.type)
+        if key is None or applied.set_parameters is None:
+            return {}
+        sizes = [applied.set_parameters(index).get(key) for index in predictions.sets]
+        if all(size is None for size in sizes):
+            return {}
+        return {f"by_{key}": predictions.metrics_by_size(self.task, self.criterion, sizes)}
 
     def _open(self, data: DataPaths, split: str, store_options: dict[str, Any] | None) -> AppliedData:
         applied = open_data(data, split, self.sections, self.task, self.in_channels, self.runtime, store_options)

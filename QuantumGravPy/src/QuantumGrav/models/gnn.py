@@ -1,5 +1,6 @@
 """The built-in graph classifier: message passing, per-graph pooling and an MLP head (or, with ``readout="node"``,
-the same head on every element's state, for questions about each element).
+the same head on every element's state, for questions about each element; with ``readout="pair"``, that head's
+states of both elements scored per pair by ``pair_head.PairScorer``, for questions about each pair).
 
 The model knows nothing about DDP (torchtitan's rule) nor about configs: wrapping, devices and gradient
 synchronisation are the trainer's business, and ``QuantumGrav.training.model_builder`` maps the config's
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 from torch_geometric import nn as pyg_nn
 
+from .pair_head import PairScorer
 from .sparse_attention import Adjacency, SparseTransformerConv
 
 # GNNClassifier's defaults are the default job's model: the config's model section reads them from here by name
@@ -100,11 +102,13 @@ class GNNClassifier(nn.Module):
             what the invariant baselines see.
         readout: ``"graph"``: outputs per graph ``[graphs, num_classes]``; ``"node"``: no pooling, the head reads
             each element's state (joined by its set's invariants, with ``graph_features``), outputs per element
-            ``[nodes, num_classes]``: an element is judged against the set it lies in.
+            ``[nodes, num_classes]``: an element is judged against the set it lies in; ``"pair"``: the head's last
+            hidden states of both elements of each candidate pair, and the pair's state in the input (the batch's
+            ``pair_relation``), give one logit per pair ``[pairs, 1]`` (``pair_head.PairScorer``; num_classes 1).
 
     Raises:
-        ValueError: ``directions`` is neither ``"forward"`` nor ``"both"``, or ``readout`` neither ``"graph"``
-            nor ``"node"``.
+        ValueError: ``directions`` is neither ``"forward"`` nor ``"both"``, ``readout`` not ``"graph"``,
+            ``"node"`` or ``"pair"``, or a pair readout asked for more than one output.
 
     Example:
         >>> import QuantumGrav as QG
@@ -121,8 +125,10 @@ class GNNClassifier(nn.Module):
         super().__init__()
         if directions not in ("forward", "both"):
             raise ValueError(f"directions: expected 'forward' or 'both', got {directions!r}")
-        if readout not in ("graph", "node"):
-            raise ValueError(f"readout: expected 'graph' or 'node', got {readout!r}")
+        if readout not in ("graph", "node", "pair"):
+            raise ValueError(f"readout: expected 'graph', 'node' or 'pair', got {readout!r}")
+        if readout == "pair" and num_classes != 1:
+            raise ValueError(f"readout 'pair' gives one logit per pair: num_classes must be 1, got {num_classes}")
         widths = [in_channels, *hidden_channels]
         if conv_kwargs is None:  # the default layer's arguments for the default layer, none for another one
             conv_kwargs = DEFAULT_CONV_KWARGS if conv is SparseTransformerConv else {}
@@ -145,7 +151,10 @@ class GNNClassifier(nn.Module):
         for width in head_hidden:
             head += [nn.Linear(pooled, width), ACTIVATIONS[activation](), nn.Dropout(dropout)]
             pooled = width
-        head.append(nn.Linear(pooled, num_classes))
+        # A pair readout scores pairs of the last hidden states; the others end in one linear map to the outputs.
+        self.pair_scorer = PairScorer(pooled, rank=pooled) if readout == "pair" else None
+        if readout != "pair":
+            head.append(nn.Linear(pooled, num_classes))
         self.head = nn.Sequential(*head)
 
     def _pool(self, x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
@@ -165,6 +174,9 @@ class GNNClassifier(nn.Module):
             x = self.dropout(self.activation(x))
         if self.readout == "node":
             return self.head(self._with_invariants(x, data, graph_of_state=batch))
+        if self.readout == "pair":
+            states = self.head(self._with_invariants(x, data, graph_of_state=batch))
+            return self.pair_scorer(states, batch, getattr(data, "num_graphs", 1), data.pair_relation)
         return self.head(self._with_invariants(self._pool(x, batch), data))
 
     def _with_invariants(self, states: torch.Tensor, data, graph_of_state: torch.Tensor | None = None) -> torch.Tensor:

@@ -48,8 +48,9 @@ def summarise_run(result: dict[str, Any]) -> str:
             lines.append(describe_recall_by_kind(test["by_kind"], MODEL_LABELS))
         if "rival_rule" in test:
             for label, prefix, how in (("rival rule", "rival", "rival_rule"), ("trees rival", "trees", "trees_rival")):
-                f1, iou = test[f"{prefix}_f1"], test[f"{prefix}_iou"]
-                lines.append(f"{label:<15} f1 {f1:.3f}  iou {iou:.3f}  ({test[how]})")
+                per_set = "iou" if f"{prefix}_iou" in test else "all_found"  # node task | relation task
+                f1, second = test[f"{prefix}_f1"], test[f"{prefix}_{per_set}"]
+                lines.append(f"{label:<15} f1 {f1:.3f}  {per_set} {second:.3f}  ({test[how]})")
         if "train_mean_rmse" in test:
             lines.append(f"train mean      rmse {test['train_mean_rmse']:.3f}  (predicting the training mean)")
     lines += [f"note            {note}" for note in summary.get("notes", [])]

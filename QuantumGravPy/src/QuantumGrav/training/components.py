@@ -14,7 +14,7 @@ from ..callbacks.base import Callback
 from ..callbacks.checkpointing import Checkpointing
 from ..callbacks.early_stopping import EarlyStopping
 from ..callbacks.records import RunRecords
-from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBreakdown, NodeRival
+from ..callbacks.results import Baselines, DestroyedSetCurves, Figures, KindBreakdown, NodeRival, RelationRival
 from ..callbacks.state import RunState
 from ..callbacks.wandb_logging import WandbCallback
 from ..config.schema import ResolvedConfig
@@ -78,7 +78,7 @@ def build_run_model(sections: ConfigSections, first: Any, task: tasks.Task, devi
     (``model_io``: every checkpoint holds it, so that an applied run rebuilds the model without the data)."""
     section = sections.model
     key = "model.kwargs" if section.type is not None else "model"
-    model = build_named(key, build_model, section, first.x.size(1), task.output_width, node_level=task.node_level)
+    model = build_named(key, build_model, section, first.x.size(1), task.output_width, level=task.level)
     model = model.to(device)  # on the device *before* any DDP wrapping
     check_model_forward(model, first, task, section.as_mapping(), device)
     return model, tasks.model_io(first.x.size(1), task)
@@ -134,7 +134,8 @@ def run_callbacks(sections: ConfigSections, task: tasks.Task, run_dir: Path, ear
     """Early stopping, the users' (config's, then code's: they may extend the epoch's record), then writers
     in the order their inputs need: metrics row before checkpoint (a resume drops later rows), summary, W&B."""
     wandb_cfg = sections.wandb.as_mapping() if sections.wandb is not None else None
-    baselines = NodeRival() if task.node_level else Baselines()  # per element: the rival rule
+    # per element and per pair: the rival rule and trees
+    baselines = {"node": NodeRival, "pair": RelationRival}.get(task.level, Baselines)()
     return [early_stopping, *users,
             *([baselines] if sections.loaders.testing.baselines else []), DestroyedSetCurves(), KindBreakdown(),
             *([Figures()] if sections.logging.figures else []), RunRecords(run_dir, early_stopping),

@@ -62,7 +62,7 @@ def check_sampler(training: TrainingLoaderSection, task: tasks.Task) -> None:
     """``training.sampler: class_balanced`` needs one class per set, and draws its own items (no batch budget)."""
     if training.sampler != "class_balanced":
         return
-    if not isinstance(task, tasks.ClassificationTask) or task.node_level:
+    if not isinstance(task, tasks.ClassificationTask) or task.level != "graph":
         raise ConfigError(f"training.sampler: class_balanced draws sets by their class, but the {task.type} task has "
                           f"no class per set; use training.sampler: uniform")
     if training.batch_budget is not None:

@@ -12,12 +12,13 @@ from torch_geometric.data import Batch
 from ..config.sections.model import ModelSection
 from ..config.yaml_io import pyobject_path
 from ..data.causal_sets import INVARIANT_NAMES
+from ..data.relation_targets import num_pairs
 from ..common.errors import ConfigError
 from ..models.gnn import GNNClassifier, make_conv
 
 
 def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
-                out_channels: int, *, node_level: bool = False) -> nn.Module:
+                out_channels: int, *, level: str = "graph") -> nn.Module:
     """The model the config describes.
 
     A custom ``model.type`` is built as ``type(in_channels, out_channels, **model.kwargs)`` and its
@@ -30,10 +31,11 @@ def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
         model_cfg: the config's ``model`` section (a resolved config's ``config["model"]``, a part of one, or
             ``config.sections.model``); keys it leaves out take ``GNNClassifier``'s defaults.
         in_channels: node features per element.
-        out_channels: outputs per graph (per element for a node task), the task's width: the number of classes,
-            or 1 for binary, regression and node_binary tasks.
-        node_level: the task asks about each element (``task.node_level``): ``model.readout: auto`` is then
-            ``node``; an explicit ``model.readout`` must fit the task.
+        out_channels: outputs per graph (per element for a node task, per pair for a relation task), the task's
+            width: the number of classes, or 1 for binary, regression, node_binary and relation_binary tasks.
+        level: what the task asks about (``task.level``): ``"graph"``, ``"node"`` (each element) or ``"pair"``
+            (each pair of elements); ``model.readout: auto`` is that level's readout, and an explicit
+            ``model.readout`` must fit it.
 
     Returns:
         The model (a ``GNNClassifier`` unless ``model.type`` names another ``nn.Module``).
@@ -56,18 +58,21 @@ def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
         _check_conv_kwargs(model_cfg["conv"], model_cfg.get("conv_kwargs") or {}, in_channels, first_width)
     graph_features = len(INVARIANT_NAMES) if model_cfg.get("graph_features") else 0
     return GNNClassifier(in_channels, out_channels, graph_features=graph_features,
-                         readout=_readout(model_cfg.get("readout", "auto"), node_level),
+                         readout=_readout(model_cfg.get("readout", "auto"), level),
                          **{k: model_cfg[k] for k in keys if k in model_cfg})
 
 
-def _readout(readout: str, node_level: bool) -> str:
+_LEVEL_TASKS = {"graph": "a task with one y per causal set", "node": "a node-level task (task.type node_binary)",
+                "pair": "a pair-level task (task.type relation_binary)"}
+_READOUT_UNITS = {"graph": "set", "node": "element", "pair": "pair of elements"}
+
+
+def _readout(readout: str, level: str) -> str:
     """model.readout resolved for the task: auto follows it, an explicit one that does not fit is the key's error."""
-    wanted = "node" if node_level else "graph"
-    if readout not in ("auto", wanted):
-        task = "a node-level task (task.type node_binary)" if node_level else "a task with one y per causal set"
-        raise ConfigError(f"model.readout: {readout} gives outputs per {'element' if readout == 'node' else 'set'}, "
-                          f"but the run learns {task}; set model.readout to {wanted} or auto")
-    return wanted
+    if readout not in ("auto", level):
+        raise ConfigError(f"model.readout: {readout} gives outputs per {_READOUT_UNITS[readout]}, but the run learns "
+                          f"{_LEVEL_TASKS[level]}; set model.readout to {level} or auto")
+    return level
 
 
 def _check_conv_kwargs(conv: type, conv_kwargs: dict[str, Any], in_channels: int, out_channels: int) -> None:
@@ -141,9 +146,10 @@ def check_model_forward(model: nn.Module, item, task, model_cfg: dict[str, Any],
                           f"{needs}") from err  # Python callers keep the model's own traceback
     finally:
         model.train(was_training)
-    expected = [item.num_nodes if task.node_level else 1, task.output_width]
+    rows_of = {"graph": 1, "node": item.num_nodes, "pair": num_pairs(int(item.num_nodes))}
+    expected = [rows_of[task.level], task.output_width]
     if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
         got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
-        rows = "elements" if task.node_level else "graphs"
+        rows = {"graph": "graphs", "node": "elements", "pair": "pairs of elements"}[task.level]
         raise ConfigError(f"{name}: expected outputs of shape {expected} ({rows} x outputs of the {task.type} task) "
                           f"for one causal set, got {got}; the model is built with out_channels={task.output_width}")

@@ -257,7 +257,7 @@ def estimate_for_config(sections: ConfigSections, nproc: int) -> MemoryEstimate:
     torch.manual_seed(sections.loop.seed)
     key = "model.kwargs" if sections.model.type is not None else "model"
     model = build_named(key, build_model, sections.model, data.first.x.size(1), data.task.output_width,
-                        node_level=data.task.node_level)
+                        level=data.task.level)
     train = data_sources.subset(data.dataset, data.split["train"])
     positions = largest_batch(sizes["train"], sections.loaders.training.batch_size, train_batches)
     return estimate(model.to(runtime.device), train, sizes["train"], positions, sections.loop.amp, sections.memory,

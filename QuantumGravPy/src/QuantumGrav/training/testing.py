@@ -30,6 +30,9 @@ def evaluate_test_split(evaluator: Evaluator, task: tasks.Task, state: RunState,
                       **({"per_class_f1": test["per_class_f1"]} if "per_class_f1" in test else {}))
     if task.node_level:
         result.update(num_test_elements=test["nodes"])
+    elif task.level == "pair":
+        result.update(num_test_pairs=test["pairs"], num_test_changed_sets=test["changed_sets"],
+                      num_test_unchanged_sets_marked=test["unchanged_sets_marked"])
     elif isinstance(task, tasks.ClassificationTask):
         result.update(ranking_metrics(task, state.test_predictions, scores))
     return result

@@ -21,10 +21,12 @@ class EarlyStoppingSection(Section):
                           "one the task reports: multiclass val_loss, val_accuracy, val_weighted_f1 (F1 of each class "
                           "weighted by its sets, as upstream QuantumGrav stops on); binary also val_precision, "
                           "val_recall, val_f1 (of the positive class); regression val_loss, val_mae, val_rmse, val_r2; "
-                          "node_binary val_loss, val_accuracy, val_precision, val_recall, val_f1, val_iou")
+                          "node_binary val_loss, val_accuracy, val_precision, val_recall, val_f1, val_iou; "
+                          "relation_binary val_loss, val_f1, val_precision, val_recall, val_all_found, val_exact")
     # Resolved to metric_mode(metric) when null: a resolved config's mode is never null.
     mode: str | None = setting(None, choice("min", "max"), nullable=True,
-                               doc="default: max for accuracy, precision, recall, f1, weighted_f1, r2, iou; min for "
+                               doc="default: max for accuracy, precision, recall, f1, weighted_f1, r2, iou, all_found, "
+                                   "exact; min for "
                                    "loss, mae, rmse")
     patience: int = setting(10, integer(1), "epochs without improvement before the run stops")
     min_delta: float = setting(0.0, number(0.0), "the least change of the metric that counts as an improvement")

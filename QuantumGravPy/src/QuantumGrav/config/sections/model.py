@@ -48,11 +48,13 @@ class ModelSection(Section):
                              "dropout probability after each layer and in the head")
     pooling: str = setting(_gnn_default("pooling"), choice("mean", "max", "add", "mean_max"),
                            "per-graph readout of the node states (mean_max: both, concatenated)")
-    readout: str = setting("auto", choice("auto", "graph", "node"),
+    readout: str = setting("auto", choice("auto", "graph", "node", "pair"),
                            "graph: the head sees each set's pooled node states and gives outputs per set; node: no "
                            "pooling, the head sees each element's state (with its set's invariants, under "
-                           "graph_features) and gives outputs per element; auto: node for a node-level task "
-                           "(node_binary), graph otherwise")
+                           "graph_features) and gives outputs per element; pair: the head's states of both elements "
+                           "of each pair, with the pair's relation in the input, give one output per pair "
+                           "(models/pair_head.py); auto: node for a node-level task (node_binary), pair for a "
+                           "pair-level one (relation_binary), graph otherwise")
     head_hidden: tuple[int, ...] = setting(_gnn_default("head_hidden"), list_of(integer(1)),
                                            "hidden widths of the classifier MLP")
     directions: str = setting(_gnn_default("directions"), choice("forward", "both"),

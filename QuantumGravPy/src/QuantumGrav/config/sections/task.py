@@ -9,7 +9,7 @@ from ..checks import choice, number, pyobject_of
 from .base import Section, setting
 
 
-TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression", "node_binary")
+TASK_TYPES: tuple[str, ...] = ("multiclass", "binary", "regression", "node_binary", "relation_binary")
 
 
 
@@ -19,11 +19,14 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "regression": ("loss", "mae", "rmse", "r2"),
     # per element: is it inside the inserted block? Node accuracy .. F1, and the mean block IoU per set
     "node_binary": ("loss", "accuracy", "precision", "recall", "f1", "iou"),
+    # per pair of elements: was its relation toggled? The pairs' F1, precision, recall; per set: every changed pair
+    # found (all_found), and exactly the changed pairs marked (exact)
+    "relation_binary": ("loss", "f1", "precision", "recall", "all_found", "exact"),
 }
 
 
 
-_MAXIMISED = ("accuracy", "precision", "recall", "f1", "weighted_f1", "r2", "iou")
+_MAXIMISED = ("accuracy", "precision", "recall", "f1", "weighted_f1", "r2", "iou", "all_found", "exact")
 
 
 
@@ -53,10 +56,12 @@ class TaskSection(Section):
 
     type: str = setting("auto", choice("auto", *TASK_TYPES),
                         "multiclass | binary | regression (one y per graph) | node_binary (one 0/1 y per element: "
-                        "one logit per element, its metrics per element, and the mean block IoU per set); auto: the "
+                        "one logit per element, its metrics per element, and the mean block IoU per set) | "
+                        "relation_binary (one 0/1 y per pair of elements: one logit per pair, its metrics per pair, "
+                        "and per set whether every changed pair was found); auto: the "
                         "dataset's task attribute (the generator's follows data.target, the stores' reader's "
                         "data.kwargs.target), else regression for float y, multiclass for integer y")
     threshold: float = setting(0.5, number(0.0, 1.0, exclusive_min=True),
-                               "binary, node_binary: a graph (an element) is predicted positive when "
-                               "sigmoid(logit) >= threshold")
+                               "binary, node_binary, relation_binary: a graph (an element, a pair) is predicted "
+                               "positive when sigmoid(logit) >= threshold")
     criterion: Any = setting(None, pyobject_of("loss"), _CRITERION_DOC, nullable=True, key="criterion")

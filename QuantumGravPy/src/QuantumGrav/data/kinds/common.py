@@ -42,6 +42,8 @@ class KindSample:
         manifold_like: QuantumGrav.jl's label (polynomial and complex_topology are manifold-like).
         params: the drawn parameters that make the set what it is (and how hard it is to recognise).
         node_labels: a per-element label where the kind has one (merged: inside the inserted block).
+        relation_labels: (n, n) bool where the kind has one (destroyed: the relations its closed order has and its
+            sprinkling lacks, or lacks and its sprinkling has; ``relation ^ relation_labels`` is the sprinkling).
     """
 
     kind: str
@@ -49,6 +51,7 @@ class KindSample:
     manifold_like: bool
     params: dict[str, Any] = field(default_factory=dict)
     node_labels: np.ndarray | None = None
+    relation_labels: np.ndarray | None = None
 
     @property
     def n(self) -> int:

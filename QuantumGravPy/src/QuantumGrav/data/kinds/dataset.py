@@ -34,7 +34,9 @@ from .stores import BLOCK_SIZE, check_kinds, write_kind_stores
 SECONDS_PER_SET_AT_128 = 1 / 70
 GENERATION_FILE = "generation.json"  # written last: a folder without it is not a finished generation
 # Bump when a generator's draws change (the same settings would give other sets): older folders are then not reused.
-GENERATOR_VERSION = 3  # 2: destroyed_ambiguous sets differ from their sprinkling; 3: realised defects recorded
+# 2: destroyed_ambiguous sets differ from their sprinkling; 3: realised defects recorded; 4: destroyed sets record
+# which relations changed (relation_labels)
+GENERATOR_VERSION = 4
 # The kinds whose exact defect size each setting gives (catalogue.DEFECT_SIZE_ARGUMENTS).
 DESTROYED_KINDS = frozenset(kind for kind, argument in DEFECT_SIZE_ARGUMENTS.items() if argument == "changes")
 MERGED_KINDS = frozenset(kind for kind, argument in DEFECT_SIZE_ARGUMENTS.items() if argument == "block_elements")

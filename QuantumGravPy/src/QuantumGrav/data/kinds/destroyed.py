@@ -88,7 +88,8 @@ def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSett
     many relations (``destroy_exactly``). Its params: the conformal factor's order and decay, the dimension, how
     the toggles were drawn (flip fraction phi and count f and the fraction of pairs toggled; or the toggles kept
     and the pairs drawn), the fraction of pairs the closed result relates that the sprinkling did not, and the
-    realised defect as counts (``realised_changes``)."""
+    realised defect as counts (``realised_changes``). Its ``relation_labels`` are the changed pairs themselves
+    (``relation ^ sprinkled``: added and removed relations, after the closure), so that a task can ask which."""
     check_dimension(dimension)
     coefficients, order, decay = conformal_coefficients(rng, order_range=settings.order_range,
                                                         decay_range=settings.decay_range, dimension=dimension)
@@ -101,7 +102,7 @@ def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSett
     pairs = n * (n - 1) / 2
     params.update(drawn, added_fraction=float((relation & ~sprinkled).sum() / pairs),
                   changed_fraction=float((relation ^ sprinkled).sum() / pairs), **realised_changes(relation, sprinkled))
-    return KindSample(kind, relation, False, params)
+    return KindSample(kind, relation, False, params, relation_labels=relation ^ sprinkled)
 
 
 def destroy_by_fraction(rng: np.random.Generator, sprinkled: np.ndarray,

@@ -1,8 +1,9 @@
 """Generated sets of the nine kinds written as QuantumGrav.jl writes them: one Zarr store per kind, groups
 ``cset_<i>`` with ``adj`` (as Zarr.jl leaves it: the transpose), ``manifold_like`` and ``cset_type``
 (``data/zarr_store.py`` writes the layout and reads it back). Each group also keeps what our generator knows and
-produce_data does not store: the drawn parameters as the group's attributes, and for merged sets a
-``node_labels`` array (1 for the elements of the inserted block)."""
+produce_data does not store: the drawn parameters as the group's attributes, for merged sets a
+``node_labels`` array (1 for the elements of the inserted block), and for destroyed sets a ``relation_labels``
+array in ``adj``'s layout (1 for each relation added or removed relative to the sprinkling)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def write_block(store: str, kind: str, block: int, seed: int, num_per_kind: int,
         defect_size = defect_sizes[index % len(defect_sizes)] if defect_sizes else None
         sample = generate_kind(kind, rng, n_range=n_range, dimension=dimension, defect_size=defect_size)
         write_julia_group(root, index + 1, sample.relation, CSET_TYPE_NUMBERS[kind], sample.manifold_like,
-                          attributes=plain(sample.params), node_labels=sample.node_labels)
+                          attributes=plain(sample.params), node_labels=sample.node_labels,
+                          relation_labels=sample.relation_labels)
 
 
 def plain(value: Any) -> Any:

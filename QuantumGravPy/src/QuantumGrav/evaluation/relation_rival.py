@@ -1,0 +1,154 @@
+"""The rivals of the relation task (``relation_binary``): what answers "was this pair's relation toggled?" without a
+GNN, so that its F1 and its sets with every change found have something to beat.
+
+Each candidate pair (i, j), i < j, is described by what the order says of it (``PAIR_FEATURES``, counts as
+fractions of the set's N): its state in the input (related, a link), the interval between its ends, the past and
+future cones of both ends, their common past and common future, and the nesting defect of an unrelated pair,
+|F(j) \\ F(i)| + |P(i) \\ P(j)|, also as a share of |F(j)| + |P(i)|. A relation removed from a closed order leaves
+its ends unrelated with exactly nested cones (everything after j is still after i, everything before i still before
+j), so that defect is 0 there, and otherwise only where those cones are empty (at the set's boundary); a related
+pair gets 2, beyond any unrelated one.
+
+The rule (the best single one) marks the pairs on one side of a threshold of one feature; every feature and side
+is fitted on the training split (the threshold that maximises the training pairs' F1), and the best is the rival.
+The strong rival, gradient-boosted trees, sees every feature; its probability threshold is fitted the same way.
+Training pairs are N (N - 1) / 2 per set: every changed pair is kept, and the unchanged ones are sampled
+(``SAMPLED_NEGATIVES`` in all, each standing for the unchanged pairs of its set that it was drawn from: a weight).
+Both are scored on the test split's every pair with the task's own totals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+from ..data.orders import _one_torch_thread
+from ..data.relation_targets import candidate_pairs, pair_graph_index
+from .node_rival import best_threshold
+from .relation_task import RelationBinaryTask
+
+PAIR_FEATURES: tuple[str, ...] = ("related", "link", "interval", "past_first", "future_first", "past_second",
+                                  "future_second", "common_past", "common_future", "nesting_defect", "nesting_share")
+# Unchanged training pairs kept for fitting, over all training sets (every changed pair is kept).
+SAMPLED_NEGATIVES = 200_000
+
+
+def relation_of(item: Any) -> np.ndarray:
+    """The causal matrix an item's input describes: its related candidate pairs, in their natural labelling (every
+    relation from the lower index to the higher: ``data.relation_targets``)."""
+    n = int(item.num_nodes)
+    R = np.zeros((n, n), dtype=bool)
+    first, second = candidate_pairs(n).numpy()
+    R[first, second] = item.pair_relation.numpy() > 0
+    return R
+
+
+def pair_features(item: Any) -> np.ndarray:
+    """[pairs, len(PAIR_FEATURES)] float32: each candidate pair's features (the module's docstring), by matrix
+    products of the set's relation (float32 counts: exact below 2^24 elements)."""
+    R = relation_of(item)
+    n = len(R)
+    with _one_torch_thread():
+        relation = torch.from_numpy(R.astype(np.float32))
+        between = relation @ relation
+        common_future, common_past = relation @ relation.T, relation.T @ relation
+    first, second = candidate_pairs(n)
+    past, future = relation.sum(0), relation.sum(1)
+    state = item.pair_relation.long()
+    related = (state > 0).float()
+    nesting = future[second] - common_future[first, second] + past[first] - common_past[first, second]
+    share = nesting / (future[second] + past[first]).clamp(min=1.0)
+    columns = [related, (state == 2).float(), between[first, second] / n, past[first] / n, future[first] / n,
+               past[second] / n, future[second] / n, common_past[first, second] / n,
+               common_future[first, second] / n, torch.where(related > 0, 2.0, nesting / n),
+               torch.where(related > 0, 2.0, share)]
+    return torch.stack(columns, dim=1).numpy()
+
+
+def training_rows(items: Sequence[Any], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features, labels and weights of the training pairs: all changed ones, and ``SAMPLED_NEGATIVES`` unchanged
+    ones shared out over the sets, each weighted by the unchanged pairs of its set it stands for."""
+    rng = np.random.default_rng(seed)
+    per_set = max(1, math.ceil(SAMPLED_NEGATIVES / max(len(items), 1)))
+    features, labels, weights = [], [], []
+    for item in items:
+        found, changed = pair_features(item), item.y.numpy() > 0.5
+        unchanged = np.flatnonzero(~changed)
+        kept = rng.choice(unchanged, size=min(per_set, len(unchanged)), replace=False)
+        rows = np.concatenate([np.flatnonzero(changed), kept])
+        features.append(found[rows])
+        labels.append(changed[rows])
+        weights.append(np.concatenate([np.ones(int(changed.sum())),
+                                       np.full(len(kept), len(unchanged) / max(len(kept), 1))]))
+    return np.concatenate(features), np.concatenate(labels), np.concatenate(weights)
+
+
+@dataclass(frozen=True)
+class PairRule:
+    """Mark a pair when ``sign`` x its feature ``feature`` is above ``threshold``."""
+
+    feature: str
+    sign: int
+    threshold: float
+
+    def predict(self, item: Any) -> np.ndarray:
+        return self.sign * pair_features(item)[:, PAIR_FEATURES.index(self.feature)] > self.threshold
+
+    def describe(self) -> str:
+        side = "above" if self.sign > 0 else "below"
+        return f"{self.feature} {side} {self.sign * self.threshold:.4g}"
+
+
+def fit_rule(rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> PairRule:
+    """The feature, side and threshold of the best training F1 (``training_rows``' features, labels, weights)."""
+    features, labels, weights = rows
+    fitted = [(best_threshold(sign * features[:, column], labels, weights), name, sign)
+              for column, name in enumerate(PAIR_FEATURES) for sign in (1, -1)]
+    (threshold, _), name, sign = max(fitted, key=lambda found: found[0][1])
+    return PairRule(name, sign, threshold)
+
+
+def fit_trees(rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Callable[[Any], np.ndarray]:
+    """Gradient-boosted trees on every feature of the training rows, and the probability threshold of their best
+    training F1; returns what marks the pairs of an item. The trees are fitted on the sampled rows as they are (the
+    changed pairs a minority of a few percent, not of a few per mille: weighting the unchanged ones back would spend
+    the fit on them); the weights count in the threshold, which sets the marked pairs' share as in the data."""
+    # Imported here, as the baselines' scikit-learn: only rank 0 fits it, once per run.
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    features, labels, weights = rows
+    with threadpool_limits(limits=1):  # rank 0 alone: the other ranks' cores stay theirs
+        trees = HistGradientBoostingClassifier(random_state=0).fit(features, labels)
+        threshold, _ = best_threshold(trees.predict_proba(features)[:, 1], labels, weights)
+
+    def predict(item: Any) -> np.ndarray:
+        with threadpool_limits(limits=1):
+            return trees.predict_proba(pair_features(item))[:, 1] > threshold
+
+    return predict
+
+
+TREES_DESCRIPTION = "gradient-boosted trees on each pair's features (relation, link, interval, cones, nesting defect)"
+
+
+def rival_totals(predict: Callable[[Any], np.ndarray], items: Sequence[Any], task: RelationBinaryTask
+                 ) -> list[torch.Tensor]:
+    """The task's totals of ``predict`` (an item -> which of its pairs it marks) on each of ``items``."""
+    totals = []
+    for item in items:
+        marked = torch.from_numpy(predict(item))
+        logits = torch.where(marked, math.inf, -math.inf).view(-1, 1)  # positive at any threshold in (0, 1]
+        graphs = pair_graph_index(torch.zeros(int(item.num_nodes), dtype=torch.long), 1)
+        totals.append(task.batch_totals(logits, task.target(item.y), torch.zeros(()), graphs))
+    return totals
+
+
+def rival_metrics(totals: Sequence[torch.Tensor], task: RelationBinaryTask) -> dict[str, float]:
+    """The task's metrics but the loss, from per-set totals (``rival_totals``)."""
+    scores = task.metrics(sum(totals, task.zero_totals(torch.device("cpu"))))
+    return {name: scores[name] for name in task.metric_names if name != "loss"}

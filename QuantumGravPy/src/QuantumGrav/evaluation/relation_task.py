@@ -1,0 +1,114 @@
+"""The relation task (``relation_binary``): for each candidate pair of elements of a causal set
+(``data.relation_targets``), was its relation toggled? Its loss, its totals and its metrics (``tasks`` says how every
+task's totals are exact under DDP)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..data.relation_targets import PAIR_STATES, num_pairs
+from .task_base import Task
+
+
+# The relation task's totals, in this order: all but the loss sum are integer counts, so that adding them over
+# batches and ranks in any order gives the same bits (world size 2 reports what world size 1 does).
+RELATION_TOTALS = ("loss_sum", "pairs", "true_negatives", "false_positives", "false_negatives", "true_positives",
+                   "sets", "changed_sets", "all_found_sets", "exact_sets", "unchanged_sets_marked")
+
+
+class RelationBinaryTask(Task):
+    """Outputs one logit per candidate pair of elements ``[pairs, 1]`` (each set's pairs i < j row by row,
+    ``data.relation_targets``); target: 0.0 / 1.0 per pair ``[pairs, 1]`` (float), 1 where the pair's relation was
+    added or removed. Positive: ``sigmoid(logit) >= threshold``.
+
+    Scored per pair (precision, recall and F1 of the toggled pairs; accuracy would be about 1 for a model that
+    marks nothing) and per set: ``all_found``, the share of the sets with a change whose every changed pair is
+    marked (undefined without such a set), and ``exact``, the share of all sets whose marked pairs are exactly
+    the changed ones (a set without a change: nothing marked). ``unchanged_sets_marked`` counts the sets without a
+    change where something was marked.
+
+    The imbalance (k changed pairs among N (N - 1) / 2) is met by the model, not by the loss: the loss is the plain
+    BCE averaged over pairs, a proper scoring rule, so sigmoid(logit) stays a probability and ``threshold`` means
+    what it says (a positive weight w would shift every logit by log w, and marking at 0.5 would then mark pairs
+    that are far from likely). The built-in pair head (``models.pair_head``) starts each set's logits at the
+    log-odds of one change among its pairs, so that the negatives' summed gradient, about their count times that
+    prior, starts near the positives' instead of drowning it.
+
+    Under DDP the metrics are exact (integer sums); each rank's loss is the mean over its own batch's pairs, so the
+    pairs of a rank whose sets are smaller weigh more, as for the node task."""
+
+    type = "relation_binary"
+    level = "pair"
+    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
+    num_totals = len(RELATION_TOTALS)
+
+    def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
+        super().__init__(1, class_names)
+        self.threshold = threshold
+
+    def target(self, y):
+        return y.view(-1, 1).float()
+
+    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
+        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
+
+    def target_problem(self, y):
+        if not isinstance(y, torch.Tensor):
+            return f"y must be a tensor, got {type(y).__name__}"
+        if y.dim() != 1 or y.numel() < 1:
+            return (f"a relation_binary task needs one 0/1 label per pair of elements (y of shape [pairs]), got "
+                    f"shape {list(y.shape)}")
+        values = set(torch.unique(y).tolist())
+        if not values <= {0, 1}:
+            return f"a relation_binary task needs y = 0 or 1 per pair, got {sorted(values - {0, 1})[:3]}"
+        return None
+
+    def item_problem(self, item):
+        problem = self.target_problem(item.y)
+        if problem:
+            return problem
+        expected = num_pairs(int(item.num_nodes))
+        if item.y.numel() != expected:
+            return (f"y has {item.y.numel()} labels, but a set of {item.num_nodes} elements has {expected} pairs "
+                    f"(i < j, row by row)")
+        states = getattr(item, "pair_relation", None)
+        if not isinstance(states, torch.Tensor) or states.shape != (expected,):
+            got = list(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
+            return (f"a relation_binary item needs pair_relation, one state per pair ({', '.join(PAIR_STATES)}) of "
+                    f"shape [{expected}], got {got}")
+        return None
+
+    def batch_totals(self, outputs, target, loss, graph_index: torch.Tensor | None = None):
+        """The batch's totals (``RELATION_TOTALS``); ``graph_index``: each pair's graph in the batch (None: one)."""
+        true, predicted = target.view(-1).long(), self.predict(outputs)
+        graph_index = torch.zeros_like(true) if graph_index is None else graph_index.view(-1)
+        confusion = torch.bincount(true * 2 + predicted, minlength=4).double()  # tn, fp, fn, tp
+        graphs = int(graph_index.max()) + 1 if graph_index.numel() else 0
+
+        def per_set(values: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(graphs, dtype=torch.long, device=true.device).index_add_(0, graph_index, values)
+
+        changed, marked, found = per_set(true), per_set(predicted), per_set(true * predicted)
+        has_change = changed > 0
+        counts = [float(true.numel()), graphs, has_change.sum(), (has_change & (found == changed)).sum(),
+                  ((found == changed) & (marked == changed)).sum(), (~has_change & (marked > 0)).sum()]
+        tail = torch.tensor([float(c) for c in counts], dtype=torch.float64, device=outputs.device)
+        return torch.cat([(loss.detach().double() * float(true.numel())).view(1), tail[:1], confusion, tail[1:]])
+
+    def metrics(self, totals):
+        loss_sum, pairs, tn, fp, fn, tp, sets, changed_sets, all_found, exact, unchanged_marked = totals.tolist()
+        tn, fp, fn, tp = (int(round(v)) for v in (tn, fp, fn, tp))
+        return {"loss": loss_sum / max(pairs, 1.0), "precision": tp / (tp + fp) if tp + fp else 0.0,
+                "recall": tp / (tp + fn) if tp + fn else 0.0, "f1": 2 * tp / (2 * tp + fp + fn) if tp else 0.0,
+                "all_found": all_found / changed_sets if changed_sets else math.nan,
+                "exact": exact / sets if sets else math.nan, "changed_sets": int(changed_sets),
+                "unchanged_sets_marked": int(unchanged_marked), "count": int(sets), "pairs": int(pairs),
+                "confusion": [[tn, fp], [fn, tp]]}
+
+    def describe(self) -> str:
+        names = f" ({' / '.join(self.class_names)})" if self.class_names else ""
+        return f"relation_binary{names}: one logit per pair of elements, threshold {self.threshold}"

@@ -1,0 +1,107 @@
+"""The relation task measured: configs/toggled_relations.yaml on destroyed sets of exactly N elements with exactly k
+changed relations (k in 1, 2, 4, 8, 16, in turn), trained on one process and one thread, with both rivals (the best
+single rule and boosted trees on per-pair features) scored on the same test split, per k. Writes
+benchmarks/results_toggled_relations.json: the command, the wall time of the data and of the run, and the run's
+summary (the GNN's test metrics at the config's threshold, the rivals', and by_changed_relations); then, as the
+rivals' thresholds are fitted (on the training split, for the best F1), the GNN's threshold fitted on the validation
+split for its best F1 and its test metrics there, per k too (``tuned_threshold``).
+
+    OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py --n 256 --sets 600 --epochs 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+KEPT = ("stop_reason", "stopped_at_epoch", "best_epoch", "wall_time_s", "num_test", "num_test_pairs",
+        "num_test_changed_sets", "num_test_unchanged_sets_marked", "confusion_matrix", "rival_rule", "trees_rival",
+        "by_changed_relations")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=256, help="elements per set")
+    parser.add_argument("--sets", type=int, default=600, help="destroyed sets in all")
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0, help="data seed")
+    parser.add_argument("--work", default="/tmp/qg_toggled_relations", help="folder for the stores and the run")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results_toggled_relations.json"))
+    args = parser.parse_args()
+    settings = {"data.kwargs.path": f"{args.work}/kinds", "data.kwargs.num_per_kind": args.sets,
+                "data.kwargs.n_min": args.n, "data.kwargs.n_max": args.n, "data.kwargs.seed": args.seed,
+                "training.num_epochs": args.epochs, "training.num_workers": 0, "training.path": f"{args.work}/runs",
+                "training.run_name": f"n{args.n}_seed{args.seed}", "training.progress_bar": False}
+    overrides = [item for key, value in settings.items() for item in ("--set", f"{key}={value}")]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "QuantumGravPy" / "src")}
+    config = str(REPO / "configs" / "toggled_relations.yaml")
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "QuantumGrav", "generate", "--config", config, *overrides], check=True,
+                   env=env)
+    generated = time.perf_counter() - started
+    subprocess.run([sys.executable, "-m", "QuantumGrav", "train", "--config", config, *overrides], check=True, env=env)
+    total = time.perf_counter() - started
+    summary = json.loads((Path(args.work) / "runs" / settings["training.run_name"] / "summary.json").read_text())
+    metrics = {key: value for key, value in summary.items() if key.startswith(("test_", "rival_", "trees_"))}
+    result = {"command": "OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py " + " ".join(sys.argv[1:]),
+              "setup": f"{args.sets} destroyed sets of {args.n} elements, k changed relations in turn from 1, 2, 4, 8, "
+                       f"16 (data seed {args.seed}), split [0.7, 0.15, 0.15], one process, "
+                       f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, CPU",
+              "generation_wall_s": round(generated, 1), "total_wall_s": round(total, 1),
+              **metrics, **{key: summary[key] for key in KEPT if key in summary}}
+    result["tuned_threshold"] = tuned_threshold(Path(args.work) / "runs" / settings["training.run_name"], args.work)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+def tuned_threshold(run_dir: Path, work: str) -> dict:
+    """The run's best weights scored on its validation split: the threshold of the pairs' best F1 there (as the
+    rivals' are fitted on theirs), and the test metrics at it, all sets and per k."""
+    sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
+    import QuantumGrav as QG
+    from QuantumGrav.callbacks.results import by_changed_relations
+    from QuantumGrav.evaluation.levels import level_of
+    from QuantumGrav.evaluation.node_rival import best_threshold
+    from QuantumGrav.evaluation.relation_task import RelationBinaryTask
+
+    config = QG.load_config(run_dir / "config.yaml", {"training.path": f"{work}/threshold_runs",
+                                                      "training.num_epochs": 1, "training.figures": False})
+    trainer = QG.Trainer(config)
+    trainer.core_model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
+    _, val_loader, test_loader = trainer.prepare_dataloaders()
+    level = level_of(trainer.task)
+
+    def scored(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:  # (probabilities, labels) per set
+        found = []
+        for outputs, target, batch in trainer.evaluator.outputs(loader):
+            graphs = level.row_graphs(batch)
+            found += [(torch.sigmoid(outputs.view(-1)[graphs == g]), target.view(-1)[graphs == g])
+                      for g in range(batch.num_graphs)]
+        return found
+
+    val = scored(val_loader)
+    threshold, val_f1 = best_threshold(torch.cat([p for p, _ in val]).double().numpy(),
+                                       torch.cat([y for _, y in val]).numpy() > 0.5)
+    task = RelationBinaryTask(min(max(threshold, 1e-12), 1.0), trainer.task.class_names)
+    per_set = [task.batch_totals(torch.logit(p.double()).view(-1, 1), y.view(-1, 1), torch.zeros(()))
+               for p, y in scored(test_loader)]
+    order = [trainer.split["test"][i] for batch in test_loader.batch_sampler for i in batch]
+    sizes = [trainer.state.dataset.describe(i).get("changed_relations") for i in order]
+    metrics = task.metrics(sum(per_set, task.zero_totals(torch.device("cpu"))))
+    trainer.close()
+    return {"threshold": float(np.float64(threshold)), "val_f1": val_f1,
+            **{f"test_{name}": metrics[name] for name in ("f1", "precision", "recall", "all_found", "exact")},
+            "by_changed_relations": by_changed_relations(sizes, {"gnn": per_set}, task)}
+
+
+if __name__ == "__main__":
+    main()
