@@ -274,9 +274,8 @@ OTHER_CONFIGS = {
     # merged sets as stores read in workers; per element: the node task, stopped on its F1
     "inserted_block.yaml": ("data.", "training.num_workers", "task.type", "early_stopping.metric",
                             "early_stopping.mode"),
-    # destroyed sets with exact k as stores read in workers; per pair: the relation task, stopped on its F1
-    "toggled_relations.yaml": ("data.", "training.num_workers", "task.type", "early_stopping.metric",
-                               "early_stopping.mode"),
+    # destroyed sets with exact k as stores read in workers; per pair: the relation task
+    "toggled_relations.yaml": ("data.", "training.num_workers", "task.type"),
     "train_regression.yaml": ("data.target", "model.", "training.optimizer_kwargs.", "early_stopping.metric"),
 }
 
