@@ -7,6 +7,7 @@ on the manifold-like (polynomial) sets of the same N and dimension d, per model,
     python benchmarks/study_sensitivity.py --n 1024 --per-kind 360 --dimensions 3 --json benchmarks/results_sensitivity.json
     python benchmarks/study_sensitivity.py --rows gnn --n 256 --dimensions 3 --seeds 1 --json ...
     python benchmarks/study_sensitivity.py --results benchmarks/results_sensitivity.json   # the tables only
+    python benchmarks/study_sensitivity.py --generation-sets 18 --n 1024 --json ...   # what generating a set costs
 
 The data of each (N, d, data seed): ``KindsDataset`` with kinds polynomial, destroyed and merged, ``--per-kind`` sets
 of each with exactly N elements, the destroyed sets taking k = 1, 2, 4, ..., 256 changed relations in turn and the
@@ -57,6 +58,31 @@ CONFIG = "configs/manifold_like_dimensions.yaml"
 SPLIT_SEED = 42
 
 
+class Clock:
+    """Wall and CPU seconds since it started: this process's CPU, and its finished children's (the CLI's training
+    runs), so that a cost read on a machine shared with other jobs is not only the wait for a core."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), self._cpu()
+
+    @staticmethod
+    def _cpu() -> float:
+        import resource
+
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
+
+    def seconds(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, self._cpu() - self.cpu
+
+
+def per_set(name: str, seconds: tuple[float, float] | None, sets: int) -> dict:
+    """``<name>_s_per_set`` (wall) and ``<name>_cpu_s_per_set``; None for a step not timed."""
+    if seconds is None:
+        return {f"{name}_s_per_set": None, f"{name}_cpu_s_per_set": None}
+    return {f"{name}_s_per_set": seconds[0] / sets, f"{name}_cpu_s_per_set": seconds[1] / sets}
+
+
 def data_kwargs(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict:
     return {"path": str(args.data), "kinds": list(KINDS), "num_per_kind": args.per_kind, "n_min": n, "n_max": n,
             "seed": seed, "dimension": dimension, "changed_relations": CHANGED_RELATIONS, "block_sizes": BLOCK_SIZES}
@@ -73,9 +99,9 @@ def open_data(args: argparse.Namespace, n: int, dimension: int, seed: int):
     settings = generation_settings(kwargs["kinds"], args.per_kind, n, n, seed, dimension, CHANGED_RELATIONS,
                                    BLOCK_SIZES)
     there = (generated_folder(args.data, settings) / GENERATION_FILE).is_file()
-    started = time.perf_counter()
+    clock = Clock()
     dataset = KindsDataset(**kwargs, workers=1)
-    generation = None if there else time.perf_counter() - started
+    generation = None if there else clock.seconds()
     return dataset, generation, split_indices(len(dataset), args.split, SPLIT_SEED)
 
 
@@ -122,25 +148,23 @@ def rival_rows(args: argparse.Namespace, n: int, dimension: int, seed: int) -> d
     descriptions = [dataset.describe(i) for i in range(len(dataset))]
     kinds = [d["kind"] for d in descriptions]
     sizes = [d.get(SIZE_OF.get(d["kind"], ""), 0) for d in descriptions]
-    started = time.perf_counter()
+    clock = Clock()
     items = [dataset[i] for i in range(len(dataset))]
-    read = time.perf_counter() - started
-    started = time.perf_counter()
+    read, clock = clock.seconds(), Clock()
     X = baseline_features(items, "invariants_and_elements", strongest=True)
-    features = time.perf_counter() - started
+    features = clock.seconds()
     y = labels_vector(items).astype(np.int64)
     estimator, columns, method = baseline_models("classification", "invariants_and_elements", True)["strongest"]
-    started = time.perf_counter()
+    clock = Clock()
     with threadpool_limits(limits=1):
         estimator.fit(X[train][:, columns], y[train])
-        fit = time.perf_counter() - started
+        fit = clock.seconds()
         defect_class = list(estimator.classes_).index(0)  # y = 1: manifold-like
         scores = estimator.predict_proba(X[:, columns])[:, defect_class]
-    costs = {"sets": len(dataset), "torch_threads": torch.get_num_threads(),
-             "generation_s_per_set": generation / len(dataset) if generation is not None else None,
+    costs = {"sets": len(dataset), "torch_threads": torch.get_num_threads(), **per_set("generation", generation, len(dataset)),
              "generation_note": None if generation is not None else "the stores were already there (not timed)",
-             "read_with_node_features_s_per_set": read / len(dataset),
-             "rival_features_s_per_set": features / len(dataset), "rival_fit_s": fit, "train_sets": len(train)}
+             **per_set("read_with_node_features", read, len(dataset)), **per_set("rival_features", features, len(dataset)),
+             "rival_fit_s": fit[0], "rival_fit_cpu_s": fit[1], "train_sets": len(train)}
     common = {"num_per_kind": args.per_kind, "split": list(args.split), "split_seed": SPLIT_SEED,
               "counts": split_counts(kinds, (train, val, test))}
     rows = {"strongest_baseline": {**common, "method": method, **sensitivity_of(scores, kinds, sizes, val, test),
@@ -177,16 +201,16 @@ def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict
             command += ["--set", setting]
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "QUANTUMGRAV_SMOKE_TEST": "0",
                "PYTHONPATH": os.pathsep.join([str(REPO / "QuantumGravPy" / "src"), os.environ.get("PYTHONPATH", "")])}
-        started = time.perf_counter()
+        clock = Clock()
         finished = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
         if finished.returncode != 0:
             raise RuntimeError(f"gnn n={n} d={dimension} seed {seed} failed:\n{finished.stderr[-3000:]}")
-        training = time.perf_counter() - started
+        training = clock.seconds()
         run = Path(runs) / "run"
         summary = json.loads((run / "summary.json").read_text())
-        started = time.perf_counter()
+        clock = Clock()
         predicted = QG.load_run(run).predict(str(run / "config.yaml"))
-        applying = time.perf_counter() - started
+        applying = clock.seconds()
     score = np.empty(len(dataset))
     for row in predicted:
         score[int(row["set"])] = 1.0 - float(row["score"])
@@ -198,7 +222,27 @@ def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict
             "epoch_cap": args.epochs, "ended_by": ended_by, "best_epoch": summary.get("best_epoch"),
             "stopped_at_epoch": summary.get("stopped_at_epoch"), "test_balanced_accuracy": summary.get("test_balanced_accuracy"),
             **sensitivity_of(score, kinds, sizes, val, test),
-            "costs": {"training_s": training, "applying_s": applying, "torch_threads": args.threads}}
+            "costs": {"training_s": training[0], "training_cpu_s": training[1], "applying_s": applying[0],
+                      "applying_cpu_s": applying[1], "torch_threads": args.threads}}
+
+
+def generation_rows(args: argparse.Namespace, n: int, dimension: int) -> list[dict]:
+    """What one set of each kind costs to generate and write as a store with its node features (``KindsDataset``,
+    one process), ``--generation-sets`` sets of each kind written afresh into a temporary folder, in wall and CPU
+    seconds per set."""
+    from QuantumGrav.data.kinds import KindsDataset
+
+    rows = []
+    for kind in KINDS:
+        sizes = {"changed_relations": CHANGED_RELATIONS} if kind == "destroyed" else \
+            {"block_sizes": BLOCK_SIZES} if kind == "merged" else {}
+        with tempfile.TemporaryDirectory(prefix="qg_generation_") as folder:
+            clock = Clock()
+            KindsDataset(folder, kinds=[kind], num_per_kind=args.generation_sets, n_min=n, n_max=n, seed=0,
+                         dimension=dimension, workers=1, **sizes)
+            rows.append({"kind": kind, "n": n, "dimension": dimension, "sets": args.generation_sets,
+                         **per_set("generation", clock.seconds(), args.generation_sets)})
+    return rows
 
 
 def pooled(runs: list[dict]) -> dict:
@@ -240,15 +284,29 @@ def print_tables(results: dict) -> None:
         for kind, curve in group["curves"].items():
             points = "  ".join(f"{p['size']:g}: {p['correct']}/{p['sets']}" for p in curve["points"])
             print(f"  {kind}: 90 % at {crossing_text(curve)};  {points}")
-    print("\ncosts\n\n| row | N | d | seed | sets | generation s/set | read s/set | rival features s/set | fit s "
-          "| training s |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("\ncosts, wall (CPU) seconds\n\n| row | N | d | seed | sets | generation s/set | read s/set "
+          "| rival features s/set | fit s | training s |\n|---|---|---|---|---|---|---|---|---|---|")
     for run in rows:
         if "costs" in run:
             c = run["costs"]
-            print(f"| {run['row']} | {run['n']} | {run['dimension']} | {run['seed']} | " + " | ".join(
-                "-" if c.get(k) is None else f"{c[k]:.3g}" for k in (
-                    "sets", "generation_s_per_set", "read_with_node_features_s_per_set", "rival_features_s_per_set",
-                    "rival_fit_s", "training_s")) + " |")
+            cells = [str(c.get("sets", "-"))]
+            for wall, cpu in (("generation_s_per_set", "generation_cpu_s_per_set"),
+                              ("read_with_node_features_s_per_set", "read_with_node_features_cpu_s_per_set"),
+                              ("rival_features_s_per_set", "rival_features_cpu_s_per_set"),
+                              ("rival_fit_s", "rival_fit_cpu_s"), ("training_s", "training_cpu_s")):
+                cells.append("-" if c.get(wall) is None else f"{c[wall]:.3g}"
+                             + ("" if c.get(cpu) is None else f" ({c[cpu]:.3g})"))
+            print(f"| {run['row']} | {run['n']} | {run['dimension']} | {run['seed']} | " + " | ".join(cells) + " |")
+    if results.get("generation"):
+        print_generation(results["generation"])
+
+
+def print_generation(rows: list[dict]) -> None:
+    print("\ngeneration (sets written with their node features), per set: wall (CPU) seconds\n\n| kind | N | d | sets "
+          "| per set |\n|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['kind']} | {row['n']} | {row['dimension']} | {row['sets']} | {row['generation_s_per_set']:.3g} "
+              f"({row['generation_cpu_s_per_set']:.3g}) |")
 
 
 def save(path: Path | None, results: dict) -> None:
@@ -272,6 +330,8 @@ def main() -> int:
     parser.add_argument("--train-seed-offset", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--data", type=Path, default=REPO / "data" / "sensitivity", help="where the stores are written")
+    parser.add_argument("--generation-sets", type=int, default=0,
+                        help="instead of the curves: time generating this many sets of each kind at each N and d")
     parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
     parser.add_argument("--results", help="print the tables of a results file and exit")
     args = parser.parse_args()
@@ -287,6 +347,14 @@ def main() -> int:
                         f"{CHANGED_RELATIONS}; merged sets with blocks of exactly m elements, m in {BLOCK_SIZES}; "
                         f"threshold at 5 % false alarms on the validation polynomial sets; one process, "
                         f"{args.threads} torch thread(s), CPU (shared 2-core machine)")
+    if args.generation_sets:
+        measured = [row for n in args.n for dimension in args.dimensions for row in generation_rows(args, n, dimension)]
+        keys = {(row["kind"], row["n"], row["dimension"]) for row in measured}
+        results["generation"] = [row for row in results.get("generation", [])
+                                 if (row["kind"], row["n"], row["dimension"]) not in keys] + measured
+        save(path, results)
+        print_generation(results["generation"])
+        return 0
     done = {(run["row"], run["n"], run["dimension"], run["seed"]) for run in results["runs"]}
     for n in args.n:
         for dimension in args.dimensions:
