@@ -128,8 +128,10 @@ def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any],
     bars.set(ylim=(0, 1.05), ylabel="recall (share classified correctly)", title="Test sets per kind")
     bars.legend(loc="lower left", fontsize=8)
     if not defects:
-        label_empty(figure.add_subplot(grid[1, 0]), "no test set of a kind with a drawn defect\n(destroyed, merged "
-                    "and their ambiguous kinds, at least 4 sets of one kind): nothing to draw")
+        empty = figure.add_subplot(grid[1, 0])
+        empty.set(xticks=[], yticks=[])
+        label_empty(empty, "no test set of a kind with a drawn defect\n(destroyed, merged and their ambiguous kinds, "
+                           "at least 4 sets of one kind): nothing to draw")
     for column, kind in enumerate(defects):
         _plot_recall_by_defect_size(figure.add_subplot(grid[1, column]), kind, by_defect_size[kind], colour, labels)
     return _save_figure(figure, path)
