@@ -345,7 +345,9 @@ def main() -> int:
     results = json.loads(path.read_text()) if path and path.exists() else {"runs": []}
     results["setup"] = (f"kinds {', '.join(KINDS)}; destroyed sets with exactly k changed relations, k in "
                         f"{CHANGED_RELATIONS}; merged sets with blocks of exactly m elements, m in {BLOCK_SIZES}; "
-                        f"threshold at 5 % false alarms on the validation polynomial sets; one process, "
+                        f"threshold at 5 % false alarms on the validation polynomial sets; a curve's threshold_at_90 is where it "
+                        f"crosses 0.9 detection, its interval where the curves of its points' 95 % Wilson bounds cross "
+                        f"it; counts per point are test sets; one process, "
                         f"{args.threads} torch thread(s), CPU (shared 2-core machine)")
     if args.generation_sets:
         measured = [row for n in args.n for dimension in args.dimensions for row in generation_rows(args, n, dimension)]

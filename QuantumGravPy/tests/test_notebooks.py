@@ -138,7 +138,7 @@ def test_ddp_notebook_stops_every_rank_at_the_same_epoch(tmp_path, data_root):
 # The notebooks whose stored outputs are full-size runs with a header: all of them.
 WITH_HEADER = ("01_causal_sets.ipynb", "02_train_single_process.ipynb", "03_ddp_by_hand.ipynb", "04_train_ddp.ipynb",
                "05_logging_and_wandb.ipynb", "06_fault_tolerance.ipynb", "07_your_own_data.ipynb",
-               "08_hyperparameter_search.ipynb", "09_manifold_like.ipynb")
+               "08_hyperparameter_search.ipynb", "09_manifold_like.ipynb", "10_higher_dimensions_and_located_defects.ipynb")
 
 
 def test_stored_outputs_are_full_size_runs_whose_header_gives_the_minutes_they_took():
@@ -262,3 +262,23 @@ def test_the_ddp_by_hand_table_names_library_code_and_tests_that_exist():
             assert _defines(library / file, name), f"{file} defines no {name}"
         for file, name in checks:
             assert name.startswith("test_") and _defines(tests / file, name), f"{file} has no test {name}"
+
+
+def test_higher_dimensions_notebook_in_two_dimensions(tmp_path):
+    runs = tmp_path / "runs"
+    notebook = run_notebook("10_higher_dimensions_and_located_defects.ipynb", tmp_path, smoke_test=True, dimension=2,
+                            changed_k=3, block_m=5, data_root=str(tmp_path / "data"), runs_root=str(runs))
+    summary = last_cell_summary(notebook)
+
+    # The drawn defects have exactly the sizes asked for, in the dimension asked for.
+    assert summary["dimension"] == 2 and summary["changed_relations"] == 3 and summary["block_elements"] == 5
+    assert {d: abs(estimate - int(d)) < 0.5 for d, estimate in summary["myrheim_meyer_dimension"].items()} == \
+        {"2": True, "3": True, "4": True}
+    assert summary["live_false_alarms"][1] > 0 and summary["live_sets"] == 3 * 20
+    # The node run and the relation run, each applied to new sets: one CSV row per element of the node run's sets.
+    assert sorted(path.name for path in runs.iterdir()) == sorted([summary["node_run"], summary["relation_run"]])
+    for run in runs.iterdir():
+        assert json.loads((run / "summary.json").read_text())["stopped_at_epoch"] == 1  # 2 epochs in test mode
+        assert QG.load_config(run / "config.yaml")["data"]["kwargs"]["dimension"] == 2
+    assert summary["applied_rows"] == summary["applied_sets"] * summary["block_n"]
+    assert summary["relations_applied_sets"] >= 1 and summary["drawn_relation_set"][1] >= 1
