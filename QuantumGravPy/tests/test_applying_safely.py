@@ -224,3 +224,30 @@ def test_the_recall_figure_labels_a_kind_without_test_sets_and_an_empty_panel(mo
     assert [label.get_text() for label in bars.get_xticklabels()] == ["grid", "polynomial"]
     assert [text.get_text() for text in bars.texts] == ["no test set"]
     assert curves.texts and curves.texts[0].get_text().startswith("no test set of a kind with a drawn defect")
+
+
+def test_the_recall_figure_gives_each_defect_its_panel_each_model_its_colour_and_each_bin_its_count(monkeypatch,
+                                                                                                     tmp_path):
+    from QuantumGrav.evaluation import figures
+    from QuantumGrav.evaluation.kinds import kind_breakdown
+
+    drawn = {}
+    monkeypatch.setattr(figures, "_save_figure", lambda figure, path: drawn.setdefault("figure", figure) and path)
+    descriptions = ([{"kind": "destroyed", "changed_relations": size} for size in range(1, 9)]
+                    + [{"kind": "merged", "block_size": size, "block_start": 0} for size in range(1, 9)]
+                    + [{"kind": "polynomial"}] * 3)
+    rng = np.random.default_rng(0)
+    correct = {name: rng.random(len(descriptions)) > 0.3 for name in ("gnn", "strongest_baseline", "exact_test")}
+    found = kind_breakdown(descriptions, correct)
+    figures.plot_recall_by_kind(found["by_kind"], found["by_defect_size"], {"exact_test": "exact test"},
+                                tmp_path / "r.png")
+    bars, *panels = drawn["figure"].axes
+    assert [panel.get_title() for panel in panels] == list(found["by_defect_size"]) == ["destroyed", "merged"]
+    bar_colours = {tuple(patch.get_facecolor()) for patch in bars.patches}
+    assert len(bar_colours) == 3  # one per model
+    for panel, kind in zip(panels, found["by_defect_size"]):
+        lines = {line.get_label(): line.get_color() for line in panel.lines}
+        assert lines == {"gnn": "C0", "strongest_baseline": "C1", "exact test": "C2"}
+        bins = found["by_defect_size"][kind]["gnn"]["bins"]
+        assert [text.get_text() for text in panel.texts] == [f"n={row['sets']}" for row in bins]
+        assert sum(row["sets"] for row in bins) == 8

@@ -19,7 +19,7 @@ import numpy as np
 
 NUM_BINS = 5
 MODEL_LABELS = {"gnn": "GNN", "simple_baseline": "simple baseline", "strong_baseline": "strong baseline",
-                "strongest_baseline": "strongest rival"}
+                "strongest_baseline": "strongest rival", "exact_test": "exact 2D-order test"}
 
 
 def flip_fractions(graphs: Iterable) -> np.ndarray:

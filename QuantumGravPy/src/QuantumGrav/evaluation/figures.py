@@ -101,45 +101,58 @@ def plot_destroyed_by_flip_fraction(curves: dict[str, Any], labels: dict[str, st
 
 def plot_recall_by_kind(by_kind: dict[str, Any], by_defect_size: dict[str, Any], labels: dict[str, str],
                         path: Path, absent: Sequence[str] = ()) -> Path:
-    """Left: each model's recall per kind (``evaluation/kinds.py``); a kind of the data with no test set
-    (``absent``) keeps its place, marked "no test set". Right: recall against the defect's realised size (its bins'
-    centres, each bin's sets beside its point) for the destroyed and merged kinds, one colour per kind, a solid line
-    for the GNN, a dashed one for the strong baseline and a dotted one for the strongest rival; a panel with nothing
-    to draw says why."""
-    figure, (bars, curves) = _new_figure(13, 4.2, columns=2)
+    """Top: each model's recall per kind (``evaluation/kinds.py``); a kind of the data with no test set
+    (``absent``) keeps its place, marked "no test set". Below, one panel per kind with a drawn defect, since each has
+    its own axis (relations changed, elements of the inserted block, cuts): the recall against the defect's realised
+    size at its bins' centres, each bin's count of test sets above it. Each model keeps its colour in every panel; a
+    row with nothing to draw says why."""
+    from matplotlib.figure import Figure
+
+    defects = list(by_defect_size)
+    figure = Figure(figsize=(max(13, 3.6 * len(defects)), 8.6))
+    grid = figure.add_gridspec(2, max(len(defects), 1))
+    bars = figure.add_subplot(grid[0, :])
+    colour = {name: f"C{k}" for k, name in enumerate(by_kind)}  # one colour per model, the same in every panel
     kinds = [*next(iter(by_kind.values())), *absent]
     width = 0.8 / len(by_kind)
     for k, (name, rows) in enumerate(by_kind.items()):
         bars.bar([i + k * width for i in range(len(kinds))], [rows[kind]["recall"] if kind in rows else 0.0
-                                                             for kind in kinds], width, label=labels.get(name, name))
+                                                             for kind in kinds], width, color=colour[name],
+                 label=labels.get(name, name))
     for i, kind in enumerate(kinds):
         if kind in absent:
             bars.text(i + 0.4 - width / 2, 0.5, "no test set", rotation=90, ha="center", va="center", fontsize=8,
                       color="grey")
     bars.set_xticks([i + 0.4 - width / 2 for i in range(len(kinds))])
-    bars.set_xticklabels(kinds, rotation=35, ha="right")
+    bars.set_xticklabels(kinds, rotation=20, ha="right")
     bars.set(ylim=(0, 1.05), ylabel="recall (share classified correctly)", title="Test sets per kind")
     bars.legend(loc="lower left", fontsize=8)
-    styles = ["-", "--", ":"]
-    for c, (kind, models) in enumerate((k, m) for k, m in by_defect_size.items() if k != "complex_topology"):
-        for s, name in enumerate(name for name in by_kind if name in ("gnn", "strong_baseline", "strongest_baseline")):
-            rows = models[name]["bins"]
-            centres = [(row["low"] * row["high"]) ** 0.5 if row["low"] > 0 else row["high"] / 2 for row in rows]
-            curves.plot(centres, [row["recall"] for row in rows], styles[s % 3], marker="o", color=f"C{c}",
-                        label=f"{kind}, {labels.get(name, name)}")
-            if s == 0:
-                for centre, row in zip(centres, rows):
-                    curves.annotate(str(row["sets"]), (centre, row["recall"]), fontsize=6, color=f"C{c}",
-                                    xytext=(2, 3), textcoords="offset points")
-    curves.set_xscale("log")
-    curves.set(ylim=(-0.02, 1.05), xlabel="realised defect (relations changed; elements of the inserted block)",
-               ylabel="recall", title="Against the defect's size")
-    if curves.lines:  # kinds with a drawn defect among the test sets
-        curves.legend(fontsize=7, loc="lower right")
-    else:
-        label_empty(curves, "no test set of a kind with a drawn defect\n(destroyed, merged and their ambiguous kinds,"
-                            "\nat least 4 sets of one kind): nothing to draw")
+    if not defects:
+        empty = figure.add_subplot(grid[1, 0])
+        empty.set(xticks=[], yticks=[])
+        label_empty(empty, "no test set of a kind with a drawn defect\n(destroyed, merged and their ambiguous kinds, "
+                           "at least 4 sets of one kind): nothing to draw")
+    for column, kind in enumerate(defects):
+        _plot_recall_by_defect_size(figure.add_subplot(grid[1, column]), kind, by_defect_size[kind], colour, labels)
     return _save_figure(figure, path)
+
+
+def _plot_recall_by_defect_size(ax, kind: str, models: dict[str, Any], colour: dict[str, str],
+                                labels: dict[str, str]) -> None:
+    """One kind's panel: each model's recall per bin of the defect's size, and each bin's count of test sets (the
+    bins are the kind's test sets by size, the same for every model) above the curves."""
+    names = [name for name in colour if name in models]
+    rows = models[names[0]]["bins"]
+    centres = [(row["low"] * row["high"]) ** 0.5 if row["low"] > 0 else row["high"] / 2 for row in rows]
+    for name in names:
+        ax.plot(centres, [row["recall"] for row in models[name]["bins"]], marker="o", color=colour[name],
+                label=labels.get(name, name))
+    for centre, row in zip(centres, rows):
+        ax.annotate(f"n={row['sets']}", (centre, 1.08), ha="center", fontsize=7, color="grey")
+    if all(centre > 0 for centre in centres):
+        ax.set_xscale("log")
+    ax.set(ylim=(-0.02, 1.15), xlabel=f"realised {models['size'].replace('_', ' ')}", ylabel="recall", title=kind)
+    ax.legend(fontsize=7, loc="lower right")
 
 
 def label_empty(ax, why: str) -> None:
