@@ -5,13 +5,11 @@ task's totals are exact under DDP)."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..data.relation_targets import PAIR_STATES, num_pairs
-from .task_base import Task
+from .task_base import RowBinaryTask
 
 
 # The relation task's totals, in this order: all but the loss sum are integer counts, so that adding them over
@@ -20,7 +18,7 @@ RELATION_TOTALS = ("loss_sum", "pairs", "true_negatives", "false_positives", "fa
                    "sets", "changed_sets", "all_found_sets", "exact_sets", "unchanged_sets_marked")
 
 
-class RelationBinaryTask(Task):
+class RelationBinaryTask(RowBinaryTask):
     """Outputs one logit per candidate pair of elements ``[pairs, 1]`` (each set's pairs i < j row by row,
     ``data.relation_targets``); target: 0.0 / 1.0 per pair ``[pairs, 1]`` (float), 1 where the pair's relation was
     added or removed. Positive: ``sigmoid(logit) >= threshold``.
@@ -43,29 +41,12 @@ class RelationBinaryTask(Task):
 
     type = "relation_binary"
     level = "pair"
-    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
     num_totals = len(RELATION_TOTALS)
+    unit, min_rows = "pair", 1
 
-    def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
-        super().__init__(1, class_names)
-        self.threshold = threshold
-
-    def target(self, y):
-        return y.view(-1, 1).float()
-
-    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
-        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
-
-    def target_problem(self, y):
-        if not isinstance(y, torch.Tensor):
-            return f"y must be a tensor, got {type(y).__name__}"
-        if y.dim() != 1 or y.numel() < 1:
-            return (f"a relation_binary task needs one 0/1 label per pair of elements (y of shape [pairs]), got "
-                    f"shape {list(y.shape)}")
-        values = set(torch.unique(y).tolist())
-        if not values <= {0, 1}:
-            return f"a relation_binary task needs y = 0 or 1 per pair, got {sorted(values - {0, 1})[:3]}"
-        return None
+    def shape_problem(self, y):
+        return (f"a relation_binary task needs one 0/1 label per pair of elements (y of shape [pairs]), got "
+                f"shape {list(y.shape)}")
 
     def item_problem(self, item):
         problem = self.target_problem(item.y)

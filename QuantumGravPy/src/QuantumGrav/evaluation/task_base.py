@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from ..config.sections.task import TASK_METRICS
 
@@ -68,3 +69,35 @@ class Task(ABC):
         if y.numel() != 1:
             return f"y must hold one value per graph, got shape {list(y.shape)}"
         return None
+
+
+class RowBinaryTask(Task):
+    """A 0/1 label per output row (an element, a pair of elements) and one logit per row, thresholded after the
+    sigmoid: the common part of the node and the relation task (``unit`` names a row in messages, ``min_rows`` is the
+    fewest rows a set's ``y`` may hold)."""
+
+    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
+    unit, min_rows = "row", 1
+
+    def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
+        super().__init__(1, class_names)
+        self.threshold = threshold
+
+    def target(self, y):
+        return y.view(-1, 1).float()
+
+    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
+        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
+
+    def target_problem(self, y):
+        if not isinstance(y, torch.Tensor):
+            return f"y must be a tensor, got {type(y).__name__}"
+        if y.dim() != 1 or y.numel() < self.min_rows:
+            return self.shape_problem(y)
+        values = set(torch.unique(y).tolist())
+        if not values <= {0, 1}:
+            return f"a {self.type} task needs y = 0 or 1 per {self.unit}, got {sorted(values - {0, 1})[:3]}"
+        return None
+
+    def shape_problem(self, y: torch.Tensor) -> str:
+        raise NotImplementedError

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from ..config.sections.task import TASK_TYPES, TaskSection
 from ..common.errors import ConfigError
 from .relation_task import RelationBinaryTask
-from .task_base import Task
+from .task_base import RowBinaryTask, Task
 
 
 
@@ -327,7 +327,7 @@ NODE_TOTALS = ("loss_sum", "nodes", "true_negatives", "false_positives", "false_
 IOU_SCALE = 2**32
 
 
-class NodeBinaryTask(Task):
+class NodeBinaryTask(RowBinaryTask):
     """Outputs one logit per element ``[nodes, 1]``; target: 0.0 / 1.0 per element ``[nodes, 1]`` (float), 1 inside
     the inserted block. Positive: ``sigmoid(logit) >= threshold``. The loss is averaged over elements, the
     accuracy, precision, recall and F1 are the elements', and ``iou`` is the mean over the sets that have a true
@@ -341,29 +341,12 @@ class NodeBinaryTask(Task):
 
     type = "node_binary"
     level = "node"
-    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
     num_totals = len(NODE_TOTALS)
+    unit, min_rows = "element", 2
 
-    def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
-        super().__init__(1, class_names)
-        self.threshold = threshold
-
-    def target(self, y):
-        return y.view(-1, 1).float()
-
-    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
-        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
-
-    def target_problem(self, y):
-        if not isinstance(y, torch.Tensor):
-            return f"y must be a tensor, got {type(y).__name__}"
-        if y.dim() != 1 or y.numel() < 2:
-            return (f"a node_binary task needs one 0/1 label per element (y of shape [nodes]), got shape "
-                    f"{list(y.shape)}, one value per causal set")
-        values = set(torch.unique(y).tolist())
-        if not values <= {0, 1}:
-            return f"a node_binary task needs y = 0 or 1 per element, got {sorted(values - {0, 1})[:3]}"
-        return None
+    def shape_problem(self, y):
+        return (f"a node_binary task needs one 0/1 label per element (y of shape [nodes]), got shape "
+                f"{list(y.shape)}, one value per causal set")
 
     def batch_totals(self, outputs, target, loss, graph_index: torch.Tensor | None = None):
         """The batch's totals (``NODE_TOTALS``); ``graph_index``: each element's graph in the batch (None: one)."""
