@@ -99,5 +99,7 @@ class RowBinaryTask(Task):
             return f"a {self.type} task needs y = 0 or 1 per {self.unit}, got {sorted(values - {0, 1})[:3]}"
         return None
 
+    @abstractmethod
     def shape_problem(self, y: torch.Tensor) -> str:
+        """What is wrong with the shape of one item's ``y``, in the task's words."""
         raise NotImplementedError
