@@ -24,7 +24,9 @@ from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_rela
 from QuantumGrav.data.kinds.destroyed import generate_destroyed  # noqa: E402
 from QuantumGrav.data.relation_targets import candidate_pairs, pair_graph_index, pair_relation  # noqa: E402
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
-from QuantumGrav.evaluation import relation_rival  # noqa: E402
+from QuantumGrav.data.order_dimension import is_two_dimensional  # noqa: E402
+from QuantumGrav.data.orders import transitive_closure, transitive_reduction  # noqa: E402
+from QuantumGrav.evaluation import relation_repair, relation_rival  # noqa: E402
 from QuantumGrav.evaluation.tasks import RelationBinaryTask  # noqa: E402
 from QuantumGrav.evaluation.undefined import undefined_metrics  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
@@ -34,6 +36,9 @@ from torch_geometric.utils import to_dense_batch  # noqa: E402
 from conftest import REPO  # noqa: E402
 
 CONFIG = REPO / "configs" / "toggled_relations.yaml"
+# An unrelated pair of the 40-element sprinkling of seed 0 whose toggle adds a block of relations and leaves no 2D
+# order (found by search; the repair test checks both).
+ADDED_TOGGLE = (1, 12)
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +241,66 @@ def test_a_removed_link_leaves_its_ends_with_nested_cones():
     assert relation_rival.pair_features(antichain)[1:, column].tolist() == [0.0, pytest.approx(1 / 3)]
 
 
+def sprinkling_item(R: np.ndarray) -> Data:
+    """An item of the causal matrix ``R`` (natural labelling) as the rivals read it: its pairs' states."""
+    n = len(R)
+    return Data(x=torch.zeros(n, 1), pair_relation=pair_relation(R), y=torch.zeros(n * (n - 1) // 2), num_nodes=n)
+
+
+def links_whose_removal_breaks_two_dimensionality(R: np.ndarray) -> list[tuple[int, int]]:
+    return [(int(i), int(j)) for i, j in np.argwhere(transitive_reduction(R))
+            if not is_two_dimensional(R & ~single_pair(len(R), i, j))]
+
+
+def single_pair(n: int, i: int, j: int) -> np.ndarray:
+    pair = np.zeros((n, n), dtype=bool)
+    pair[i, j] = True
+    return pair
+
+
+def test_a_removed_link_that_breaks_two_dimensionality_lies_on_a_violation():
+    """A 2D sprinkling: no pair has an end on a violation. Each of its links whose removal leaves no 2D order: the
+    set now has violations, and (nearly always: the conjugate the test finds need not put the cycle at the change)
+    the removed pair has both ends on one and is an edge of a violating cycle, against a few percent of all pairs."""
+    R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
+    columns = [relation_rival.PAIR_FEATURES.index(name)
+               for name in ("violation_ends", "violation_cycle", "violation_part")]
+    assert is_two_dimensional(R) and not relation_rival.pair_features(sprinkling_item(R))[:, columns].any()
+    pairs = [tuple(p) for p in candidate_pairs(40).T.tolist()]
+    breaking = links_whose_removal_breaks_two_dimensionality(R)
+    on_cycle = shares = 0
+    for i, j in breaking:
+        features = relation_rival.pair_features(sprinkling_item(R & ~single_pair(40, i, j)))
+        ends, cycle, part = features[pairs.index((i, j)), columns]
+        on_cycle += ends == 2 and cycle == 1 and 0 < part <= 1
+        shares += (features[:, columns[1]] == 1).mean()
+    assert len(breaking) >= 20 and on_cycle >= 0.8 * len(breaking), (on_cycle, len(breaking))
+    assert shares / len(breaking) < 0.1
+
+
+def test_the_repair_puts_back_a_removed_link_and_undoes_an_added_toggle():
+    """The exact 2D repair: nothing to do on a 2D sprinkling; on the same sprinkling with one link removed that
+    leaves no 2D order, it marks that link alone in most cases and always ends in a 2D order (the set changed by
+    its marks), and with a toggle that added a block of relations it marks that block (here whole)."""
+    R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
+    untouched = relation_repair.repair(R)
+    assert not untouched.changed.any() and untouched.tests == 0 and untouched.two_dimensional
+    exact = 0
+    for i, j in links_whose_removal_breaks_two_dimensionality(R):
+        removed = R & ~single_pair(40, i, j)
+        found = relation_repair.repair(removed)
+        assert found.two_dimensional and is_two_dimensional(removed ^ found.changed)
+        exact += np.array_equal(found.changed, single_pair(40, i, j))
+    assert exact >= 0.7 * len(links_whose_removal_breaks_two_dimensionality(R))
+    toggled = transitive_closure(R | single_pair(40, *ADDED_TOGGLE))
+    block = toggled & ~R
+    assert block.sum() >= 4 and not is_two_dimensional(toggled)
+    assert np.array_equal(relation_repair.repair(toggled).changed, block)
+    marked = relation_repair.predict_repair(sprinkling_item(toggled))
+    first, second = candidate_pairs(40).numpy()
+    assert np.array_equal(marked, block[first, second])
+
+
 def test_the_rule_finds_the_feature_that_marks_the_changes():
     rng = np.random.default_rng(0)
     features = rng.random((500, len(relation_rival.PAIR_FEATURES)))
@@ -273,13 +338,15 @@ def test_trains_and_tests_through_the_cli_and_the_python_api_with_both_rivals(ki
     done = cli_in_process("train", "--config", str(CONFIG), *as_items(settings), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert re.search(r"rival rule +f1 \d\.\d{3}  all_found", done.stdout) and "trees rival" in done.stdout
+    assert re.search(r"repair rival +f1 \d\.\d{3}  all_found \d\.\d{3}  \(exact 2D repair", done.stdout)
     summary = json.loads((tmp_path / "runs" / "cli" / "summary.json").read_text())
     test = summary["test"] if "test" in summary else summary
-    for prefix in ("test", "rival", "trees"):
+    for prefix in ("test", "rival", "trees", "repair"):
         assert all(0 <= test[f"{prefix}_{m}"] <= 1 for m in ("f1", "precision", "recall")), prefix
+    assert test["repair_rival"] == relation_repair.REPAIR_DESCRIPTION and "2D violations" in test["trees_rival"]
     by_k = test["by_changed_relations"]
     assert set(by_k) <= {"1", "2", "4", "8", "16"} and sum(row["sets"] for row in by_k.values()) == test["num_test"]
-    assert all(set(row) == {"sets", "gnn", "rival", "trees"} for row in by_k.values())
+    assert all(set(row) == {"sets", "gnn", "rival", "trees", "repair"} for row in by_k.values())
     assert test["num_test_pairs"] == sum(map(sum, test["confusion_matrix"]))
 
     config = QG.load_config(CONFIG, job_settings(kinds_path, tmp_path, **{
