@@ -301,6 +301,16 @@ def test_the_repair_puts_back_a_removed_link_and_undoes_an_added_toggle():
     assert np.array_equal(marked, block[first, second])
 
 
+def test_the_repair_rival_runs_on_two_dimensional_data_only(tmp_path):
+    """In d >= 3 no sprinkling is a 2D order: the repair would search every set in vain, so a run leaves it out."""
+    from QuantumGrav.callbacks.results import sprinkled_in_two_dimensions
+
+    drawn = {d: KindsDataset(tmp_path, kinds=["destroyed"], num_per_kind=1, n_min=24, n_max=24, workers=1,
+                             dimension=d, changed_relations=[1], target="toggled_relations") for d in (2, 3)}
+    assert sprinkled_in_two_dimensions(drawn[2]) and not sprinkled_in_two_dimensions(drawn[3])
+    assert sprinkled_in_two_dimensions([sprinkling_item(np.zeros((3, 3), dtype=bool))]), "no dimension said: 2D"
+
+
 def test_the_rule_finds_the_feature_that_marks_the_changes():
     rng = np.random.default_rng(0)
     features = rng.random((500, len(relation_rival.PAIR_FEATURES)))

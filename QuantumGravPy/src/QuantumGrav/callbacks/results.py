@@ -77,7 +77,7 @@ class RelationRival(Callback):
         test = [state.dataset[i] for i in state.test_order]  # in the order of the model's predictions
         per_set = {"gnn": model_set_totals(state, test)}
         rivals = [("rival", rule.predict), ("trees", relation_rival.fit_trees(rows))]
-        if getattr(state.dataset, "settings", {}).get("dimension", 2) == 2:  # QuantumGrav.jl's stores: 2D
+        if sprinkled_in_two_dimensions(state.dataset):
             rivals.append(("repair", relation_repair.predict_repair))
             result.update(repair_rival=relation_repair.REPAIR_DESCRIPTION)
         for prefix, predict in rivals:
@@ -88,6 +88,13 @@ class RelationRival(Callback):
         if hasattr(state.dataset, "describe"):
             sizes = [state.dataset.describe(i).get("changed_relations") for i in state.test_order]
             result["by_changed_relations"] = by_changed_relations(sizes, per_set, state.task)
+
+
+def sprinkled_in_two_dimensions(dataset: Any) -> bool:
+    """Whether the data's manifold-like sets are 2D sprinklings, where the exact 2D repair applies: a generated
+    dataset says its dimension; QuantumGrav.jl's stores (produce_data.jl's default) are 2D."""
+    settings = getattr(dataset, "settings", None)
+    return not isinstance(settings, dict) or settings.get("dimension", 2) == 2
 
 
 def model_set_totals(state: RunState, test: list) -> list[torch.Tensor]:
