@@ -24,7 +24,7 @@ from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_rela
 from QuantumGrav.data.kinds.destroyed import generate_destroyed  # noqa: E402
 from QuantumGrav.data.relation_targets import candidate_pairs, pair_graph_index, pair_relation  # noqa: E402
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
-from QuantumGrav.data.order_dimension import is_two_dimensional  # noqa: E402
+from QuantumGrav.data.order_dimension import is_two_dimensional, two_dimension_violation_parts  # noqa: E402
 from QuantumGrav.data.orders import transitive_closure, transitive_reduction  # noqa: E402
 from QuantumGrav.evaluation import relation_repair, relation_rival  # noqa: E402
 from QuantumGrav.evaluation.tasks import RelationBinaryTask  # noqa: E402
@@ -96,11 +96,22 @@ def test_labels_read_back_per_pair_are_the_generators_changes(tmp_path):
         related = item.pair_relation.numpy() > 0
         assert np.array_equal(related, expected.relation[first, second])
         assert torch.equal(item.pair_relation, pair_relation(expected.relation))
+        # the 2D test's violating parts of its elements, found at data time for the pair head
+        parts = two_dimension_violation_parts(expected.relation)
+        assert item.violation_part.shape == (item.num_nodes, 2) and torch.equal(
+            item.violation_part, torch.from_numpy(np.stack(parts, axis=1)))
         # toggling the labelled pairs of the input gives back the sprinkling
         sprinkled = np.zeros_like(expected.relation)
         sprinkled[first, second] = related ^ (item.y.numpy() > 0.5)
         assert np.array_equal(sprinkled, expected.relation ^ expected.relation_labels)
     assert all(dataset[i].y.sum() == 0 for i in range(3, 6)), "a polynomial set has no change"
+    task = RelationBinaryTask()
+    assert task.item_problem(dataset[0]) is None
+    lacking = dataset[0]
+    del lacking.violation_part
+    assert task.item_problem(lacking) == (
+        f"a relation_binary item needs violation_part, each element's violating part in the 2D test's two "
+        f"tournaments (QuantumGrav.data.relation_targets.violation_part) of shape [{lacking.num_nodes}, 2], got NoneType")
 
 
 def test_a_relation_target_on_stores_as_produce_data_writes_them_is_one_error(tmp_path, cli_in_process):
@@ -183,7 +194,8 @@ def test_exact_and_undefined_metrics():
 # --------------------------------------------------------------------------- model
 def test_the_pair_readout_gives_one_logit_per_candidate_pair_of_each_set():
     graphs = [Data(x=torch.randn(n, 10), edge_index=torch.tensor([[0, 1], [1, 2]]), invariants=torch.randn(1, 15),
-                   pair_relation=torch.randint(0, 3, (n * (n - 1) // 2,), dtype=torch.uint8)) for n in (5, 7, 3)]
+                   pair_relation=torch.randint(0, 3, (n * (n - 1) // 2,), dtype=torch.uint8),
+                   violation_part=torch.randint(-1, 2, (n, 2))) for n in (5, 7, 3)]
     model = GNNClassifier(10, 1, hidden_channels=[8], head_hidden=[8], graph_features=15, readout="pair").eval()
     outputs = model(Batch.from_data_list(graphs))
     assert outputs.shape == (10 + 21 + 3, 1)
@@ -202,13 +214,21 @@ def test_the_pair_head_counts_what_the_order_says_of_each_pair():
     node_graph = torch.tensor([0, 0, 0, 0, 1, 1])
     _, mask = to_dense_batch(torch.zeros(6, 1), node_graph)
     pairs = torch.ones(4, 4, dtype=torch.bool).triu(1) & mask[:, :, None] & mask[:, None, :]
-    counts = order_counts(states, pairs, mask.sum(1), torch.float32)[pairs]
+    parts = torch.full((2, 4, 2), -1)
+    parts[0, 1:, 0] = 0  # elements 1, 2, 3 of the chain share a violating part of the first tournament
+    parts[0, 0, 1] = 5  # element 0 one of the second, alone (a hand-made label: a real part has three or more)
+    counts = order_counts(states, pairs, mask.sum(1), torch.float32, parts)[pairs]
     column = {name: k for k, name in enumerate(ORDER_FEATURES)}
     chain = [tuple(p) for p in candidate_pairs(4).T.tolist()]
     assert counts[chain.index((0, 3)), column["interval"]] == 2 / 4  # 1 and 2 lie between 0 and 3
     assert counts[chain.index((1, 2)), column["nesting_defect"]] == 0.0  # the removed link: nested cones
     assert counts[chain.index((1, 2)), column["common_past"]] == 1 / 4 and counts[6].abs().sum() == 0.0
     assert counts[chain.index((0, 1)), column["nesting_defect"]] == 0.0, "related pairs have none"
+    assert counts[chain.index((1, 2)), column["violation_ends"]] == 2 and counts[chain.index((1, 2)),
+                                                                                 column["violation_cycle"]] == 1
+    assert counts[chain.index((0, 1)), column["violation_ends"]] == 2 and counts[chain.index((0, 1)),
+                                                                                 column["violation_cycle"]] == 0
+    assert counts[6, column["violation_ends"]] == 0 and counts[6, column["violation_cycle"]] == 0
 
 
 def test_a_fresh_pair_head_predicts_about_one_change_per_set_whatever_its_size():
@@ -218,7 +238,8 @@ def test_a_fresh_pair_head_predicts_about_one_change_per_set_whatever_its_size()
     model = GNNClassifier(10, 1, hidden_channels=[8], head_hidden=[8], readout="pair").eval()
     for n in (20, 200):
         item = Data(x=torch.rand(n, 10), edge_index=torch.zeros(2, 0, dtype=torch.long),
-                    pair_relation=torch.zeros(n * (n - 1) // 2, dtype=torch.uint8))
+                    pair_relation=torch.zeros(n * (n - 1) // 2, dtype=torch.uint8),
+                    violation_part=torch.full((n, 2), -1))
         expected = torch.sigmoid(model(Batch.from_data_list([item]))).sum().item()
         assert 0.1 < expected < 10, (n, expected)
 
