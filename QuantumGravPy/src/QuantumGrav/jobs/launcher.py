@@ -25,8 +25,9 @@ import torch
 from ..callbacks.base import Callback
 from ..config.schema import ResolvedConfig, resolve_config, with_world_size
 from ..config.yaml_io import find_unimportable
-from ..distributed.environment import (check_devices, choose_backend, configured_device_type, cores_per_process,
-                                       find_free_port, launched_by_torchrun, worker_context)
+from ..common.processes import cores_per_process, worker_context
+from ..distributed.environment import (check_devices, choose_backend, configured_device_type, find_free_port,
+                                       launched_by_torchrun)
 from ..distributed.lifeline import Lifeline, stop_when_the_agent_dies, stop_when_the_launcher_dies
 from ..common.errors import Preempted, UserError
 from ..common.logging_utils import chosen_console_level, get_logger
