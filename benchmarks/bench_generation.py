@@ -49,7 +49,7 @@ import numpy as np
 
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data.dataset import CausalSetDataset
-from QuantumGrav.distributed.environment import usable_cpu_count
+from QuantumGrav.common.processes import usable_cpu_count
 
 CHUNK = 128
 

@@ -455,7 +455,7 @@ def _balance_worker(rank: int, world: int, port: int, results, config: dict, bat
 
 
 def _spawn(target, world: int, *args) -> dict[int, dict]:
-    from QuantumGrav.distributed.environment import worker_context
+    from QuantumGrav.common.processes import worker_context
 
     context = worker_context()
     results, port = context.Queue(), QG.find_free_port()

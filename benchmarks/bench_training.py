@@ -98,7 +98,7 @@ def epoch_throughput(epochs: int, flush: bool, workdir: str, config_path: str) -
     """(training graphs/s, epoch seconds) of every epoch of the job of ``config_path`` in one fresh process,
     with the library's flush of denormal floats (``training.flush_denormals``) on or off. An epoch's seconds
     hold its training, the batch norm statistics' pass (validation.recompute_batch_norm) and validation."""
-    from QuantumGrav.distributed.environment import worker_context
+    from QuantumGrav.common.processes import worker_context
 
     config = QG.apply_overrides(comparison_config(epochs, None, workdir, config_path),
                                 {"training.flush_denormals": flush, "validation.recompute_batch_norm": True})
@@ -190,7 +190,7 @@ def time_stop_checks(rank: int, world_size: int, port: int, results, steps: int,
 
 
 def stop_check_table(nprocs: list[int], steps: int, step_ms: float) -> None:
-    from QuantumGrav.distributed.environment import worker_context
+    from QuantumGrav.common.processes import worker_context
 
     parameters = default_model_parameters()
     print(f"Stop check overhead per step of {step_ms:g} ms of work and an all-reduce of {parameters:,} gradients "
@@ -399,7 +399,7 @@ def _contender_process(name: str, rank: int, world_size: int, port: int, config:
 def run_contender(name: str, world_size: int, config: dict, contenders_flush: bool) -> dict:
     """Train the job with ``name`` in ``world_size`` fresh processes; rank 0's graphs/s of every epoch and
     CPU ms per step."""
-    from QuantumGrav.distributed.environment import worker_context
+    from QuantumGrav.common.processes import worker_context
 
     context, port = worker_context(), QG.find_free_port()
     results = context.Queue()

@@ -325,7 +325,7 @@ def differing(operators: dict[str, dict[str, float]]) -> dict[str, dict[str, flo
 
 def profile(world_size: int, config: dict, profiled_steps: int) -> dict:
     """One job of ``world_size`` fresh processes; rank 0's costs."""
-    from QuantumGrav.distributed.environment import worker_context
+    from QuantumGrav.common.processes import worker_context
 
     context, port = worker_context(), QG.find_free_port()
     results = context.Queue()

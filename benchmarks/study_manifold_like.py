@@ -234,9 +234,12 @@ def print_paired(runs: list[dict]) -> None:
         for seed, run, other in pairs:
             epochs = f"{run.get('best_epoch')} / {run.get('stopped_at_epoch')} / {run.get('epoch_cap', '?')}"
             print(f"| {seed} | {run.get('train_seed', seed)} | {run.get('ended_by', 'not recorded')} | {epochs} | "
-                  + " | ".join(f"{run[k]:.3f} | {other[k]:.3f} | {run[k] - other[k]:+.3f}" for k in PAIRED) + " |")
+                  + " | ".join(paired_cells(run, other, k) for k in PAIRED) + " |")
         for key in PAIRED:
+            pairs = [(seed, run, other) for seed, run, other in pairs if run.get(key) is not None]
             differences = [run[key] - other[key] for _, run, other in pairs]
+            if not differences:
+                continue
             line = f"{key[5:]}: {row} - {RIVAL} = {spread(differences)} over {len(differences)} seed(s)"
             if len(differences) >= 2:
                 t_p = stats.ttest_rel([r[key] for _, r, _ in pairs], [o[key] for _, _, o in pairs]).pvalue
@@ -244,6 +247,14 @@ def print_paired(runs: list[dict]) -> None:
                 line += f"; paired t-test p = {t_p:.3g}; Wilcoxon signed-rank p = {w_p:.3g}"
             print(line)
         print_flatness(row, [run for _, run, _ in pairs])
+
+
+def paired_cells(run: dict, other: dict, key: str) -> str:
+    """A model run's metric, the rival's and their difference; a run from before the study recorded the metric
+    (the earlier study's rows have no balanced accuracy) says so."""
+    if run.get(key) is None:
+        return f"not recorded | {other[key]:.3f} | "
+    return f"{run[key]:.3f} | {other[key]:.3f} | {run[key] - other[key]:+.3f}"
 
 
 def print_flatness(row: str, runs: list[dict]) -> None:

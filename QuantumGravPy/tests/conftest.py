@@ -54,7 +54,7 @@ LONGEST_FIRST = ("test_slurm.py", "test_restarts.py", "test_docs.py", "test_laun
 FULL_SUITE_ONLY = ("test_slurm.py", "test_slurm_tune.py", "test_site.py", "test_docs.py", "test_notebooks.py",
                    "test_notebook_logging.py", "test_notebook_test_mode.py", "test_restarts.py", "test_launchers.py",
                    "test_lifeline.py", "test_teardown.py", "test_tune.py", "test_ddp.py", "test_fault_tolerance.py",
-                   "test_startup.py")
+                   "test_startup.py", "test_study_located_blocks.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -73,7 +73,7 @@ def spawn_ranks(target, world_size: int, *args, timeout_s: float = 60.0, context
     """Run ``target(rank, world_size, port, results, *args)`` in ``world_size`` fresh processes (by default the
     library's worker context: forked from a server that imported torch once) and return what each put on
     ``results`` (one tuple per rank, in the order they arrived)."""
-    from QuantumGrav.distributed.environment import worker_context
+    from QuantumGrav.common.processes import worker_context
 
     context = context or worker_context()
     results, port = context.Queue(), QG.find_free_port()

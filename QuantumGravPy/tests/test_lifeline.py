@@ -114,6 +114,35 @@ def test_a_script_without_the_main_guard_gets_one_line_and_no_worker_starts(tmp_
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+# A data set whose generation starts a pool (2 workers, 2 kinds: a block each), built by a script's top level.
+BUILD_KINDS = ("cfg = QG.load_config({config!r}, ['data.kwargs.path=' + {data!r}, 'data.kwargs.num_per_kind=4',\n"
+               "                     'data.kwargs.n_min=24', 'data.kwargs.n_max=32', 'data.kwargs.workers=2'])\n"
+               "sets = cfg['data']['type'](**cfg['data']['kwargs'])\n"
+               "print('sets:', len(sets))\n")
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_data_set_generated_by_workers_from_a_script_needs_the_main_guard(tmp_path, guarded):
+    data = tmp_path / "kinds"
+    build = BUILD_KINDS.format(config=str(REPO / "configs" / "inserted_block.yaml"), data=str(data))
+    if guarded:
+        build = 'if __name__ == "__main__":\n' + "".join(f"    {line}\n" for line in build.splitlines())
+    script = tmp_path / "build.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(LIBRARY)!r})\nimport QuantumGrav as QG\n{build}")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=stress_teardown.job_environment())
+    if guarded:
+        assert done.returncode == 0 and "sets: 8" in done.stdout, done.stderr[-3000:]
+        finished = list(data.iterdir())
+        assert len(finished) == 1 and (finished[0] / "generation.json").is_file(), finished
+        return
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"KindsDataset is called at the top level of {script} (line 6) without the main guard" in done.stderr
+    assert 'Put the call under `if __name__ == "__main__":`' in done.stderr and "workers=1" in done.stderr
+    assert "BrokenProcessPool" not in done.stderr and "bootstrapping" not in done.stderr, done.stderr[-3000:]
+    assert not data.exists() or list(data.iterdir()) == [], "a store or its partial folder was left behind"
+
+
 def _run_as_main(monkeypatch, path, source: str) -> None:
     """Run ``source`` as the script ``path`` run by ``python path`` would (its module is ``__main__``)."""
     import types
@@ -138,13 +167,13 @@ def test_tune_refuses_a_call_outside_the_main_guard_before_its_study_opens(tmp_p
 
 @pytest.mark.parametrize("guard", ['if __name__ == "__main__":', "if '__main__' == __name__:"])
 def test_a_call_under_the_main_guard_either_way_round_is_accepted(tmp_path, monkeypatch, guard):
-    from QuantumGrav.jobs.launcher import check_main_guard
+    from QuantumGrav.common.processes import check_main_guard
 
     _run_as_main(monkeypatch, tmp_path / "script.py",
-                 f"from QuantumGrav.jobs.launcher import check_main_guard\n\n\ndef main():\n    check_main_guard('QG.launch')\n"
+                 f"from QuantumGrav.common.processes import check_main_guard\n\n\ndef main():\n    check_main_guard('QG.launch')\n"
                  f"\n\n{guard}\n    main()\n")
     with pytest.raises(QG.UserError, match=r"line 3\) without the main guard"):
         _run_as_main(monkeypatch, tmp_path / "script.py",
-                     "from QuantumGrav.jobs.launcher import check_main_guard\nif True:\n    check_main_guard('QG.launch')\n")
+                     "from QuantumGrav.common.processes import check_main_guard\nif True:\n    check_main_guard('QG.launch')\n")
     monkeypatch.undo()
     check_main_guard("QG.launch")  # from pytest's own __main__ (python -m pytest), whose call is under its guard

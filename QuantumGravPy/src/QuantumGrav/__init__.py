@@ -22,7 +22,8 @@ try:
     from .config.yaml_io import apply_overrides, dump_config, get_loader
     from .config.schema import load_config, validate_config
     from .data.dataset import CausalSetDataset, split_indices
-    from .distributed.environment import find_free_port, get_rank, get_world_size, is_main_process
+    from .common.processes import get_world_size
+    from .distributed.environment import find_free_port, get_rank, is_main_process
     from .distributed.process_group import cleanup_ddp, initialize_ddp
     from .common.errors import ConfigError, UserError
     from .jobs.applied_run import load_run

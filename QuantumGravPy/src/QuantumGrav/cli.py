@@ -266,7 +266,8 @@ def main(argv: list[str] | None = None, train_prog: str | None = None) -> int:
         print(f"stopped: {err}", file=sys.stderr)
         return EXIT_PREEMPTED
     except UserError as err:
-        from .distributed.environment import get_rank, get_world_size
+        from .common.processes import get_world_size
+        from .distributed.environment import get_rank
 
         rank = f"[RANK {get_rank()}] " if get_world_size() > 1 else ""  # under torchrun: which worker
         print(f"{rank}error: {err}", file=sys.stderr)

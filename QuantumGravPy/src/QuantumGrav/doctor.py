@@ -27,7 +27,8 @@ import torch
 import torch.distributed as dist
 
 from .config.schema import resolve_config
-from .distributed.environment import TORCHRUN_VARIABLES, find_free_port, usable_cpu_count, worker_context
+from .common.processes import usable_cpu_count, worker_context
+from .distributed.environment import TORCHRUN_VARIABLES, find_free_port
 from .distributed.process_group import cleanup_ddp, initialize_ddp
 from .common.errors import UserError
 from .runs.wandb_logger import WANDB_MODES  # a constant only: importing it does not import wandb

@@ -1,16 +1,22 @@
 """This process and the worker processes it starts: its share of the cores, the context that starts
-workers, and the lifeline that ends them when this process is gone."""
+workers, the check that a script's top level does not start them (the main guard), and the lifeline that ends
+them when this process is gone."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from .errors import UserError
 
 EXIT_CODE_LAUNCHER_GONE = 143  # what a shell reports for a process ended by SIGTERM
 # What a worker process imports before it can train: seconds of CPU each (4 s on a slow 2-core machine). The
@@ -93,12 +99,67 @@ def exit_when_gone(reader: Any) -> None:
     threading.Thread(target=watch, name="QuantumGrav-lifeline", daemon=True).start()
 
 
-def map_in_workers(function: Callable[..., Any], calls: Sequence[tuple], workers: int) -> list[Any]:
+def check_main_guard(caller: str, instead: str = "") -> None:
+    """Refuse, before any worker starts, a call made by a script's top level outside the main guard.
+
+    Workers started with forkserver or spawn import the script that is ``__main__`` again (as
+    ``__mp_main__``); a ``QG.launch`` or a data set's generation that the script calls at its top level would
+    then run again in every worker, which multiprocessing stops with a 40-line traceback (``BrokenProcessPool``
+    from a pool). A notebook, ``python -c`` and an interactive session have no script to import again.
+    ``caller``: the API the user called; ``instead``: the way to run it without workers, if any."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    line = _line_of_the_main_scripts_top_level(main)
+    if path is None or line is None:
+        return
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return  # not a readable Python file (a zipapp, a frozen program): nothing to check
+    if not _under_the_main_guard(tree, line):
+        raise UserError(f"{caller} is called at the top level of {path} (line {line}) without the main guard: "
+                        "its worker processes import this script again and each would run that line again. "
+                        f'Put the call under `if __name__ == "__main__":` (as examples/train_ddp_standalone.py '
+                        f"does){', or ' + instead if instead else ''}")
+
+
+def _line_of_the_main_scripts_top_level(main: Any) -> int | None:
+    """The line the ``__main__`` module's top-level code is running (the outermost such frame), if it is."""
+    line, frame = None, sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is getattr(main, "__dict__", None):
+            line = frame.f_lineno
+        frame = frame.f_back
+    return line
+
+
+def _under_the_main_guard(tree: ast.Module, line: int) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test):
+            if any(statement.lineno <= line <= (statement.end_lineno or statement.lineno) for statement in node.body):
+                return True
+    return False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def map_in_workers(function: Callable[..., Any], calls: Sequence[tuple], workers: int, *, caller: str,
+                   instead: str = "") -> list[Any]:
     """``[function(*call) for call in calls]``, in a pool of up to ``workers`` processes when there is more than
     one call: started from ``worker_context``, and ended by a lifeline when this process is gone (``kill -9``
-    too), so no helper outlives a killed job. ``function`` must be importable (a module's function)."""
+    too), so no helper outlives a killed job. ``function`` must be importable (a module's function).
+    ``caller``, ``instead``: the API the user called and how it runs without workers, for ``check_main_guard``,
+    which refuses a pool started from a script's top level before it starts."""
     if workers <= 1 or len(calls) <= 1:
         return [function(*call) for call in calls]
+    check_main_guard(caller, instead)
     context = worker_context()
     lifeline = Lifeline(context)
     try:

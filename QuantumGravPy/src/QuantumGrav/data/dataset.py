@@ -172,9 +172,9 @@ def generate_blocks(directory: Path, params: dict[str, Any], blocks: Sequence[in
     (unlike a fork of this process), without each worker importing them again (as spawned ones would)."""
     block_size = causal_sets.GENERATION_BLOCK_SIZE
     pending = data_shards.missing_blocks(directory, list(blocks))
-    directory.mkdir(parents=True, exist_ok=True)
-    return sum(map_in_workers(generate_block_files, [(str(directory), params, block, block_size)
-                                                     for block in pending], workers))
+    calls = [(str(directory), params, block, block_size) for block in pending]
+    return sum(map_in_workers(generate_block_files, calls, workers, caller="CausalSetDataset",
+                              instead="pass workers=1 (data.workers: 1 in a config) to generate in this process"))
 
 
 class CausalSetDataset(InMemoryDataset):

@@ -52,6 +52,7 @@ def write_block(directory: Path, block: int, items: list[dict[str, np.ndarray]],
                 ) -> None:
     """Write one block: ``items`` (x, edge_index, invariants per set) to its shard, then ``per_set`` (the
     ``SET_FIELDS`` except the offsets and sizes, which are computed here) to its index."""
+    directory.mkdir(parents=True, exist_ok=True)  # by the blocks' writers: a build refused before it wrote leaves none
     offsets, position = [], 0
     for item in items:
         offsets.append(position)

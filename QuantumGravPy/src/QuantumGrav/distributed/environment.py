@@ -13,8 +13,6 @@ import torch
 import torch.distributed as dist
 
 from ..common.errors import ConfigError, UserError
-# The process helpers live below data/ (common/processes.py); a job's modules find them here too.
-from ..common.processes import cores_per_process, get_world_size, usable_cpu_count, worker_context  # noqa: F401
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

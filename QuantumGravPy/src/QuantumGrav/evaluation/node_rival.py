@@ -122,10 +122,21 @@ def rival_metrics(predict: Callable[[torch.Tensor], np.ndarray], items: Sequence
                   task: NodeBinaryTask) -> dict[str, float]:
     """The node accuracy, precision, recall, F1 and mean block IoU on ``items`` of ``predict`` (an element's
     features ``x`` -> which elements it marks), from the task's totals."""
+    return totals_metrics(marked_totals([predict(item.x) for item in items], items, task), task)
+
+
+def marked_totals(marks: Sequence[np.ndarray], items: Sequence[Any], task: NodeBinaryTask) -> torch.Tensor:
+    """The task's totals over ``items`` of the elements ``marks`` marks (one bool array per item, whoever marked
+    them: a rival, or a model's thresholded predictions), so that every marker is scored in the task's own words;
+    totals of several seeds add up before they are divided (``totals_metrics``)."""
     totals = task.zero_totals(torch.device("cpu"))
-    for item in items:
-        marked = torch.from_numpy(predict(item.x))
-        logits = torch.where(marked, math.inf, -math.inf).view(-1, 1)  # positive at any threshold in (0, 1]
+    for marked, item in zip(marks, items):
+        logits = torch.where(torch.as_tensor(marked), math.inf, -math.inf).view(-1, 1)  # positive at any threshold
         totals += task.batch_totals(logits, task.target(item.y), torch.zeros(()))
+    return totals
+
+
+def totals_metrics(totals: torch.Tensor, task: NodeBinaryTask) -> dict[str, float]:
+    """The task's metrics but the loss, from its totals."""
     scores = task.metrics(totals)
     return {name: scores[name] for name in task.metric_names if name != "loss"}

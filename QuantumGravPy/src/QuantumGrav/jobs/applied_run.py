@@ -46,9 +46,10 @@ from ..training.optimization import autocast, build_named
 from ..data.sources import data_notes
 from ..data.training_range import describe_outside, outside_training_range
 from ..common.logging_utils import get_logger
+from ..common.processes import check_main_guard
 from .applied_data import AppliedData, DataPaths, open_data
 from .entry import run_in_group
-from .launcher import check_main_guard, launch_processes
+from .launcher import launch_processes
 
 
 logger = get_logger("evaluate")

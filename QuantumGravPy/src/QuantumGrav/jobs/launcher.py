@@ -7,13 +7,11 @@ others are stopped at once and the error is raised here with its rank.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
 import pickle
 import queue as queue_module
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -25,8 +23,9 @@ import torch
 from ..callbacks.base import Callback
 from ..config.schema import ResolvedConfig, resolve_config, with_world_size
 from ..config.yaml_io import find_unimportable
-from ..distributed.environment import (check_devices, choose_backend, configured_device_type, cores_per_process,
-                                       find_free_port, launched_by_torchrun, worker_context)
+from ..common.processes import check_main_guard, cores_per_process, worker_context
+from ..distributed.environment import (check_devices, choose_backend, configured_device_type, find_free_port,
+                                       launched_by_torchrun)
 from ..distributed.lifeline import Lifeline, stop_when_the_agent_dies, stop_when_the_launcher_dies
 from ..common.errors import Preempted, UserError
 from ..common.logging_utils import chosen_console_level, get_logger
@@ -71,55 +70,6 @@ def check_spawnable(config: dict, callbacks: Sequence[Callback] = ()) -> None:
         raise UserError(f"{listing}: spawned worker processes cannot import objects defined in a notebook or "
                         "script (__main__) or inside a function. Move it into a .py module next to the notebook "
                         f"(e.g. my_module.py) and refer to it as !pyobject my_module.{name}, or use nproc=1")
-
-
-def check_main_guard(caller: str) -> None:
-    """Refuse, before any worker starts, a call made by a script's top level outside the main guard.
-
-    Workers started with forkserver or spawn import the script that is ``__main__`` again (as
-    ``__mp_main__``); a ``QG.launch`` it calls at its top level would then run again in every worker,
-    which multiprocessing stops with a 40-line traceback. A notebook, ``python -c`` and an interactive
-    session have no script to import again."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    line = _line_of_the_main_scripts_top_level(main)
-    if path is None or line is None:
-        return
-    try:
-        tree = ast.parse(Path(path).read_text(), filename=path)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return  # not a readable Python file (a zipapp, a frozen program): nothing to check
-    if not _under_the_main_guard(tree, line):
-        raise UserError(f"{caller} is called at the top level of {path} (line {line}) without the main guard: "
-                        "its worker processes import this script again and each would start the job again. "
-                        f'Put the call under `if __name__ == "__main__":` (as examples/train_ddp_standalone.py does)')
-
-
-def _line_of_the_main_scripts_top_level(main: Any) -> int | None:
-    """The line the ``__main__`` module's top-level code is running (the outermost such frame), if it is."""
-    line, frame = None, sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals is getattr(main, "__dict__", None):
-            line = frame.f_lineno
-        frame = frame.f_back
-    return line
-
-
-def _under_the_main_guard(tree: ast.Module, line: int) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_main_test(node.test):
-            if any(statement.lineno <= line <= (statement.end_lineno or statement.lineno) for statement in node.body):
-                return True
-    return False
-
-
-def _is_main_test(test: ast.expr) -> bool:
-    """``__name__ == "__main__"``, either way round."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = [test.left, test.comparators[0]]
-    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
-            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
 
 
 def check_job(config: dict | str | Path, nproc: int | None = None) -> str:

@@ -24,7 +24,8 @@ from optuna.trial import TrialState
 
 from ..distributed.environment import launched_by_torchrun
 from ..common.errors import UserError
-from ..jobs.launcher import check_job, check_main_guard, check_spawnable
+from ..common.processes import check_main_guard
+from ..jobs.launcher import check_job, check_spawnable
 from ..common.logging_utils import setup_logging
 from .config import read_study_config
 from .storage import open_study

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from ..config.layout import ConfigSections
-from ..distributed.environment import usable_cpu_count
+from ..common.processes import usable_cpu_count
 from .schedules import derive_hyperparameters
 
 SMALL_PER_PROCESS_BATCH = 8

@@ -30,7 +30,8 @@ from .stores import BLOCK_SIZE, check_kinds, write_kind_stores
 
 # One process generates and writes about 70 sets/s at N from 64 to 128, most of it Zarr's writes (1,800 sets in
 # 12.7 s with 2 processes); auto workers start a pool only for more work than POOL_WORTH_SECONDS (as the built-in
-# generator does): a pool's start costs seconds, and a script without a __main__ guard cannot start one.
+# generator does): a pool's start costs seconds, and a script must build the data set under its __main__ guard to
+# start one (processes.check_main_guard).
 SECONDS_PER_SET_AT_128 = 1 / 70
 GENERATION_FILE = "generation.json"  # written last: a folder without it is not a finished generation
 # Bump when a generator's draws change (the same settings would give other sets): older folders are then not reused.
@@ -110,7 +111,7 @@ def ensure_generated(path: str | os.PathLike, settings: dict[str, Any], workers:
     try:
         write_kind_stores(partial, settings["kinds"], settings["num_per_kind"], settings["seed"],
                           (settings["n_min"], settings["n_max"]), workers, settings["dimension"],
-                          defect_sizes_by_kind(settings))
+                          defect_sizes_by_kind(settings), caller="KindsDataset")
         record = {**settings, "written_by": f"QuantumGrav {__version__}"}
         atomic_write_text(partial / GENERATION_FILE, json.dumps(record, indent=1) + "\n")
         try:

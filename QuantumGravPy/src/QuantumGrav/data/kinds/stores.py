@@ -32,12 +32,14 @@ def check_kinds(kinds: Sequence[str]) -> None:
 
 def write_kind_stores(folder: str | os.PathLike, kinds: Sequence[str] = tuple(GENERATORS), num_per_kind: int = 100,
                       seed: int = 0, n_range: tuple[int, int] = DEFAULT_N_RANGE, workers: int = 1,
-                      dimension: int = 2, defect_sizes: Mapping[str, Sequence[int]] | None = None) -> list[Path]:
+                      dimension: int = 2, defect_sizes: Mapping[str, Sequence[int]] | None = None,
+                      caller: str = "write_kind_stores") -> list[Path]:
     """``num_per_kind`` sets of each kind, one store ``<kind>_<seed>.zarr`` each in ``folder``, made by up to
     ``workers`` processes, block by block (``BLOCK_SIZE``); each block writes its own groups. ``dimension``: that
     of the kinds that have one; ``defect_sizes``: per kind, exact defect sizes that its sets take in turn (set i
     the size i mod their count; ``catalogue.DEFECT_SIZE_ARGUMENTS``). The same arguments give the same stores,
-    whatever ``workers``; adding a kind leaves the others' sets as they were."""
+    whatever ``workers``; adding a kind leaves the others' sets as they were. ``caller``: the API the user called,
+    named if a script calls it outside its main guard with ``workers`` > 1 (``processes.check_main_guard``)."""
     check_kinds(kinds)
     zarr = import_zarr()
     stores = [Path(folder) / f"{kind}_{seed}.zarr" for kind in kinds]
@@ -46,7 +48,7 @@ def write_kind_stores(folder: str | os.PathLike, kinds: Sequence[str] = tuple(GE
     sizes = {kind: tuple((defect_sizes or {}).get(kind, ())) for kind in kinds}
     blocks = [(str(store), kind, block, seed, num_per_kind, tuple(n_range), dimension, sizes[kind])
               for store, kind in zip(stores, kinds) for block in range(-(-num_per_kind // BLOCK_SIZE))]
-    map_in_workers(write_block, blocks, workers)
+    map_in_workers(write_block, blocks, workers, caller=caller, instead="pass workers=1 to generate in this process")
     return stores
 
 
