@@ -1,6 +1,6 @@
 """The relation task measured: configs/toggled_relations.yaml on destroyed sets of exactly N elements with exactly k
-changed relations (k in 1, 2, 4, 8, 16, in turn), trained on one process and one thread, with both rivals (the best
-single rule and boosted trees on per-pair features) scored on the same test split, per k. Writes
+changed relations (k in 1, 2, 4, 8, 16, in turn), trained on one process and one thread, with the rivals (the best
+single rule, boosted trees on per-pair features and the exact 2D repair) scored on the same test split, per k. Writes
 benchmarks/results_toggled_relations.json: the command, the wall time of the data and of the run, and the run's
 summary (the GNN's test metrics at the config's threshold, the rivals', and by_changed_relations); then, as the
 rivals' thresholds are fitted (on the training split, for the best F1), the GNN's threshold fitted on the validation
@@ -64,7 +64,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "QuantumGrav", "train", "--config", config, *overrides], check=True, env=env)
     total = time.perf_counter() - started
     summary = json.loads((Path(args.work) / "runs" / settings["training.run_name"] / "summary.json").read_text())
-    metrics = {key: value for key, value in summary.items() if key.startswith(("test_", "rival_", "trees_"))}
+    metrics = {key: value for key, value in summary.items() if key.startswith(("test_", "rival_", "trees_", "repair_"))}
     result = {"command": "OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py " + " ".join(sys.argv[1:]),
               "setup": f"{args.sets} destroyed sets of {args.n} elements, k changed relations in turn from 1, 2, 4, 8, "
                        f"16 (data seed {args.seed}), split [0.7, 0.15, 0.15], one process, "
@@ -79,7 +79,8 @@ def main() -> None:
 def settings_of(args: argparse.Namespace, seed: int) -> dict:
     """The config overrides of one data seed's stores and run."""
     return {"data.kwargs.path": f"{args.work}/kinds", "data.kwargs.num_per_kind": args.sets,
-            "data.kwargs.n_min": args.n, "data.kwargs.n_max": args.n, "data.kwargs.seed": seed, "data.kwargs.workers": 1,
+            "data.kwargs.n_min": args.n, "data.kwargs.n_max": args.n, "data.kwargs.seed": seed,
+            "data.kwargs.workers": 1,
             "training.num_epochs": args.epochs, "training.num_workers": 0, "training.path": f"{args.work}/runs",
             "training.run_name": f"n{args.n}_seed{seed}", "training.progress_bar": False, "training.figures": False}
 

@@ -111,7 +111,8 @@ def test_labels_read_back_per_pair_are_the_generators_changes(tmp_path):
     del lacking.violation_part
     assert task.item_problem(lacking) == (
         f"a relation_binary item needs violation_part, each element's violating part in the 2D test's two "
-        f"tournaments (QuantumGrav.data.relation_targets.violation_part) of shape [{lacking.num_nodes}, 2], got NoneType")
+        f"tournaments (QuantumGrav.data.relation_targets.violation_part) of shape [{lacking.num_nodes}, 2], got "
+        f"NoneType")
 
 
 def test_a_relation_target_on_stores_as_produce_data_writes_them_is_one_error(tmp_path, cli_in_process):

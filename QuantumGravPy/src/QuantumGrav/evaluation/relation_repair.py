@@ -12,12 +12,13 @@ ends share a violating part (an edge of a violating cycle: ``two_dimension_viola
 * undo an added toggle: a toggle on a < b relates past(a) x future(b) and leaves a < b a link, so the step
   removes every relation whose chains all pass through that link (the closure of the other links).
 
-Each step takes the operation that leaves the fewest elements on a violation, then the fewest changed relations,
-and the search stops when the set is a 2D order, when no operation lowers the count, or after ``max_steps``. A
-repair that reaches a 2D order is then pruned: each change is taken back where the set stays a closed 2D order
-without it (an undone toggle also removes the relations that were links before the toggle). The marked pairs are those whose relation the steps changed, in the end (a pair toggled twice is unmarked). Every
-candidate costs one exact test (about 10 ms at N = 256), so at most ``max_candidates`` are tried per step, those of
-the smallest violating parts first (a small part is a sharp location).
+Each step takes the operation that leaves the fewest elements on a violation, then the fewest changed relations, and
+the search stops when the set is a 2D order, when no operation lowers the count, or after ``max_steps``. A repair
+that reaches a 2D order is then pruned: each change is taken back where the set stays a closed 2D order without it
+(an undone toggle also removes the relations that were links before the toggle). The marked pairs are those whose
+relation the steps changed, in the end (a pair toggled twice is unmarked). Every candidate costs one exact test
+(about 10 ms at N = 256), so at most ``max_candidates`` are tried per step, those of the smallest violating parts
+first (a small part is a sharp location).
 
 A 2D method: where a change leaves the set a 2D order (a third of the sets with one removed link at N = 256) it
 marks nothing, and in d >= 3 (no sprinkling is a 2D order) it is no rival at all.

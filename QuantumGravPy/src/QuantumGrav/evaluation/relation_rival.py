@@ -152,9 +152,10 @@ def fit_rule(rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> PairRule:
 def fit_trees(rows: tuple[np.ndarray, np.ndarray, np.ndarray], features: Sequence[str] = PAIR_FEATURES
               ) -> Callable[[Any], np.ndarray]:
     """Gradient-boosted trees on the training rows' ``features`` (all by default; fewer to measure what some add),
-    and the probability threshold of their best training F1; returns what marks the pairs of an item. The trees are fitted on the sampled rows as they are (the
-    changed pairs a minority of a few percent, not of a few per mille: weighting the unchanged ones back would spend
-    the fit on them); the weights count in the threshold, which sets the marked pairs' share as in the data."""
+    and the probability threshold of their best training F1; returns what marks the pairs of an item. The trees are
+    fitted on the sampled rows as they are (the changed pairs a minority of a few percent, not of a few per mille:
+    weighting the unchanged ones back would spend the fit on them); the weights count in the threshold, which sets
+    the marked pairs' share as in the data."""
     # Imported here, as the baselines' scikit-learn: only rank 0 fits it, once per run.
     from sklearn.ensemble import HistGradientBoostingClassifier
 
