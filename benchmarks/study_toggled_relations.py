@@ -1,12 +1,19 @@
 """The relation task measured: configs/toggled_relations.yaml on destroyed sets of exactly N elements with exactly k
-changed relations (k in 1, 2, 4, 8, 16, in turn), trained on one process and one thread, with both rivals (the best
-single rule and boosted trees on per-pair features) scored on the same test split, per k. Writes
+changed relations (k in 1, 2, 4, 8, 16, in turn), trained on one process and one thread, with the rivals (the best
+single rule, boosted trees on per-pair features and the exact 2D repair) scored on the same test split, per k. Writes
 benchmarks/results_toggled_relations.json: the command, the wall time of the data and of the run, and the run's
 summary (the GNN's test metrics at the config's threshold, the rivals', and by_changed_relations); then, as the
 rivals' thresholds are fitted (on the training split, for the best F1), the GNN's threshold fitted on the validation
 split for its best F1 and its test metrics there, per k too (``tuned_threshold``).
 
+With ``--rivals-only`` no GNN is trained: for each data seed of ``--seeds`` the rivals alone are fitted and scored on
+the split a run would use (the rule, boosted trees on every per-pair feature, the trees on the features without the
+2D test's violations, and the exact 2D repair), per k with counts, beside the ceiling of any exact 2D method: the
+share of test sets that are still 2D orders, where it can locate nothing, and the share of the changed pairs whose
+ends share a violating part (``ceiling``). Writes benchmarks/results_toggled_relations_2d.json.
+
     OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py --n 256 --sets 600 --epochs 8
+    OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py --rivals-only --seeds 1 2 3
 """
 
 from __future__ import annotations
@@ -14,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +34,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 KEPT = ("stop_reason", "stopped_at_epoch", "best_epoch", "wall_time_s", "num_test", "num_test_pairs",
         "num_test_changed_sets", "num_test_unchanged_sets_marked", "confusion_matrix", "rival_rule", "trees_rival",
-        "by_changed_relations")
+        "repair_rival", "by_changed_relations")
 
 
 def main() -> None:
@@ -35,12 +44,16 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0, help="data seed")
     parser.add_argument("--work", default="/tmp/qg_toggled_relations", help="folder for the stores and the run")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results_toggled_relations.json"))
+    parser.add_argument("--out", default=None, help="results file (default benchmarks/results_toggled_relations"
+                                                     ".json, or results_toggled_relations_2d.json for --rivals-only)")
+    parser.add_argument("--rivals-only", action="store_true", help="no GNN: the rivals and the ceiling per seed")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="data seeds (--rivals-only)")
     args = parser.parse_args()
-    settings = {"data.kwargs.path": f"{args.work}/kinds", "data.kwargs.num_per_kind": args.sets,
-                "data.kwargs.n_min": args.n, "data.kwargs.n_max": args.n, "data.kwargs.seed": args.seed,
-                "training.num_epochs": args.epochs, "training.num_workers": 0, "training.path": f"{args.work}/runs",
-                "training.run_name": f"n{args.n}_seed{args.seed}", "training.progress_bar": False}
+    if args.rivals_only:
+        rivals_only(args)
+        return
+    args.out = args.out or str(REPO / "benchmarks" / "results_toggled_relations.json")
+    settings = settings_of(args, args.seed)
     overrides = [item for key, value in settings.items() for item in ("--set", f"{key}={value}")]
     env = {**os.environ, "PYTHONPATH": str(REPO / "QuantumGravPy" / "src")}
     config = str(REPO / "configs" / "toggled_relations.yaml")
@@ -51,7 +64,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "QuantumGrav", "train", "--config", config, *overrides], check=True, env=env)
     total = time.perf_counter() - started
     summary = json.loads((Path(args.work) / "runs" / settings["training.run_name"] / "summary.json").read_text())
-    metrics = {key: value for key, value in summary.items() if key.startswith(("test_", "rival_", "trees_"))}
+    metrics = {key: value for key, value in summary.items() if key.startswith(("test_", "rival_", "trees_", "repair_"))}
     result = {"command": "OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py " + " ".join(sys.argv[1:]),
               "setup": f"{args.sets} destroyed sets of {args.n} elements, k changed relations in turn from 1, 2, 4, 8, "
                        f"16 (data seed {args.seed}), split [0.7, 0.15, 0.15], one process, "
@@ -61,6 +74,92 @@ def main() -> None:
     result["tuned_threshold"] = tuned_threshold(Path(args.work) / "runs" / settings["training.run_name"], args.work)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
+
+
+def settings_of(args: argparse.Namespace, seed: int) -> dict:
+    """The config overrides of one data seed's stores and run."""
+    return {"data.kwargs.path": f"{args.work}/kinds", "data.kwargs.num_per_kind": args.sets,
+            "data.kwargs.n_min": args.n, "data.kwargs.n_max": args.n, "data.kwargs.seed": seed,
+            "data.kwargs.workers": 1,
+            "training.num_epochs": args.epochs, "training.num_workers": 0, "training.path": f"{args.work}/runs",
+            "training.run_name": f"n{args.n}_seed{seed}", "training.progress_bar": False, "training.figures": False}
+
+
+def rivals_only(args: argparse.Namespace) -> None:
+    """The rivals and the 2D ceiling on each seed's split (the module's docstring)."""
+    sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
+    import QuantumGrav as QG
+    from QuantumGrav.callbacks.results import by_changed_relations
+    from QuantumGrav.evaluation import relation_repair, relation_rival
+
+    without = [name for name in relation_rival.PAIR_FEATURES if not name.startswith("violation_")]
+    runs = []
+    for seed in args.seeds:
+        started = time.perf_counter()
+        scratch = tempfile.mkdtemp(dir=args.work)  # the run directory a Trainer opens: nothing is trained in it
+        trainer = QG.Trainer(QG.load_config(REPO / "configs" / "toggled_relations.yaml",
+                                            {**settings_of(args, seed), "training.path": scratch}))
+        dataset, split, task = trainer.state.dataset, trainer.split, trainer.task
+        loaded = time.perf_counter()
+        rows = relation_rival.training_rows([dataset[i] for i in split["train"]])
+        rule = relation_rival.fit_rule(rows)
+        predictors = {"rival": rule.predict, "trees": relation_rival.fit_trees(rows),
+                      "trees_without_violations": relation_rival.fit_trees(rows, without)}
+        fitted = time.perf_counter()
+        test = [dataset[i] for i in split["test"]]
+        per_set, wall = {}, {}
+        for name, predict in [*predictors.items(), ("repair", relation_repair.predict_repair)]:
+            begun = time.perf_counter()
+            per_set[name] = relation_rival.rival_totals(predict, test, task)
+            wall[name] = round(time.perf_counter() - begun, 1)
+        sizes = [dataset.describe(i).get("changed_relations") for i in split["test"]]
+        trainer.close()
+        shutil.rmtree(scratch)
+        runs.append({"seed": seed, "num_test": len(test), "rival_rule": rule.describe(),
+                     **{f"{name}_{metric}": value for name, totals in per_set.items()
+                        for metric, value in relation_rival.rival_metrics(totals, task).items()},
+                     "by_changed_relations": by_changed_relations(sizes, per_set, task),
+                     "ceiling": ceiling(test, sizes),
+                     "wall_s": {"data": round(loaded - started, 1), "features_and_fit": round(fitted - loaded, 1),
+                                "test": wall}})
+        print(f"seed {seed}: " + ", ".join(f"{name} F1 {runs[-1][name + '_f1']:.3f}" for name in per_set), flush=True)
+    result = {"command": "OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py " + " ".join(sys.argv[1:]),
+              "setup": f"{args.sets} destroyed sets of {args.n} elements in 2D per data seed, k changed relations in "
+                       f"turn from 1, 2, 4, 8, 16, split [0.7, 0.15, 0.15]; rivals fitted on the training split, "
+                       f"scored on the test split; no GNN; one process, "
+                       f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, CPU",
+              "trees_rival": relation_rival.TREES_DESCRIPTION, "repair_rival": relation_repair.REPAIR_DESCRIPTION,
+              "repair_bounds": {"max_steps": relation_repair.MAX_STEPS,
+                                "max_candidates": relation_repair.MAX_CANDIDATES},
+              "runs": runs}
+    out = Path(args.out or REPO / "benchmarks" / "results_toggled_relations_2d.json")
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+def ceiling(test: list, sizes: list) -> dict:
+    """Per k: the test sets, those still 2D orders (no exact 2D method locates anything there), the changed pairs,
+    those that are edges of a violating cycle (their ends share a violating part: where the repair looks), and
+    those with both ends on a violation."""
+    from QuantumGrav.evaluation.relation_rival import PAIR_FEATURES, pair_features
+
+    found: dict = {}
+    for item, k in zip(test, sizes):
+        features, changed = pair_features(item), item.y.numpy() > 0.5
+        ends, cycle = (features[:, PAIR_FEATURES.index(name)] for name in ("violation_ends", "violation_cycle"))
+        row = found.setdefault(str(k), {"sets": 0, "still_2d_sets": 0, "changed_pairs": 0, "changed_on_cycle": 0,
+                                        "changed_both_ends": 0, "candidate_pairs": 0})
+        row["sets"] += 1
+        row["still_2d_sets"] += int(not ends.any())
+        row["changed_pairs"] += int(changed.sum())
+        row["changed_on_cycle"] += int((changed & (cycle > 0)).sum())
+        row["changed_both_ends"] += int((changed & (ends == 2)).sum())
+        row["candidate_pairs"] += int((cycle > 0).sum())
+    for row in found.values():
+        row["still_2d_share"] = row["still_2d_sets"] / row["sets"]
+        row["changed_on_cycle_share"] = row["changed_on_cycle"] / max(row["changed_pairs"], 1)
+        row["changed_both_ends_share"] = row["changed_both_ends"] / max(row["changed_pairs"], 1)
+    return dict(sorted(found.items(), key=lambda item: int(item[0])))
 
 
 def tuned_threshold(run_dir: Path, work: str) -> dict:

@@ -159,6 +159,23 @@ def test_violations_are_local_to_the_part_that_is_not_two_dimensional():
     assert list(cs.two_dimension_features(sprinkled)) == [1.0, 0.0]
 
 
+def test_violating_parts_are_the_strong_parts_of_three_or_more_and_give_the_violations():
+    """Each tournament's parts: an element's label is shared by at least two others (a cycle needs three), the
+    elements labelled in either tournament are the violations, and a 2D order has none."""
+    from QuantumGrav.data.order_dimension import two_dimension_violation_parts
+
+    rng = np.random.default_rng(4)
+    _, sprinkled = cs.sprinkle_diamond(60, 2, rng)
+    R = np.zeros((66, 66), dtype=bool)
+    R[:6, :6], R[6:, 6:], R[:6, 6:] = standard_example(3), sprinkled, True
+    parts = two_dimension_violation_parts(R)
+    for part in parts:
+        labelled = part[part >= 0]
+        assert (np.bincount(labelled)[labelled] >= 3).all() and not (part[6:] >= 0).any()
+    assert np.array_equal((parts[0] >= 0) | (parts[1] >= 0), cs.two_dimension_violations(R))
+    assert all((part == -1).all() for part in two_dimension_violation_parts(sprinkled))
+
+
 def test_kinds_that_are_not_manifold_like_fail_at_64_elements():
     rng = np.random.default_rng(64)
     for kind in ("destroyed", "layered", "random"):

@@ -24,7 +24,9 @@ from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_rela
 from QuantumGrav.data.kinds.destroyed import generate_destroyed  # noqa: E402
 from QuantumGrav.data.relation_targets import candidate_pairs, pair_graph_index, pair_relation  # noqa: E402
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
-from QuantumGrav.evaluation import relation_rival  # noqa: E402
+from QuantumGrav.data.order_dimension import is_two_dimensional, two_dimension_violation_parts  # noqa: E402
+from QuantumGrav.data.orders import transitive_closure, transitive_reduction  # noqa: E402
+from QuantumGrav.evaluation import relation_repair, relation_rival  # noqa: E402
 from QuantumGrav.evaluation.tasks import RelationBinaryTask  # noqa: E402
 from QuantumGrav.evaluation.undefined import undefined_metrics  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
@@ -34,6 +36,9 @@ from torch_geometric.utils import to_dense_batch  # noqa: E402
 from conftest import REPO  # noqa: E402
 
 CONFIG = REPO / "configs" / "toggled_relations.yaml"
+# An unrelated pair of the 40-element sprinkling of seed 0 whose toggle adds a block of relations and leaves no 2D
+# order (found by search; the repair test checks both).
+ADDED_TOGGLE = (1, 12)
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +96,23 @@ def test_labels_read_back_per_pair_are_the_generators_changes(tmp_path):
         related = item.pair_relation.numpy() > 0
         assert np.array_equal(related, expected.relation[first, second])
         assert torch.equal(item.pair_relation, pair_relation(expected.relation))
+        # the 2D test's violating parts of its elements, found at data time for the pair head
+        parts = two_dimension_violation_parts(expected.relation)
+        assert item.violation_part.shape == (item.num_nodes, 2) and torch.equal(
+            item.violation_part, torch.from_numpy(np.stack(parts, axis=1)))
         # toggling the labelled pairs of the input gives back the sprinkling
         sprinkled = np.zeros_like(expected.relation)
         sprinkled[first, second] = related ^ (item.y.numpy() > 0.5)
         assert np.array_equal(sprinkled, expected.relation ^ expected.relation_labels)
     assert all(dataset[i].y.sum() == 0 for i in range(3, 6)), "a polynomial set has no change"
+    task = RelationBinaryTask()
+    assert task.item_problem(dataset[0]) is None
+    lacking = dataset[0]
+    del lacking.violation_part
+    assert task.item_problem(lacking) == (
+        f"a relation_binary item needs violation_part, each element's violating part in the 2D test's two "
+        f"tournaments (QuantumGrav.data.relation_targets.violation_part) of shape [{lacking.num_nodes}, 2], got "
+        f"NoneType")
 
 
 def test_a_relation_target_on_stores_as_produce_data_writes_them_is_one_error(tmp_path, cli_in_process):
@@ -178,7 +195,8 @@ def test_exact_and_undefined_metrics():
 # --------------------------------------------------------------------------- model
 def test_the_pair_readout_gives_one_logit_per_candidate_pair_of_each_set():
     graphs = [Data(x=torch.randn(n, 10), edge_index=torch.tensor([[0, 1], [1, 2]]), invariants=torch.randn(1, 15),
-                   pair_relation=torch.randint(0, 3, (n * (n - 1) // 2,), dtype=torch.uint8)) for n in (5, 7, 3)]
+                   pair_relation=torch.randint(0, 3, (n * (n - 1) // 2,), dtype=torch.uint8),
+                   violation_part=torch.randint(-1, 2, (n, 2))) for n in (5, 7, 3)]
     model = GNNClassifier(10, 1, hidden_channels=[8], head_hidden=[8], graph_features=15, readout="pair").eval()
     outputs = model(Batch.from_data_list(graphs))
     assert outputs.shape == (10 + 21 + 3, 1)
@@ -197,13 +215,21 @@ def test_the_pair_head_counts_what_the_order_says_of_each_pair():
     node_graph = torch.tensor([0, 0, 0, 0, 1, 1])
     _, mask = to_dense_batch(torch.zeros(6, 1), node_graph)
     pairs = torch.ones(4, 4, dtype=torch.bool).triu(1) & mask[:, :, None] & mask[:, None, :]
-    counts = order_counts(states, pairs, mask.sum(1), torch.float32)[pairs]
+    parts = torch.full((2, 4, 2), -1)
+    parts[0, 1:, 0] = 0  # elements 1, 2, 3 of the chain share a violating part of the first tournament
+    parts[0, 0, 1] = 5  # element 0 one of the second, alone (a hand-made label: a real part has three or more)
+    counts = order_counts(states, pairs, mask.sum(1), torch.float32, parts)[pairs]
     column = {name: k for k, name in enumerate(ORDER_FEATURES)}
     chain = [tuple(p) for p in candidate_pairs(4).T.tolist()]
     assert counts[chain.index((0, 3)), column["interval"]] == 2 / 4  # 1 and 2 lie between 0 and 3
     assert counts[chain.index((1, 2)), column["nesting_defect"]] == 0.0  # the removed link: nested cones
     assert counts[chain.index((1, 2)), column["common_past"]] == 1 / 4 and counts[6].abs().sum() == 0.0
     assert counts[chain.index((0, 1)), column["nesting_defect"]] == 0.0, "related pairs have none"
+    assert counts[chain.index((1, 2)), column["violation_ends"]] == 2 and counts[chain.index((1, 2)),
+                                                                                 column["violation_cycle"]] == 1
+    assert counts[chain.index((0, 1)), column["violation_ends"]] == 2 and counts[chain.index((0, 1)),
+                                                                                 column["violation_cycle"]] == 0
+    assert counts[6, column["violation_ends"]] == 0 and counts[6, column["violation_cycle"]] == 0
 
 
 def test_a_fresh_pair_head_predicts_about_one_change_per_set_whatever_its_size():
@@ -213,7 +239,8 @@ def test_a_fresh_pair_head_predicts_about_one_change_per_set_whatever_its_size()
     model = GNNClassifier(10, 1, hidden_channels=[8], head_hidden=[8], readout="pair").eval()
     for n in (20, 200):
         item = Data(x=torch.rand(n, 10), edge_index=torch.zeros(2, 0, dtype=torch.long),
-                    pair_relation=torch.zeros(n * (n - 1) // 2, dtype=torch.uint8))
+                    pair_relation=torch.zeros(n * (n - 1) // 2, dtype=torch.uint8),
+                    violation_part=torch.full((n, 2), -1))
         expected = torch.sigmoid(model(Batch.from_data_list([item]))).sum().item()
         assert 0.1 < expected < 10, (n, expected)
 
@@ -234,6 +261,76 @@ def test_a_removed_link_leaves_its_ends_with_nested_cones():
     antichain = Data(x=torch.zeros(3, 10), edge_index=torch.tensor([[0], [1]]),  # 0 < 1, 2 apart
                      pair_relation=torch.tensor([2, 0, 0], dtype=torch.uint8), y=torch.zeros(3), num_nodes=3)
     assert relation_rival.pair_features(antichain)[1:, column].tolist() == [0.0, pytest.approx(1 / 3)]
+
+
+def sprinkling_item(R: np.ndarray) -> Data:
+    """An item of the causal matrix ``R`` (natural labelling) as the rivals read it: its pairs' states."""
+    n = len(R)
+    return Data(x=torch.zeros(n, 1), pair_relation=pair_relation(R), y=torch.zeros(n * (n - 1) // 2), num_nodes=n)
+
+
+def links_whose_removal_breaks_two_dimensionality(R: np.ndarray) -> list[tuple[int, int]]:
+    return [(int(i), int(j)) for i, j in np.argwhere(transitive_reduction(R))
+            if not is_two_dimensional(R & ~single_pair(len(R), i, j))]
+
+
+def single_pair(n: int, i: int, j: int) -> np.ndarray:
+    pair = np.zeros((n, n), dtype=bool)
+    pair[i, j] = True
+    return pair
+
+
+def test_a_removed_link_that_breaks_two_dimensionality_lies_on_a_violation():
+    """A 2D sprinkling: no pair has an end on a violation. Each of its links whose removal leaves no 2D order: the
+    set now has violations, and (nearly always: the conjugate the test finds need not put the cycle at the change)
+    the removed pair has both ends on one and is an edge of a violating cycle, against a few percent of all pairs."""
+    R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
+    columns = [relation_rival.PAIR_FEATURES.index(name)
+               for name in ("violation_ends", "violation_cycle", "violation_part")]
+    assert is_two_dimensional(R) and not relation_rival.pair_features(sprinkling_item(R))[:, columns].any()
+    pairs = [tuple(p) for p in candidate_pairs(40).T.tolist()]
+    breaking = links_whose_removal_breaks_two_dimensionality(R)
+    on_cycle = shares = 0
+    for i, j in breaking:
+        features = relation_rival.pair_features(sprinkling_item(R & ~single_pair(40, i, j)))
+        ends, cycle, part = features[pairs.index((i, j)), columns]
+        on_cycle += ends == 2 and cycle == 1 and 0 < part <= 1
+        shares += (features[:, columns[1]] == 1).mean()
+    assert len(breaking) >= 20 and on_cycle >= 0.8 * len(breaking), (on_cycle, len(breaking))
+    assert shares / len(breaking) < 0.1
+
+
+def test_the_repair_puts_back_a_removed_link_and_undoes_an_added_toggle():
+    """The exact 2D repair: nothing to do on a 2D sprinkling; on the same sprinkling with one link removed that
+    leaves no 2D order, it marks that link alone in most cases and always ends in a 2D order (the set changed by
+    its marks), and with a toggle that added a block of relations it marks that block (here whole)."""
+    R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
+    untouched = relation_repair.repair(R)
+    assert not untouched.changed.any() and untouched.tests == 0 and untouched.two_dimensional
+    exact = 0
+    for i, j in links_whose_removal_breaks_two_dimensionality(R):
+        removed = R & ~single_pair(40, i, j)
+        found = relation_repair.repair(removed)
+        assert found.two_dimensional and is_two_dimensional(removed ^ found.changed)
+        exact += np.array_equal(found.changed, single_pair(40, i, j))
+    assert exact >= 0.7 * len(links_whose_removal_breaks_two_dimensionality(R))
+    toggled = transitive_closure(R | single_pair(40, *ADDED_TOGGLE))
+    block = toggled & ~R
+    assert block.sum() >= 4 and not is_two_dimensional(toggled)
+    assert np.array_equal(relation_repair.repair(toggled).changed, block)
+    marked = relation_repair.predict_repair(sprinkling_item(toggled))
+    first, second = candidate_pairs(40).numpy()
+    assert np.array_equal(marked, block[first, second])
+
+
+def test_the_repair_rival_runs_on_two_dimensional_data_only(tmp_path):
+    """In d >= 3 no sprinkling is a 2D order: the repair would search every set in vain, so a run leaves it out."""
+    from QuantumGrav.callbacks.results import sprinkled_in_two_dimensions
+
+    drawn = {d: KindsDataset(tmp_path, kinds=["destroyed"], num_per_kind=1, n_min=24, n_max=24, workers=1,
+                             dimension=d, changed_relations=[1], target="toggled_relations") for d in (2, 3)}
+    assert sprinkled_in_two_dimensions(drawn[2]) and not sprinkled_in_two_dimensions(drawn[3])
+    assert sprinkled_in_two_dimensions([sprinkling_item(np.zeros((3, 3), dtype=bool))]), "no dimension said: 2D"
 
 
 def test_the_rule_finds_the_feature_that_marks_the_changes():
@@ -273,13 +370,15 @@ def test_trains_and_tests_through_the_cli_and_the_python_api_with_both_rivals(ki
     done = cli_in_process("train", "--config", str(CONFIG), *as_items(settings), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert re.search(r"rival rule +f1 \d\.\d{3}  all_found", done.stdout) and "trees rival" in done.stdout
+    assert re.search(r"repair rival +f1 \d\.\d{3}  all_found \d\.\d{3}  \(exact 2D repair", done.stdout)
     summary = json.loads((tmp_path / "runs" / "cli" / "summary.json").read_text())
     test = summary["test"] if "test" in summary else summary
-    for prefix in ("test", "rival", "trees"):
+    for prefix in ("test", "rival", "trees", "repair"):
         assert all(0 <= test[f"{prefix}_{m}"] <= 1 for m in ("f1", "precision", "recall")), prefix
+    assert test["repair_rival"] == relation_repair.REPAIR_DESCRIPTION and "2D violations" in test["trees_rival"]
     by_k = test["by_changed_relations"]
     assert set(by_k) <= {"1", "2", "4", "8", "16"} and sum(row["sets"] for row in by_k.values()) == test["num_test"]
-    assert all(set(row) == {"sets", "gnn", "rival", "trees"} for row in by_k.values())
+    assert all(set(row) == {"sets", "gnn", "rival", "trees", "repair"} for row in by_k.values())
     assert test["num_test_pairs"] == sum(map(sum, test["confusion_matrix"]))
 
     config = QG.load_config(CONFIG, job_settings(kinds_path, tmp_path, **{

@@ -16,7 +16,7 @@ from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fra
 from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
                                   plot_inserted_block, plot_predictions, plot_recall_by_kind, plot_training_curves)
 from ..evaluation.kinds import kind_breakdown
-from ..evaluation import relation_rival
+from ..evaluation import relation_repair, relation_rival
 from ..evaluation.node_rival import TREES_DESCRIPTION, fit_rule, fit_trees, rival_metrics
 from ..evaluation.tasks import ClassificationTask
 from .base import Callback, Decision
@@ -64,8 +64,10 @@ class RelationRival(Callback):
     """After the test of a relation task (rank 0, with ``testing.baselines``): the rivals
     (``evaluation.relation_rival``) fitted on the training split and scored on the test split beside the model's
     ``test_<metric>``: the best single rule as ``rival_<metric>`` (the rule as ``rival_rule``), boosted trees on
-    per-pair features as ``trees_<metric>``; on data that describe their sets' ``changed_relations`` (exact k),
-    the model's and both rivals' metrics per k as ``result["by_changed_relations"]``."""
+    per-pair features as ``trees_<metric>``, and on 2D sets the exact 2D repair (``evaluation.relation_repair``) as
+    ``repair_<metric>`` (in d >= 3 no sprinkling is a 2D order: no repair there); on data that describe their
+    sets' ``changed_relations`` (exact k), the model's and the rivals' metrics per k as
+    ``result["by_changed_relations"]``."""
 
     main_process_only = True
 
@@ -74,7 +76,11 @@ class RelationRival(Callback):
         rule = relation_rival.fit_rule(rows)
         test = [state.dataset[i] for i in state.test_order]  # in the order of the model's predictions
         per_set = {"gnn": model_set_totals(state, test)}
-        for prefix, predict in (("rival", rule.predict), ("trees", relation_rival.fit_trees(rows))):
+        rivals = [("rival", rule.predict), ("trees", relation_rival.fit_trees(rows))]
+        if sprinkled_in_two_dimensions(state.dataset):
+            rivals.append(("repair", relation_repair.predict_repair))
+            result.update(repair_rival=relation_repair.REPAIR_DESCRIPTION)
+        for prefix, predict in rivals:
             per_set[prefix] = relation_rival.rival_totals(predict, test, state.task)
             result.update({f"{prefix}_{name}": value
                            for name, value in relation_rival.rival_metrics(per_set[prefix], state.task).items()})
@@ -82,6 +88,13 @@ class RelationRival(Callback):
         if hasattr(state.dataset, "describe"):
             sizes = [state.dataset.describe(i).get("changed_relations") for i in state.test_order]
             result["by_changed_relations"] = by_changed_relations(sizes, per_set, state.task)
+
+
+def sprinkled_in_two_dimensions(dataset: Any) -> bool:
+    """Whether the data's manifold-like sets are 2D sprinklings, where the exact 2D repair applies: a generated
+    dataset says its dimension; QuantumGrav.jl's stores (produce_data.jl's default) are 2D."""
+    settings = getattr(dataset, "settings", None)
+    return not isinstance(settings, dict) or settings.get("dimension", 2) == 2
 
 
 def model_set_totals(state: RunState, test: list) -> list[torch.Tensor]:

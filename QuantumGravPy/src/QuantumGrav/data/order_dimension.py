@@ -28,15 +28,16 @@ orders (a tournament is transitive iff its out-degrees are all different), and t
 
 **Local form.** Where P is not 2D, the partitioning still ends in some order of the elements; its conjugate's
 tournaments L1 and L2 then have cycles. An element *takes part in a violation* when it lies on a cycle (in a
-strongly connected part of three or more elements) of L1 or L2: zero elements exactly for 2D orders.
+strongly connected part of three or more elements) of L1 or L2: zero elements exactly for 2D orders. A pair
+whose ends share such a part is an edge of a violating cycle (``two_dimension_violation_parts``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["conjugate_order", "is_two_dimensional", "two_dimension_violations", "two_dimension_features",
-           "TWO_DIMENSION_FEATURES"]
+__all__ = ["conjugate_order", "is_two_dimensional", "two_dimension_violations", "two_dimension_violation_parts",
+           "two_dimension_features", "TWO_DIMENSION_FEATURES"]
 
 # The per-set features of ``two_dimension_features``.
 TWO_DIMENSION_FEATURES: tuple[str, ...] = ("is_two_dimensional", "two_dimension_violation_fraction")
@@ -167,29 +168,38 @@ def _realizer(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return R | left_of, R | left_of.T
 
 
-def _on_cycles(tournament: np.ndarray) -> np.ndarray:
-    """Which vertices of a tournament lie on a cycle: those in a strongly connected part of 3 or more. The parts
-    of a tournament follow each other in the order of out-degrees: the k vertices of highest out-degree are a union
-    of whole parts iff they beat all the others, i.e. their out-degrees sum to k(k-1)/2 + k(n-k)."""
+def _cycle_parts(tournament: np.ndarray) -> np.ndarray:
+    """Each vertex's strongly connected part of a tournament when the part has 3 or more vertices (the vertices on
+    a cycle), else -1. The parts of a tournament follow each other in the order of out-degrees: the k vertices of
+    highest out-degree are a union of whole parts iff they beat all the others, i.e. their out-degrees sum to
+    k(k-1)/2 + k(n-k). Within a part every edge lies on a cycle (a path leads back from its head to its tail)."""
     n = len(tournament)
     out_degree = tournament.sum(axis=1)
     order = np.argsort(-out_degree, kind="stable")
     k = np.arange(1, n + 1)
     closes = np.cumsum(out_degree[order]) == k * (k - 1) // 2 + k * (n - k)
-    ends = np.flatnonzero(closes)
-    sizes = np.diff(np.r_[-1, ends])
-    on_cycle = np.empty(n, dtype=bool)
-    on_cycle[order] = np.repeat(sizes >= 3, sizes)
-    return on_cycle
+    sizes = np.diff(np.r_[-1, np.flatnonzero(closes)])
+    part = np.empty(n, dtype=np.int64)
+    part[order] = np.where(np.repeat(sizes >= 3, sizes), np.repeat(np.arange(len(sizes)), sizes), -1)
+    return part
+
+
+def two_dimension_violation_parts(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per element of the causal matrix ``R``: its violating part in each tournament L1 = R + Q and L2 = R + Q^-1
+    of the conjugate Q found by ``conjugate_order`` (a strongly connected part of 3 or more elements, numbered from
+    0), or -1 where it lies on no cycle of that tournament. A pair whose ends share a part in L1 or L2 is an edge
+    of a violating cycle; all -1 exactly when ``R`` is a 2D order."""
+    R = _checked(R)
+    first, second = _realizer(R)
+    return _cycle_parts(first), _cycle_parts(second)
 
 
 def two_dimension_violations(R: np.ndarray) -> np.ndarray:
     """Per element of the causal matrix ``R``: whether it takes part in a violation of two-dimensionality, i.e. lies
     on a cycle of the tournaments L1 = R + Q or L2 = R + Q^-1 of the conjugate Q found by ``conjugate_order``. All
     false exactly when ``R`` is a 2D order (a transitively closed relation of order dimension <= 2)."""
-    R = _checked(R)
-    first, second = _realizer(R)
-    return _on_cycles(first) | _on_cycles(second)
+    first, second = two_dimension_violation_parts(R)
+    return (first >= 0) | (second >= 0)
 
 
 def is_two_dimensional(R: np.ndarray) -> bool:

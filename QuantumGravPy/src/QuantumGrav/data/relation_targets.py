@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..common.errors import UserError
+from .order_dimension import two_dimension_violation_parts
 from .orders import transitive_reduction
 
 RELATION_LABELS_ARRAY = "relation_labels"
@@ -67,6 +68,14 @@ def pair_relation(R: np.ndarray, links: np.ndarray | None = None) -> torch.Tenso
     return torch.from_numpy(related.astype(np.uint8) + linked.astype(np.uint8))
 
 
+def violation_part(R: np.ndarray) -> torch.Tensor:
+    """long [N, 2]: each element's violating part of two-dimensionality in the two tournaments of the exact 2D
+    test (``order_dimension.two_dimension_violation_parts``; -1: on no cycle). Per set, at data time: the pair head
+    reads from it which pairs have ends on a violation and which are edges of a violating cycle, the 2D test's local
+    evidence that a pair's relation changed (in d >= 3 every sprinkling violates, and it carries nothing)."""
+    return torch.from_numpy(np.stack(two_dimension_violation_parts(R), axis=1))
+
+
 def pair_labels(changed: np.ndarray) -> torch.Tensor:
     """float32 per candidate pair: 1 where the pair's relation changed (``changed``: N x N, either direction)."""
     first, second = np.triu_indices(len(changed), 1)
@@ -74,10 +83,11 @@ def pair_labels(changed: np.ndarray) -> torch.Tensor:
 
 
 def pair_target(R: np.ndarray, links: torch.Tensor | None, group: Any, format_error: Callable[[str], Exception],
-                unknown: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                unknown: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A store group's per-pair labels (``pair_labels`` of its ``relation_labels``; NaN where ``unknown``: labels
-    its kind should have and it lacks, read for an applied run) and input states (``pair_relation``) for its causal
-    matrix ``R``; ``links``: the links as an edge index [2, E] where the graph has them (else found from ``R``)."""
+    its kind should have and it lacks, read for an applied run), input states (``pair_relation``) and its elements'
+    violating parts (``violation_part``) for its causal matrix ``R``; ``links``: the links as an edge index [2, E]
+    where the graph has them (else found from ``R``)."""
     if np.tril(R).any():
         raise format_error("its causal matrix relates a later element to an earlier one; a per-pair target reads "
                            "sets in a natural labelling (every relation from the lower index to the higher, as "
@@ -86,10 +96,10 @@ def pair_target(R: np.ndarray, links: torch.Tensor | None, group: Any, format_er
     if links is not None:
         linked = np.zeros_like(R)
         linked[links[0].numpy(), links[1].numpy()] = True
-    states = pair_relation(R, linked)
+    states, parts = pair_relation(R, linked), violation_part(R)
     if unknown:
-        return torch.full(states.shape, math.nan), states
-    return pair_labels(read_relation_labels(group, len(R), format_error)), states
+        return torch.full(states.shape, math.nan), states, parts
+    return pair_labels(read_relation_labels(group, len(R), format_error)), states, parts
 
 
 def relation_labels_missing(target: str, kind: str, group_folder: Path) -> bool:

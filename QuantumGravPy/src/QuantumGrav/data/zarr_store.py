@@ -372,14 +372,16 @@ class QuantumGravJLDataset(Dataset):
             y = node_target(graph["node_labels"], self.target, JULIA_CSET_TYPES[int(graph["labels"][1])],
                             self.stores[store_index] / group, self.missing_labels)
         elif self.target in RELATION_TARGET_TASKS:
-            y, extra["pair_relation"] = self._pair_target(store_index, group, graph)
+            y, extra["pair_relation"], extra["violation_part"] = self._pair_target(store_index, group, graph)
         else:
             y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
                     julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0], **extra)
 
-    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The group's per-pair labels and input states (N^2 / 2 of each: read from the store, not cached)."""
+    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any]
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The group's per-pair labels and input states (N^2 / 2 of each: read from the store, not cached), and its
+        elements' violating parts (``relation_targets.violation_part``)."""
         R, _, _ = self._read_checked(store_index, group)
         R = transitive_closure(R) if int(graph["order_problem"]) == ORDER_CLOSED else R  # what the graph was built from
         unknown = self.missing_labels == "unknown" and relation_labels_missing(

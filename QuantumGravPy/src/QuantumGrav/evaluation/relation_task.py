@@ -61,6 +61,12 @@ class RelationBinaryTask(RowBinaryTask):
             got = list(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
             return (f"a relation_binary item needs pair_relation, one state per pair ({', '.join(PAIR_STATES)}) of "
                     f"shape [{expected}], got {got}")
+        parts = getattr(item, "violation_part", None)
+        if not isinstance(parts, torch.Tensor) or parts.shape != (int(item.num_nodes), 2):
+            got = list(parts.shape) if isinstance(parts, torch.Tensor) else type(parts).__name__
+            return (f"a relation_binary item needs violation_part, each element's violating part in the 2D test's "
+                    f"two tournaments (QuantumGrav.data.relation_targets.violation_part) of shape "
+                    f"[{int(item.num_nodes)}, 2], got {got}")
         return None
 
     def batch_totals(self, outputs, target, loss, graph_index: torch.Tensor | None = None):

@@ -104,7 +104,7 @@ class GNNClassifier(nn.Module):
             each element's state (joined by its set's invariants, with ``graph_features``), outputs per element
             ``[nodes, num_classes]``: an element is judged against the set it lies in; ``"pair"``: the head's last
             hidden states of both elements of each candidate pair, and the pair's state in the input (the batch's
-            ``pair_relation``), give one logit per pair ``[pairs, 1]`` (``pair_head.PairScorer``; num_classes 1).
+            ``pair_relation``, with its elements' ``violation_part``), give one logit per pair ``[pairs, 1]`` (``pair_head.PairScorer``; num_classes 1).
 
     Raises:
         ValueError: ``directions`` is neither ``"forward"`` nor ``"both"``, ``readout`` not ``"graph"``,
@@ -176,7 +176,8 @@ class GNNClassifier(nn.Module):
             return self.head(self._with_invariants(x, data, graph_of_state=batch))
         if self.readout == "pair":
             states = self.head(self._with_invariants(x, data, graph_of_state=batch))
-            return self.pair_scorer(states, batch, getattr(data, "num_graphs", 1), data.pair_relation)
+            return self.pair_scorer(states, batch, getattr(data, "num_graphs", 1), data.pair_relation,
+                                    data.violation_part)
         return self.head(self._with_invariants(self._pool(x, batch), data))
 
     def _with_invariants(self, states: torch.Tensor, data, graph_of_state: torch.Tensor | None = None) -> torch.Tensor:

@@ -47,7 +47,10 @@ def summarise_run(result: dict[str, Any]) -> str:
         if test.get("by_kind"):
             lines.append(describe_recall_by_kind(test["by_kind"], MODEL_LABELS))
         if "rival_rule" in test:
-            for label, prefix, how in (("rival rule", "rival", "rival_rule"), ("trees rival", "trees", "trees_rival")):
+            for label, prefix, how in (("rival rule", "rival", "rival_rule"), ("trees rival", "trees", "trees_rival"),
+                                       ("repair rival", "repair", "repair_rival")):
+                if how not in test:  # the repair: relation tasks on 2D sets only
+                    continue
                 per_set = "iou" if f"{prefix}_iou" in test else "all_found"  # node task | relation task
                 f1, second = test[f"{prefix}_f1"], test[f"{prefix}_{per_set}"]
                 lines.append(f"{label:<15} f1 {f1:.3f}  {per_set} {second:.3f}  ({test[how]})")
