@@ -90,7 +90,7 @@ def rivals_only(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
     import QuantumGrav as QG
     from QuantumGrav.callbacks.results import by_changed_relations
-    from QuantumGrav.evaluation import relation_repair, relation_rival
+    from QuantumGrav.evaluation import dimension_repair, relation_rival
 
     without = [name for name in relation_rival.PAIR_FEATURES if not name.startswith("violation_")]
     runs = []
@@ -108,7 +108,7 @@ def rivals_only(args: argparse.Namespace) -> None:
         fitted = time.perf_counter()
         test = [dataset[i] for i in split["test"]]
         per_set, wall = {}, {}
-        for name, predict in [*predictors.items(), ("repair", relation_repair.predict_repair)]:
+        for name, predict in [*predictors.items(), ("repair", dimension_repair.predict_repair)]:
             begun = time.perf_counter()
             per_set[name] = relation_rival.rival_totals(predict, test, task)
             wall[name] = round(time.perf_counter() - begun, 1)
@@ -128,9 +128,9 @@ def rivals_only(args: argparse.Namespace) -> None:
                        f"turn from 1, 2, 4, 8, 16, split [0.7, 0.15, 0.15]; rivals fitted on the training split, "
                        f"scored on the test split; no GNN; one process, "
                        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, CPU",
-              "trees_rival": relation_rival.TREES_DESCRIPTION, "repair_rival": relation_repair.REPAIR_DESCRIPTION,
-              "repair_bounds": {"max_steps": relation_repair.MAX_STEPS,
-                                "max_candidates": relation_repair.MAX_CANDIDATES},
+              "trees_rival": relation_rival.TREES_DESCRIPTION, "repair_rival": dimension_repair.REPAIR_DESCRIPTION,
+              "repair_bounds": {"max_steps": dimension_repair.MAX_STEPS,
+                                "max_candidates": dimension_repair.MAX_CANDIDATES},
               "runs": runs}
     out = Path(args.out or REPO / "benchmarks" / "results_toggled_relations_2d.json")
     out.write_text(json.dumps(result, indent=1) + "\n")

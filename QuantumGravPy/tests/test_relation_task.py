@@ -26,7 +26,7 @@ from QuantumGrav.data.relation_targets import candidate_pairs, pair_graph_index,
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
 from QuantumGrav.data.order_dimension import is_two_dimensional, two_dimension_violation_parts  # noqa: E402
 from QuantumGrav.data.orders import transitive_closure, transitive_reduction  # noqa: E402
-from QuantumGrav.evaluation import relation_repair, relation_rival  # noqa: E402
+from QuantumGrav.evaluation import dimension_repair, relation_rival  # noqa: E402
 from QuantumGrav.evaluation.tasks import RelationBinaryTask  # noqa: E402
 from QuantumGrav.evaluation.undefined import undefined_metrics  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
@@ -305,20 +305,20 @@ def test_the_repair_puts_back_a_removed_link_and_undoes_an_added_toggle():
     leaves no 2D order, it marks that link alone in most cases and always ends in a 2D order (the set changed by
     its marks), and with a toggle that added a block of relations it marks that block (here whole)."""
     R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
-    untouched = relation_repair.repair(R)
+    untouched = dimension_repair.repair(R)
     assert not untouched.changed.any() and untouched.tests == 0 and untouched.two_dimensional
     exact = 0
     for i, j in links_whose_removal_breaks_two_dimensionality(R):
         removed = R & ~single_pair(40, i, j)
-        found = relation_repair.repair(removed)
+        found = dimension_repair.repair(removed)
         assert found.two_dimensional and is_two_dimensional(removed ^ found.changed)
         exact += np.array_equal(found.changed, single_pair(40, i, j))
     assert exact >= 0.7 * len(links_whose_removal_breaks_two_dimensionality(R))
     toggled = transitive_closure(R | single_pair(40, *ADDED_TOGGLE))
     block = toggled & ~R
     assert block.sum() >= 4 and not is_two_dimensional(toggled)
-    assert np.array_equal(relation_repair.repair(toggled).changed, block)
-    marked = relation_repair.predict_repair(sprinkling_item(toggled))
+    assert np.array_equal(dimension_repair.repair(toggled).changed, block)
+    marked = dimension_repair.predict_repair(sprinkling_item(toggled))
     first, second = candidate_pairs(40).numpy()
     assert np.array_equal(marked, block[first, second])
 
@@ -375,7 +375,7 @@ def test_trains_and_tests_through_the_cli_and_the_python_api_with_both_rivals(ki
     test = summary["test"] if "test" in summary else summary
     for prefix in ("test", "rival", "trees", "repair"):
         assert all(0 <= test[f"{prefix}_{m}"] <= 1 for m in ("f1", "precision", "recall")), prefix
-    assert test["repair_rival"] == relation_repair.REPAIR_DESCRIPTION and "2D violations" in test["trees_rival"]
+    assert test["repair_rival"] == dimension_repair.REPAIR_DESCRIPTION and "2D violations" in test["trees_rival"]
     by_k = test["by_changed_relations"]
     assert set(by_k) <= {"1", "2", "4", "8", "16"} and sum(row["sets"] for row in by_k.values()) == test["num_test"]
     assert all(set(row) == {"sets", "gnn", "rival", "trees", "repair"} for row in by_k.values())

@@ -16,7 +16,7 @@ from ..evaluation.destroyed_sets import MODEL_LABELS, destroyed_curves, flip_fra
 from ..evaluation.figures import (FIGURE_DIR, plot_confusion_matrix, plot_destroyed_by_flip_fraction,
                                   plot_inserted_block, plot_predictions, plot_recall_by_kind, plot_training_curves)
 from ..evaluation.kinds import kind_breakdown
-from ..evaluation import relation_repair, relation_rival
+from ..evaluation import dimension_repair, relation_rival
 from ..evaluation.node_rival import TREES_DESCRIPTION, fit_rule, fit_trees, rival_metrics
 from ..evaluation.tasks import ClassificationTask
 from .base import Callback, Decision
@@ -64,7 +64,7 @@ class RelationRival(Callback):
     """After the test of a relation task (rank 0, with ``testing.baselines``): the rivals
     (``evaluation.relation_rival``) fitted on the training split and scored on the test split beside the model's
     ``test_<metric>``: the best single rule as ``rival_<metric>`` (the rule as ``rival_rule``), boosted trees on
-    per-pair features as ``trees_<metric>``, and on 2D sets the exact 2D repair (``evaluation.relation_repair``) as
+    per-pair features as ``trees_<metric>``, and on 2D sets the exact 2D repair (``evaluation.dimension_repair``) as
     ``repair_<metric>`` (in d >= 3 no sprinkling is a 2D order: no repair there); on data that describe their
     sets' ``changed_relations`` (exact k), the model's and the rivals' metrics per k as
     ``result["by_changed_relations"]``."""
@@ -78,8 +78,8 @@ class RelationRival(Callback):
         per_set = {"gnn": model_set_totals(state, test)}
         rivals = [("rival", rule.predict), ("trees", relation_rival.fit_trees(rows))]
         if sprinkled_in_two_dimensions(state.dataset):
-            rivals.append(("repair", relation_repair.predict_repair))
-            result.update(repair_rival=relation_repair.REPAIR_DESCRIPTION)
+            rivals.append(("repair", dimension_repair.predict_repair))
+            result.update(repair_rival=dimension_repair.REPAIR_DESCRIPTION)
         for prefix, predict in rivals:
             per_set[prefix] = relation_rival.rival_totals(predict, test, state.task)
             result.update({f"{prefix}_{name}": value

@@ -378,10 +378,8 @@ class QuantumGravJLDataset(Dataset):
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
                     julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0], **extra)
 
-    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any]
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The group's per-pair labels and input states (N^2 / 2 of each: read from the store, not cached), and its
-        elements' violating parts (``relation_targets.violation_part``)."""
+    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+        """The group's per-pair labels and states (read, not cached) and violating parts: ``pair_target``."""
         R, _, _ = self._read_checked(store_index, group)
         R = transitive_closure(R) if int(graph["order_problem"]) == ORDER_CLOSED else R  # what the graph was built from
         unknown = self.missing_labels == "unknown" and relation_labels_missing(
