@@ -29,6 +29,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -117,6 +118,11 @@ def seed_result(args: argparse.Namespace, seed: int) -> dict:
                         for name, found in totals.items()}}
 
 
+def natural_order(name: str) -> list:
+    """Groups as a reader scans them: ``block_size=8`` before ``block_size=16``."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
+
+
 def pooled(runs: list[dict]) -> dict:
     """Per group and marker: the metrics of the totals summed over seeds (sums and counts, then divided)."""
     from QuantumGrav.evaluation.tasks import NodeBinaryTask
@@ -124,7 +130,7 @@ def pooled(runs: list[dict]) -> dict:
 
     task = NodeBinaryTask()
     found = {}
-    for name in sorted({name for run in runs for name in run["totals"]}):
+    for name in sorted({name for run in runs for name in run["totals"]}, key=natural_order):
         having = [run for run in runs if name in run["totals"]]
         found[name] = {"seeds": [run["seed"] for run in having], "sets": sum(run["sets"][name] for run in having),
                        **{marker: totals_metrics(sum(torch.tensor(run["totals"][name][marker]) for run in having), task)
