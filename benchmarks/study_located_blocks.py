@@ -42,6 +42,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
 
+import study_results  # noqa: E402  (benchmarks/study_results.py: the --json results file)
+
 MARKERS = ("gnn", "rule", "trees")
 INSERTED = "inserted_block"  # the task's positive class name, as the predictions CSV writes it
 
@@ -163,14 +165,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--data", default="/tmp/located_blocks/data", help="where the stores are written")
     parser.add_argument("--runs", default="/tmp/located_blocks/runs", help="the runs' folders (reused if present)")
-    parser.add_argument("--json", help="results file: written after every seed; seeds in it are not run again")
-    parser.add_argument("--results", help="print the tables of a results file and exit")
+    study_results.add_arguments(parser, "seed")
     args = parser.parse_args()
     if args.results:
-        print_tables(json.loads(Path(args.results).read_text()))
+        print_tables(study_results.load(args.results)[1])
         return 0
-    path = Path(args.json) if args.json else None
-    results = json.loads(path.read_text()) if path and path.exists() else {"runs": []}
+    path, results = study_results.load(args.json)
     results["command"] = "python benchmarks/study_located_blocks.py " + " ".join(sys.argv[1:])
     results["setup"] = (f"{args.per_kind} merged and {args.per_kind} merged_ambiguous sets of {args.n[0]}..{args.n[1]} "
                         f"elements per data seed, blocks of exactly {args.block_sizes} elements in turn, split "
@@ -180,10 +180,7 @@ def main() -> int:
     for seed in (seed for seed in args.seeds if seed not in done):
         results["runs"].append(seed_result(args, seed))
         results["pooled"] = pooled(results["runs"])
-        if path is not None:
-            from QuantumGrav.common.files import atomic_write_text
-
-            atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+        study_results.save(path, results)
     print_tables(results)
     return 0
 

@@ -55,6 +55,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
 
+import study_results  # noqa: E402  (benchmarks/study_results.py: the --json results file)
+
 MODELS = {  # run in this order: the cheap ones first
     "upstream_gcn": ("configs/upstream_gcn.yaml", []),
     "upstream_gcn_balanced": ("configs/upstream_gcn_balanced.yaml", []),
@@ -315,14 +317,12 @@ def main() -> int:
     parser.add_argument("--data", default=str(REPO / "data" / "kinds"), help="where the stores are written")
     parser.add_argument("--runs", help="keep each model run's folder here as <row>_seed<seed> (default: a temporary "
                         "folder, removed); --backfill-flatness reads them again")
-    parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
-    parser.add_argument("--results", help="print the tables of a results file and exit")
+    study_results.add_arguments(parser, "row")
     args = parser.parse_args()
     if args.results:
-        print_tables(json.loads(Path(args.results).read_text()))
+        print_tables(study_results.load(args.results)[1])
         return 0
-    path = Path(args.json) if args.json else None
-    results = json.loads(path.read_text()) if path and path.exists() else {"runs": []}
+    path, results = study_results.load(args.json)
     results["setup"] = (f"{args.per_kind} sets per kind, N {args.n[0]}..{args.n[1]}, split [0.7, 0.15, 0.15], "
                         f"up to {args.epochs} epochs (a row's epoch_cap), training seed = data seed + "
                         f"{args.train_seed_offset} (a row's train_seed), {args.threads} torch thread(s) per run, CPU")
@@ -332,23 +332,16 @@ def main() -> int:
             for row, result in baseline_rows(args, seed).items():
                 if (row in args.rows or row == "ceiling") and (row, seed) not in done:
                     results["runs"].append({"row": row, "seed": seed, **result})
-            save(path, results)
+            study_results.save(path, results)
     for row in (row for row in args.rows if row in MODELS):
         for seed in args.seeds:
             if (row, seed) in done:
                 continue
             results["runs"].append({"row": row, "seed": seed, **train_row(args, row, seed)})
-            save(path, results)
+            study_results.save(path, results)
             print(f"{row} seed {seed}: weighted F1 {results['runs'][-1]['test_weighted_f1']:.3f}", flush=True)
     print_tables(results)
     return 0
-
-
-def save(path: Path | None, results: dict) -> None:
-    if path is not None:
-        from QuantumGrav.common.files import atomic_write_text
-
-        atomic_write_text(path, json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

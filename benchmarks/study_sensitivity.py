@@ -48,6 +48,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
 
+import study_results  # noqa: E402  (benchmarks/study_results.py: the --json results file)
+
 KINDS = ("polynomial", "destroyed", "merged")
 NULL_KIND = "polynomial"
 SIZE_OF = {"destroyed": "changed_relations", "merged": "block_size"}  # each defect kind's realised size in describe(i)
@@ -311,10 +313,7 @@ def print_generation(rows: list[dict]) -> None:
 
 def save(path: Path | None, results: dict) -> None:
     results["pooled"] = pooled(results["runs"])
-    if path is not None:
-        from QuantumGrav.common.files import atomic_write_text
-
-        atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+    study_results.save(path, results)
 
 
 def main() -> int:
@@ -332,17 +331,15 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=REPO / "data" / "sensitivity", help="where the stores are written")
     parser.add_argument("--generation-sets", type=int, default=0,
                         help="instead of the curves: time generating this many sets of each kind at each N and d")
-    parser.add_argument("--json", help="results file: written after every row; rows in it are not run again")
-    parser.add_argument("--results", help="print the tables of a results file and exit")
+    study_results.add_arguments(parser, "row")
     args = parser.parse_args()
     if args.results:
-        print_tables(json.loads(Path(args.results).read_text()))
+        print_tables(study_results.load(args.results)[1])
         return 0
     import torch
 
     torch.set_num_threads(args.threads)
-    path = Path(args.json) if args.json else None
-    results = json.loads(path.read_text()) if path and path.exists() else {"runs": []}
+    path, results = study_results.load(args.json)
     results["setup"] = (f"kinds {', '.join(KINDS)}; destroyed sets with exactly k changed relations, k in "
                         f"{CHANGED_RELATIONS}; merged sets with blocks of exactly m elements, m in {BLOCK_SIZES}; "
                         f"threshold at 5 % false alarms on the validation polynomial sets; a curve's threshold_at_90 is where it "
