@@ -300,27 +300,59 @@ def test_a_removed_link_that_breaks_two_dimensionality_lies_on_a_violation():
     assert shares / len(breaking) < 0.1
 
 
-def test_the_repair_puts_back_a_removed_link_and_undoes_an_added_toggle():
-    """The exact 2D repair: nothing to do on a 2D sprinkling; on the same sprinkling with one link removed that
-    leaves no 2D order, it marks that link alone in most cases and always ends in a 2D order (the set changed by
-    its marks), and with a toggle that added a block of relations it marks that block (here whole)."""
+def test_the_repair_finds_a_removed_link_and_an_added_toggle():
+    """The 2D repair: nothing marked on a 2D sprinkling (its fitted 2D order costs no toggle); with one link
+    removed that leaves no 2D order, always a 2D order one toggle away, and that link alone marked in most cases
+    (in the others another single toggle explains the set as well: 13 of these 48 links); with a toggle that added
+    a block of relations, one toggle again, the toggled pair marked and nothing outside the block (the 2D order
+    with the fewest marks among those of least cost: here one where part of the block was related before)."""
     R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
     untouched = dimension_repair.repair(R)
-    assert not untouched.changed.any() and untouched.tests == 0 and untouched.two_dimensional
+    assert not untouched.changed.any() and untouched.cost == 0
     exact = 0
-    for i, j in links_whose_removal_breaks_two_dimensionality(R):
-        removed = R & ~single_pair(40, i, j)
-        found = dimension_repair.repair(removed)
-        assert found.two_dimensional and is_two_dimensional(removed ^ found.changed)
+    breaking = links_whose_removal_breaks_two_dimensionality(R)
+    for i, j in breaking:
+        found = dimension_repair.repair(R & ~single_pair(40, i, j))
+        assert found.cost == 1 and found.changed.sum() >= 1
         exact += np.array_equal(found.changed, single_pair(40, i, j))
-    assert exact >= 0.7 * len(links_whose_removal_breaks_two_dimensionality(R))
+    assert exact >= 0.6 * len(breaking)
     toggled = transitive_closure(R | single_pair(40, *ADDED_TOGGLE))
     block = toggled & ~R
     assert block.sum() >= 4 and not is_two_dimensional(toggled)
-    assert np.array_equal(dimension_repair.repair(toggled).changed, block)
+    fitted = dimension_repair.repair(toggled)
+    assert fitted.cost == 1 and fitted.changed[ADDED_TOGGLE] and not (fitted.changed & ~block).any()
     marked = dimension_repair.predict_repair(sprinkling_item(toggled))
     first, second = candidate_pairs(40).numpy()
-    assert np.array_equal(marked, block[first, second])
+    assert np.array_equal(marked, fitted.changed[first, second])
+
+
+def test_a_repair_move_is_priced_as_the_whole_fit_would_be_and_sweeps_never_raise_the_cost():
+    """``place_costs``' grid, from prefix sums, against the brute force: for every element and every place in both
+    orders, the change of the whole fit's price (with the violating-cycle preference and relations against the
+    natural labelling) when it moves there. Sweeps from a scrambled start lower the price and never raise it; a 2D
+    order's start costs nothing."""
+    sample = generate_destroyed(12, np.random.default_rng(3), changes=3)
+    R, rng = sample.relation, np.random.default_rng(4)
+    prices = dimension_repair.toggle_prices(R, transitive_reduction(R), rng.random((12, 12)) < 0.5)
+    u, v = rng.permutation(12), rng.permutation(12)
+    total = prices.of(dimension_repair.dominance(u, v))
+    present = np.ones(12, dtype=bool)
+    for x in range(12):
+        here, grid = dimension_repair.place_costs(prices, u, v, x, present)
+        for a in range(12):
+            for b in range(12):
+                moved = dimension_repair.dominance(dimension_repair.moved(u, x, a), dimension_repair.moved(v, x, b))
+                assert grid[a, b] - here == prices.of(moved) - total, (x, a, b)
+    R = minkowski_relation(sprinkle(np.random.default_rng(1), 30, np.ones((1, 1))))
+    prices = dimension_repair.toggle_prices(R, transitive_reduction(R))
+    u, v = dimension_repair.starting_orders(R)
+    assert prices.of(dimension_repair.dominance(u, v)) == 0
+    u = np.random.default_rng(2).permutation(30)
+    costs = [prices.of(dimension_repair.dominance(u, v))]
+    for _ in range(4):
+        u, v, _ = dimension_repair.sweep(prices, u, v)
+        costs.append(prices.of(dimension_repair.dominance(u, v)))
+    assert costs[0] > 2 * costs[1] > 0 and all(b <= a for a, b in zip(costs, costs[1:])), costs
 
 
 def test_the_repair_rival_runs_on_two_dimensional_data_only(tmp_path):
@@ -370,7 +402,7 @@ def test_trains_and_tests_through_the_cli_and_the_python_api_with_both_rivals(ki
     done = cli_in_process("train", "--config", str(CONFIG), *as_items(settings), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert re.search(r"rival rule +f1 \d\.\d{3}  all_found", done.stdout) and "trees rival" in done.stdout
-    assert re.search(r"repair rival +f1 \d\.\d{3}  all_found \d\.\d{3}  \(exact 2D repair", done.stdout)
+    assert re.search(r"repair rival +f1 \d\.\d{3}  all_found \d\.\d{3}  \(2D repair", done.stdout)
     summary = json.loads((tmp_path / "runs" / "cli" / "summary.json").read_text())
     test = summary["test"] if "test" in summary else summary
     for prefix in ("test", "rival", "trees", "repair"):

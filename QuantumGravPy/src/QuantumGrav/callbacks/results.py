@@ -64,7 +64,7 @@ class RelationRival(Callback):
     """After the test of a relation task (rank 0, with ``testing.baselines``): the rivals
     (``evaluation.relation_rival``) fitted on the training split and scored on the test split beside the model's
     ``test_<metric>``: the best single rule as ``rival_<metric>`` (the rule as ``rival_rule``), boosted trees on
-    per-pair features as ``trees_<metric>``, and on 2D sets the exact 2D repair (``evaluation.dimension_repair``) as
+    per-pair features as ``trees_<metric>``, and on 2D sets the 2D repair (``evaluation.dimension_repair``) as
     ``repair_<metric>`` (in d >= 3 no sprinkling is a 2D order: no repair there); on data that describe their
     sets' ``changed_relations`` (exact k), the model's and the rivals' metrics per k as
     ``result["by_changed_relations"]``."""
@@ -91,7 +91,7 @@ class RelationRival(Callback):
 
 
 def sprinkled_in_two_dimensions(dataset: Any) -> bool:
-    """Whether the data's manifold-like sets are 2D sprinklings, where the exact 2D repair applies: a generated
+    """Whether the data's manifold-like sets are 2D sprinklings, where the 2D repair applies: a generated
     dataset says its dimension; QuantumGrav.jl's stores (produce_data.jl's default) are 2D."""
     settings = getattr(dataset, "settings", None)
     return not isinstance(settings, dict) or settings.get("dimension", 2) == 2
