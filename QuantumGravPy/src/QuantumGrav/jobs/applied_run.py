@@ -41,8 +41,8 @@ from ..evaluation.predictions import Predictions, write_predictions
 from ..runs.artifacts import CHECKPOINT_DIR
 from ..runs.checkpoint_files import load_best_checkpoint
 from ..training.loaders import load_run_data, make_loader
-from ..training.model_builder import build_model, check_model_forward
-from ..training.optimization import autocast, build_named
+from ..training.model_builder import build_configured_model, check_model_forward
+from ..training.optimization import autocast
 from ..data.sources import data_notes
 from ..data.training_range import describe_outside, outside_training_range
 from ..common.logging_utils import get_logger
@@ -122,10 +122,8 @@ class AppliedRun:
         model_io = checkpoint.get("model_io") or _model_io_of_the_runs_data(s, self.runtime)
         self.in_channels = model_io["in_channels"]
         self.task = tasks.task_of_model_io(model_io, s.task.threshold)
-        key = "model.kwargs" if s.model.type is not None else "model"
         # The readout as training chose it (model.readout: auto is per element for a node task).
-        self.model = build_named(key, build_model, s.model, self.in_channels, self.task.output_width,
-                                 level=self.task.level)
+        self.model = build_configured_model(s.model, self.in_channels, self.task)
         self.model.load_state_dict(checkpoint["model"])
         self.model.to(self.runtime.device).eval()
         self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)

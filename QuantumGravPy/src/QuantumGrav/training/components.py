@@ -31,8 +31,8 @@ from ..runs.checkpoint_files import RunLock
 from ..runs.resume import open_run_dir
 from . import loaders
 from .denormals import flush_denormals
-from .model_builder import build_model, check_model_forward
-from .optimization import Optimization, batches_per_epoch, build_named
+from .model_builder import build_configured_model, check_model_forward
+from .optimization import Optimization, batches_per_epoch
 from .preflight import MemoryEstimate, refuse_if_too_large, run_preflight
 from .schedules import derive_hyperparameters
 
@@ -76,11 +76,9 @@ def build_run_model(sections: ConfigSections, first: Any, task: tasks.Task, devi
                     ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """The model for items like ``first`` on ``device``, checked on ``first``, and what it was built for
     (``model_io``: every checkpoint holds it, so that an applied run rebuilds the model without the data)."""
-    section = sections.model
-    key = "model.kwargs" if section.type is not None else "model"
-    model = build_named(key, build_model, section, first.x.size(1), task.output_width, level=task.level)
+    model = build_configured_model(sections.model, first.x.size(1), task)
     model = model.to(device)  # on the device *before* any DDP wrapping
-    check_model_forward(model, first, task, section.as_mapping(), device)
+    check_model_forward(model, first, task, sections.model.as_mapping(), device)
     return model, tasks.model_io(first.x.size(1), task)
 
 

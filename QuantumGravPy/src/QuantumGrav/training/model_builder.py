@@ -15,6 +15,7 @@ from ..data.causal_sets import INVARIANT_NAMES
 from ..data.relation_targets import num_pairs
 from ..common.errors import ConfigError
 from ..models.gnn import GNNClassifier, make_conv
+from .optimization import build_named
 
 
 def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
@@ -60,6 +61,14 @@ def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
     return GNNClassifier(in_channels, out_channels, graph_features=graph_features,
                          readout=_readout(model_cfg.get("readout", "auto"), level),
                          **{k: model_cfg[k] for k in keys if k in model_cfg})
+
+
+def build_configured_model(section: ModelSection, in_channels: int, task: Any) -> nn.Module:
+    """``build_model`` for a config's model section and a task (its ``output_width`` and ``level``), an argument
+    the model rejects reported as the config's key (``model.kwargs`` for a named ``model.type``, else ``model``):
+    training, the preflight and an applied run build the same model this way."""
+    key = "model.kwargs" if section.type is not None else "model"
+    return build_named(key, build_model, section, in_channels, task.output_width, level=task.level)
 
 
 _LEVEL_TASKS = {"graph": "a task with one y per causal set", "node": "a node-level task (task.type node_binary)",

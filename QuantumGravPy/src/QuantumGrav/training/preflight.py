@@ -33,8 +33,7 @@ from ..distributed.runtime import Runtime
 from ..common.errors import UserError
 from . import loaders
 from .memory import MB
-from .model_builder import build_model
-from .optimization import build_named
+from .model_builder import build_configured_model
 
 SAFETY = 0.8  # the suggested batch uses this share of the room measured: allocators fragment, RSS is noisy
 
@@ -255,9 +254,7 @@ def estimate_for_config(sections: ConfigSections, nproc: int) -> MemoryEstimate:
     sizes = loaders.split_sizes(data.dataset, data.split, runtime)
     train_batches = loaders.training_batches(sizes, sections.loaders.training, sections.loop.seed, runtime)
     torch.manual_seed(sections.loop.seed)
-    key = "model.kwargs" if sections.model.type is not None else "model"
-    model = build_named(key, build_model, sections.model, data.first.x.size(1), data.task.output_width,
-                        level=data.task.level)
+    model = build_configured_model(sections.model, data.first.x.size(1), data.task)
     train = data_sources.subset(data.dataset, data.split["train"])
     positions = largest_batch(sizes["train"], sections.loaders.training.batch_size, train_batches)
     return estimate(model.to(runtime.device), train, sizes["train"], positions, sections.loop.amp, sections.memory,
