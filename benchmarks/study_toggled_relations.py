@@ -107,11 +107,17 @@ def rivals_only(args: argparse.Namespace) -> None:
                       "trees_without_violations": relation_rival.fit_trees(rows, without)}
         fitted = time.perf_counter()
         test = [dataset[i] for i in split["test"]]
+        # The repair once per test set: its marks are scored, its cost read again by the ceiling.
+        begun = time.perf_counter()
+        repairs = {id(item): dimension_repair.repair(relation_rival.relation_of(item)) for item in test}
+        repairing = time.perf_counter() - begun
+        predictors["repair"] = lambda item: dimension_repair.pair_marks(repairs[id(item)])
         per_set, wall = {}, {}
-        for name, predict in [*predictors.items(), ("repair", dimension_repair.predict_repair)]:
+        for name, predict in predictors.items():
             begun = time.perf_counter()
             per_set[name] = relation_rival.rival_totals(predict, test, task)
             wall[name] = round(time.perf_counter() - begun, 1)
+        wall["repair"] = round(wall["repair"] + repairing, 1)
         sizes = [dataset.describe(i).get("changed_relations") for i in split["test"]]
         trainer.close()
         shutil.rmtree(scratch)
@@ -119,7 +125,7 @@ def rivals_only(args: argparse.Namespace) -> None:
                      **{f"{name}_{metric}": value for name, totals in per_set.items()
                         for metric, value in relation_rival.rival_metrics(totals, task).items()},
                      "by_changed_relations": by_changed_relations(sizes, per_set, task),
-                     "ceiling": ceiling(test, sizes),
+                     "ceiling": ceiling(test, sizes, [repairs[id(item)] for item in test]),
                      "wall_s": {"data": round(loaded - started, 1), "features_and_fit": round(fitted - loaded, 1),
                                 "test": wall}})
         print(f"seed {seed}: " + ", ".join(f"{name} F1 {runs[-1][name + '_f1']:.3f}" for name in per_set), flush=True)
@@ -136,18 +142,18 @@ def rivals_only(args: argparse.Namespace) -> None:
     print(f"wrote {out}")
 
 
-def ceiling(test: list, sizes: list) -> dict:
+def ceiling(test: list, sizes: list, repairs: list) -> dict:
     """Per k: the test sets, those still 2D orders (no exact 2D method locates anything there), those for which the
-    repair found a 2D order that needs fewer toggles than the sprinkling's own (``cheaper_explanation``: no method
+    repair (``repairs``, one per test set) found a 2D order that needs fewer toggles than the sprinkling's own (``cheaper_explanation``: no method
     that takes the simplest explanation locates all their changes) or as few and marks other pairs
     (``other_equal_explanation``), the changed pairs, those that are edges of a violating cycle (their ends share a
     violating part), and those with both ends on a violation."""
     from QuantumGrav.data.relation_targets import candidate_pairs
-    from QuantumGrav.evaluation.dimension_repair import explanation_cost, repair
+    from QuantumGrav.evaluation.dimension_repair import explanation_cost
     from QuantumGrav.evaluation.relation_rival import PAIR_FEATURES, pair_features, relation_of
 
     found: dict = {}
-    for item, k in zip(test, sizes):
+    for item, k, fitted in zip(test, sizes, repairs):
         features, changed = pair_features(item), item.y.numpy() > 0.5
         ends, cycle = (features[:, PAIR_FEATURES.index(name)] for name in ("violation_ends", "violation_cycle"))
         row = found.setdefault(str(k), {"sets": 0, "still_2d_sets": 0, "cheaper_explanation": 0,
@@ -157,7 +163,7 @@ def ceiling(test: list, sizes: list) -> dict:
         row["still_2d_sets"] += int(not ends.any())
         R, toggled = relation_of(item), np.zeros((int(item.num_nodes),) * 2, dtype=bool)
         toggled[tuple(candidate_pairs(int(item.num_nodes)).numpy())] = changed
-        fitted, own = repair(R), explanation_cost(R, R ^ toggled)
+        own = explanation_cost(R, R ^ toggled)
         row["cheaper_explanation"] += int(fitted.cost < own)
         row["other_equal_explanation"] += int(fitted.cost == own and not np.array_equal(fitted.changed, toggled))
         row["changed_pairs"] += int(changed.sum())

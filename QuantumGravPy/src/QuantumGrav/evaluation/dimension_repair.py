@@ -38,10 +38,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..data.order_dimension import conjugate_order, two_dimension_violation_parts
+from ..data.order_dimension import conjugate_order
 from ..data.orders import transitive_reduction
 from ..data.relation_targets import candidate_pairs
-from .relation_rival import relation_of
+from .relation_rival import relation_of, violation_features
 
 # The search's bound per set (see the module's docstring): sweeps over both orders.
 MAX_SWEEPS = 50
@@ -169,18 +169,6 @@ def moved(positions: np.ndarray, x: int, place: int) -> np.ndarray:
     return shifted
 
 
-def reinserted(prices: Prices, u: np.ndarray, v: np.ndarray, left_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The orders ``u``, ``v`` with each ``left_out`` element taken out and put back, in turn, at its cheapest place
-    among the elements already there."""
-    present = ~left_out
-    for x in np.flatnonzero(left_out):
-        present[x] = True
-        _, grid = place_costs(prices, u, v, int(x), present)
-        best = np.unravel_index(int(np.argmin(grid)), grid.shape)
-        u, v = moved(u, int(x), int(best[0])), moved(v, int(x), int(best[1]))
-    return u, v
-
-
 def own_costs(prices: Prices, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Per element, the price of its pairs under the 2D order of ``u``, ``v``."""
     S = dominance(u, v)
@@ -206,37 +194,44 @@ def repair(R: np.ndarray, max_sweeps: int = MAX_SWEEPS, max_restarts: int = MAX_
     needs, and the pairs where it differs from ``R`` (the module's docstring): the cheapest of the sweeps from the
     conjugate's orders and of the restarts from each costly element left out, then the one with fewest marks. Among
     fits with as many toggles, those whose changes lie on the exact test's violating cycles (where the changes are
-    when the test sees them: ``data.order_dimension.two_dimension_violation_parts``) are cheaper."""
+    when the test sees them: ``relation_rival.violation_features``) are cheaper."""
+    n = len(R)
     links = transitive_reduction(R)
+    first, second = np.triu_indices(n, 1)
     on_cycle = np.zeros_like(R)
-    for part in two_dimension_violation_parts(R):
-        on_cycle |= (part[:, None] == part[None, :]) & (part[:, None] >= 0)
-    prices = toggle_prices(R, links, ~on_cycle)
+    on_cycle[first, second] = violation_features(R, first, second)[:, 1] > 0
+    prices = toggle_prices(R, links, ~(on_cycle | on_cycle.T))
     best, price, u, v = fitted(R, links, prices, *starting_orders(R), max_sweeps)
-    costly = np.argsort(-own_costs(prices, u, v), kind="stable")[:max_restarts]
-    for x in costly[own_costs(prices, u, v)[costly] > 0]:
+    costs = own_costs(prices, u, v)
+    costly = np.argsort(-costs, kind="stable")[:max_restarts]
+    for x in costly[costs[costly] > 0]:
         if best.cost == 0:
             break
-        left_out = np.zeros(len(R), dtype=bool)
-        left_out[x] = True
-        start = reinserted(prices, *left_out_orders(R, left_out), left_out)
-        found, found_price, _, _ = fitted(R, links, prices, *start, max_sweeps)
+        found, found_price, _, _ = fitted(R, links, prices, *restart_without(R, prices, int(x)), max_sweeps)
         if (found_price, int(found.changed.sum())) < (price, int(best.changed.sum())):
             best, price = found, found_price
     return best
 
 
-def left_out_orders(R: np.ndarray, left_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The conjugate's orders of the set without the ``left_out`` elements (exact where that is a 2D order), the
-    left-out elements after all others."""
-    n, rest = len(R), np.flatnonzero(~left_out)
+def restart_without(R: np.ndarray, prices: Prices, x: int) -> tuple[np.ndarray, np.ndarray]:
+    """The conjugate's orders of the set without ``x`` (exact where that is a 2D order), ``x`` then put at its
+    cheapest place in both."""
+    n = len(R)
+    rest = np.flatnonzero(np.arange(n) != x)
     u, v = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     u[rest], v[rest] = starting_orders(R[np.ix_(rest, rest)])
-    u[left_out] = v[left_out] = np.arange(len(rest), n)
-    return u, v
+    u[x] = v[x] = n - 1
+    _, grid = place_costs(prices, u, v, x, np.ones(n, dtype=bool))
+    best = np.unravel_index(int(np.argmin(grid)), grid.shape)
+    return moved(u, x, int(best[0])), moved(v, x, int(best[1]))
 
 
 def predict_repair(item: Any) -> np.ndarray:
     """The candidate pairs of an item (``data.relation_targets``) that its repair changes."""
-    first, second = candidate_pairs(int(item.num_nodes)).numpy()
-    return repair(relation_of(item)).changed[first, second]
+    return pair_marks(repair(relation_of(item)))
+
+
+def pair_marks(found: Repair) -> np.ndarray:
+    """A repair's changed pairs in the order of the candidate pairs (``data.relation_targets.candidate_pairs``)."""
+    first, second = candidate_pairs(len(found.changed)).numpy()
+    return found.changed[first, second]
