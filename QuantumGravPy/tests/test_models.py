@@ -189,3 +189,23 @@ def test_upstreams_gcn_reads_the_link_degrees_as_counts_and_gives_one_output_per
     assert UpstreamGCN(10, 1, batch_norm_momentum=0.2).blocks[0].norm.momentum == 0.2  # upstream's
     with pytest.raises(ValueError, match="batch_norm_momentum: expected a number in \\(0, 1\\], got 0"):
         UpstreamGCN(10, 1, batch_norm_momentum=0)
+
+
+def test_the_temporary_files_pyg_writes_for_the_models_layers_are_removed_when_the_process_exits(tmp_path):
+    """PyG renders each conv class's propagate into a file in the temporary folder and never removes it: a suite or
+    a sweep left thousands in /tmp. Built here in a process of its own with its own TMPDIR: the files exist while
+    it lives (PyG loaded them) and are gone when it has exited."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import os, QuantumGrav.models.gnn as gnn, torch_geometric.nn as pyg\n"
+        "gnn.GNNClassifier(4, 1); pyg.GCNConv(4, 4)\n"
+        "print(len(os.listdir(os.environ['TMPDIR'])))\n"
+    )
+    finished = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp_path)},
+                              capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    assert int(finished.stdout.split()[-1]) >= 2, "PyG wrote no files: the test no longer sees what it guards"
+    assert sorted(os.listdir(tmp_path)) == []

@@ -24,6 +24,8 @@ from torch.nn import functional as F
 from torch_geometric.nn import TransformerConv
 from torch_geometric.utils import softmax
 
+from . import generated_sources  # noqa: F401  (removes the files PyG writes for its layers at exit)
+
 # torch warns once per process that CSR support is "beta"; the kernels used here (sampled_addmm, CSR @ dense)
 # are the ones torch.sparse documents for both devices. The warning is noise in every user's log.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)

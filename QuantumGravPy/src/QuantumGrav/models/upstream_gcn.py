@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import GCNConv, global_mean_pool
 
+from . import generated_sources  # noqa: F401  (removes the files PyG writes for its layers at exit)
+
 
 class UpstreamGCNBlock(nn.Module):
     """GCNConv, batch norm, ReLU, plus a linear projection of the input (the skip), then dropout."""
