@@ -32,6 +32,9 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+
+import study_results  # noqa: E402  (benchmarks/study_results.py: written whole and atomically)
+
 KEPT = ("stop_reason", "stopped_at_epoch", "best_epoch", "wall_time_s", "num_test", "num_test_pairs",
         "num_test_changed_sets", "num_test_unchanged_sets_marked", "confusion_matrix", "rival_rule", "trees_rival",
         "repair_rival", "by_changed_relations")
@@ -72,7 +75,7 @@ def main() -> None:
               "generation_wall_s": round(generated, 1), "total_wall_s": round(total, 1),
               **metrics, **{key: summary[key] for key in KEPT if key in summary}}
     result["tuned_threshold"] = tuned_threshold(Path(args.work) / "runs" / settings["training.run_name"], args.work)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    study_results.save(Path(args.out), result)
     print(f"wrote {args.out}")
 
 
@@ -138,7 +141,7 @@ def rivals_only(args: argparse.Namespace) -> None:
               "repair_bounds": {"max_sweeps": dimension_repair.MAX_SWEEPS},
               "runs": runs}
     out = Path(args.out or REPO / "benchmarks" / "results_toggled_relations_2d.json")
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    study_results.save(out, result)
     print(f"wrote {out}")
 
 
