@@ -7,6 +7,8 @@ on the manifold-like (polynomial) sets of the same N and dimension d, per model,
     python benchmarks/study_sensitivity.py --n 1024 --per-kind 360 --dimensions 3 --json benchmarks/results_sensitivity.json
     python benchmarks/study_sensitivity.py --rows gnn --n 256 --dimensions 3 --seeds 1 --json ...
     python benchmarks/study_sensitivity.py --results benchmarks/results_sensitivity.json   # the tables only
+    python benchmarks/study_sensitivity.py --rows strongest_baseline gnn --n 1024 --per-kind 270 --dimensions 4 \
+        --changed-relations 16 32 64 128 256 512 1024 2048 4096 8192 16384 --json benchmarks/results_large_defects_n1024.json
     python benchmarks/study_sensitivity.py --generation-sets 18 --n 1024 --json ...   # what generating a set costs
 
 The data of each (N, d, data seed): ``KindsDataset`` with kinds polynomial, destroyed and merged, ``--per-kind`` sets
@@ -87,7 +89,7 @@ def per_set(name: str, seconds: tuple[float, float] | None, sets: int) -> dict:
 
 def data_kwargs(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict:
     return {"path": str(args.data), "kinds": list(KINDS), "num_per_kind": args.per_kind, "n_min": n, "n_max": n,
-            "seed": seed, "dimension": dimension, "changed_relations": CHANGED_RELATIONS, "block_sizes": BLOCK_SIZES}
+            "seed": seed, "dimension": dimension, "changed_relations": args.changed_relations, "block_sizes": BLOCK_SIZES}
 
 
 def open_data(args: argparse.Namespace, n: int, dimension: int, seed: int):
@@ -98,7 +100,7 @@ def open_data(args: argparse.Namespace, n: int, dimension: int, seed: int):
                                                 generation_settings)
 
     kwargs = data_kwargs(args, n, dimension, seed)
-    settings = generation_settings(kwargs["kinds"], args.per_kind, n, n, seed, dimension, CHANGED_RELATIONS,
+    settings = generation_settings(kwargs["kinds"], args.per_kind, n, n, seed, dimension, args.changed_relations,
                                    BLOCK_SIZES)
     there = (generated_folder(args.data, settings) / GENERATION_FILE).is_file()
     clock = Clock()
@@ -107,7 +109,7 @@ def open_data(args: argparse.Namespace, n: int, dimension: int, seed: int):
     return dataset, generation, split_indices(len(dataset), args.split, SPLIT_SEED)
 
 
-def sensitivity_of(scores, kinds, sizes, val, test, threshold=None) -> dict:
+def sensitivity_of(scores, kinds, sizes, val, test, changed_relations, threshold=None) -> dict:
     """A scored row's sensitivity: the threshold (chosen on the validation split's null sets unless given), the
     false-alarm rate realised on the validation and test null sets, and the detection curve of each defect kind on
     the test split."""
@@ -122,7 +124,7 @@ def sensitivity_of(scores, kinds, sizes, val, test, threshold=None) -> dict:
     if chosen:
         threshold = threshold_at_false_alarm(scores[null_val])
     curves = {}
-    for kind, drawn in (("destroyed", CHANGED_RELATIONS), ("merged", BLOCK_SIZES)):
+    for kind, drawn in (("destroyed", changed_relations), ("merged", BLOCK_SIZES)):
         members = [i for i in test if kinds[i] == kind]
         curves[kind] = detection_curve(sizes[members], scores[members] > threshold, drawn_sizes=drawn)
     return {"threshold": float(threshold), "threshold_chosen_on": "validation polynomial sets" if chosen else "fixed",
@@ -169,13 +171,14 @@ def rival_rows(args: argparse.Namespace, n: int, dimension: int, seed: int) -> d
              "rival_fit_s": fit[0], "rival_fit_cpu_s": fit[1], "train_sets": len(train)}
     common = {"num_per_kind": args.per_kind, "split": list(args.split), "split_seed": SPLIT_SEED,
               "counts": split_counts(kinds, (train, val, test))}
-    rows = {"strongest_baseline": {**common, "method": method, **sensitivity_of(scores, kinds, sizes, val, test),
-                                   "costs": costs}}
+    rows = {"strongest_baseline": {**common, "method": method, "costs": costs,
+                                   **sensitivity_of(scores, kinds, sizes, val, test, args.changed_relations)}}
     if dimension == 2:
         column = [*INVARIANT_NAMES, *element_statistic_names(), *STRONGEST_FEATURE_NAMES].index("is_two_dimensional")
         not_two_dimensional = 1.0 - X[:, column]
         rows["exact_test"] = {**common, "method": "detected iff not a 2D order (data.order_dimension), nothing fitted",
-                              **sensitivity_of(not_two_dimensional, kinds, sizes, val, test, threshold=0.5)}
+                              **sensitivity_of(not_two_dimensional, kinds, sizes, val, test, args.changed_relations,
+                                               threshold=0.5)}
     return rows
 
 
@@ -223,7 +226,7 @@ def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict
             "counts": split_counts(kinds, (train, val, test)), "config": CONFIG, "train_seed": seed + args.train_seed_offset,
             "epoch_cap": args.epochs, "ended_by": ended_by, "best_epoch": summary.get("best_epoch"),
             "stopped_at_epoch": summary.get("stopped_at_epoch"), "test_balanced_accuracy": summary.get("test_balanced_accuracy"),
-            **sensitivity_of(score, kinds, sizes, val, test),
+            **sensitivity_of(score, kinds, sizes, val, test, args.changed_relations),
             "costs": {"training_s": training[0], "training_cpu_s": training[1], "applying_s": applying[0],
                       "applying_cpu_s": applying[1], "torch_threads": args.threads}}
 
@@ -326,6 +329,8 @@ def main() -> int:
     parser.add_argument("--split", type=float, nargs=3, default=[0.4, 0.2, 0.4],
                         help="train, validation, test fractions (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=40, help="the GNN's epoch cap")
+    parser.add_argument("--changed-relations", type=int, nargs="+", default=CHANGED_RELATIONS,
+                        help="the destroyed sets' k, taken in turn (default: %(default)s); a results file holds one list")
     parser.add_argument("--train-seed-offset", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--data", type=Path, default=REPO / "data" / "sensitivity", help="where the stores are written")
@@ -341,7 +346,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     path, results = study_results.load(args.json)
     results["setup"] = (f"kinds {', '.join(KINDS)}; destroyed sets with exactly k changed relations, k in "
-                        f"{CHANGED_RELATIONS}; merged sets with blocks of exactly m elements, m in {BLOCK_SIZES}; "
+                        f"{args.changed_relations}; merged sets with blocks of exactly m elements, m in {BLOCK_SIZES}; "
                         f"threshold at 5 % false alarms on the validation polynomial sets; a curve's threshold_at_90 is where it "
                         f"crosses 0.9 detection, its interval where the curves of its points' 95 % Wilson bounds cross "
                         f"it; counts per point are test sets; one process, "
@@ -354,6 +359,11 @@ def main() -> int:
         save(path, results)
         print_generation(results["generation"])
         return 0
+    other_lists = {tuple(run.get("changed_relations", CHANGED_RELATIONS)) for run in results["runs"]} - {
+        tuple(args.changed_relations)}
+    if other_lists:  # its pooled curves would add up points of different studies
+        parser.error(f"{args.json} holds runs with destroyed sets of k in {list(other_lists.pop())}, not "
+                     f"{args.changed_relations}: write this list's runs to another --json file")
     done = {(run["row"], run["n"], run["dimension"], run["seed"]) for run in results["runs"]}
     for n in args.n:
         for dimension in args.dimensions:
@@ -363,11 +373,13 @@ def main() -> int:
                 if {"strongest_baseline", "exact_test"} & set(wanted):
                     for row, result in rival_rows(args, n, dimension, seed).items():
                         if row in wanted:
-                            results["runs"].append({"row": row, "n": n, "dimension": dimension, "seed": seed, **result})
+                            results["runs"].append({"row": row, "n": n, "dimension": dimension, "seed": seed,
+                                                    "changed_relations": args.changed_relations, **result})
                     save(path, results)
                     print(f"rivals n={n} d={dimension} seed={seed} done", flush=True)
                 if "gnn" in wanted:
                     results["runs"].append({"row": "gnn", "n": n, "dimension": dimension, "seed": seed,
+                                            "changed_relations": args.changed_relations,
                                             **gnn_row(args, n, dimension, seed)})
                     save(path, results)
                     print(f"gnn n={n} d={dimension} seed={seed} done", flush=True)
