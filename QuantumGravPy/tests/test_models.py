@@ -193,8 +193,9 @@ def test_upstreams_gcn_reads_the_link_degrees_as_counts_and_gives_one_output_per
 
 def test_the_temporary_files_pyg_writes_for_the_models_layers_are_removed_when_the_process_exits(tmp_path):
     """PyG renders each conv class's propagate into a file in the temporary folder and never removes it: a suite or
-    a sweep left thousands in /tmp. Built here in a process of its own with its own TMPDIR: the files exist while
-    it lives (PyG loaded them) and are gone when it has exited."""
+    a sweep left thousands in /tmp, with their .pyc in /tmp/__pycache__. Built here in a process of its own with its
+    own TMPDIR and bytecode caching on: the files exist while it lives (PyG loaded them) and are gone when it has
+    exited, their cache too."""
     import os
     import subprocess
     import sys
@@ -204,8 +205,9 @@ def test_the_temporary_files_pyg_writes_for_the_models_layers_are_removed_when_t
         "gnn.GNNClassifier(4, 1); pyg.GCNConv(4, 4)\n"
         "print(len(os.listdir(os.environ['TMPDIR'])))\n"
     )
-    finished = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp_path)},
-                              capture_output=True, text=True, timeout=120)
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    finished = subprocess.run([sys.executable, "-c", script], env={**environment, "TMPDIR": str(tmp_path)},
+                              capture_output=True, text=True, timeout=120)  # bytecode on: its .pyc is PyG's too
     assert finished.returncode == 0, finished.stderr
     assert int(finished.stdout.split()[-1]) >= 2, "PyG wrote no files: the test no longer sees what it guards"
     assert sorted(os.listdir(tmp_path)) == []

@@ -1,8 +1,9 @@
 """PyG renders each message-passing class's ``propagate`` (and ``edge_updater``) from a template into a temporary
 file, once per class per process, and never removes it (``torch_geometric.template.module_from_template``, PyG 2.5
 to 2.8). A test suite, a sweep or a job's ranks and evaluations each leave one file per conv class in the
-temporary folder, and on a cluster node's ``/tmp`` they add up run after run. The file is read only while its
-process lives (tracebacks, ``inspect``), so the files this process loaded are removed when it exits.
+temporary folder, and with bytecode caching on (Python's default) its ``.pyc`` in the folder's ``__pycache__`` too;
+on a cluster node's ``/tmp`` they add up run after run. They are read only while their process lives (tracebacks,
+``inspect``), so the files this process loaded are removed when it exits, with their ``.pyc``.
 
 Registered by the modules that build PyG layers (``sparse_attention``, which ``gnn`` imports, and ``upstream_gcn``). A forked worker leaves through ``os._exit`` and so removes
 nothing of its parent's."""
@@ -10,6 +11,7 @@ nothing of its parent's."""
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import sys
 
@@ -32,9 +34,15 @@ def generated_files() -> list[str]:
 
 def remove_generated_files() -> None:
     for path in generated_files():
+        cached = importlib.util.cache_from_source(path)
+        for file in (path, cached):
+            try:
+                os.remove(file)
+            except OSError:  # removed already (another hook, a cleaned /tmp) or never written: nothing to do
+                pass
         try:
-            os.remove(path)
-        except OSError:  # removed already (another hook, a cleaned /tmp) or not ours to remove: nothing to do
+            os.rmdir(os.path.dirname(cached))  # the shared __pycache__, only once no other process keeps a file there
+        except OSError:
             pass
 
 
