@@ -239,7 +239,7 @@ def generation_rows(args: argparse.Namespace, n: int, dimension: int) -> list[di
 
     rows = []
     for kind in KINDS:
-        sizes = {"changed_relations": CHANGED_RELATIONS} if kind == "destroyed" else \
+        sizes = {"changed_relations": args.changed_relations} if kind == "destroyed" else \
             {"block_sizes": BLOCK_SIZES} if kind == "merged" else {}
         with tempfile.TemporaryDirectory(prefix="qg_generation_") as folder:
             clock = Clock()

@@ -147,10 +147,10 @@ def rivals_only(args: argparse.Namespace) -> None:
 
 def ceiling(test: list, sizes: list, repairs: list) -> dict:
     """Per k: the test sets, those still 2D orders (no exact 2D method locates anything there), those for which the
-    repair (``repairs``, one per test set) found a 2D order that needs fewer toggles than the sprinkling's own (``cheaper_explanation``: no method
-    that takes the simplest explanation locates all their changes) or as few and marks other pairs
-    (``other_equal_explanation``), the changed pairs, those that are edges of a violating cycle (their ends share a
-    violating part), and those with both ends on a violation."""
+    repair (``repairs``, one per test set) found a 2D order that needs fewer toggles than the sprinkling's own
+    (``cheaper_explanation``: no method that takes the simplest explanation locates all their changes) or as few and
+    marks other pairs (``other_equal_explanation``), the changed pairs, those that are edges of a violating cycle
+    (their ends share a violating part), and those with both ends on a violation."""
     from QuantumGrav.data.relation_targets import candidate_pairs
     from QuantumGrav.evaluation.dimension_repair import explanation_cost
     from QuantumGrav.evaluation.relation_rival import PAIR_FEATURES, pair_features, relation_of

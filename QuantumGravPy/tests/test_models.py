@@ -1,6 +1,9 @@
 """The GNN's options: messages in both directions along the order, and the hybrid head with the invariants."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -196,10 +199,6 @@ def test_the_temporary_files_pyg_writes_for_the_models_layers_are_removed_when_t
     a sweep left thousands in /tmp, with their .pyc in /tmp/__pycache__. Built here in a process of its own with its
     own TMPDIR and bytecode caching on: the files exist while it lives (PyG loaded them) and are gone when it has
     exited, their cache too."""
-    import os
-    import subprocess
-    import sys
-
     script = (
         "import os, QuantumGrav.models.gnn as gnn, torch_geometric.nn as pyg\n"
         "gnn.GNNClassifier(4, 1); pyg.GCNConv(4, 4)\n"

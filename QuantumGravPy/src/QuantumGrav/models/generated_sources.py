@@ -5,8 +5,8 @@ temporary folder, and with bytecode caching on (Python's default) its ``.pyc`` i
 on a cluster node's ``/tmp`` they add up run after run. They are read only while their process lives (tracebacks,
 ``inspect``), so the files this process loaded are removed when it exits, with their ``.pyc``.
 
-Registered by the modules that build PyG layers (``sparse_attention``, which ``gnn`` imports, and ``upstream_gcn``). A forked worker leaves through ``os._exit`` and so removes
-nothing of its parent's."""
+Registered by the modules that build PyG layers (``sparse_attention``, which ``gnn`` imports, and
+``upstream_gcn``). A forked worker leaves through ``os._exit`` and so removes nothing of its parent's."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def generated_files() -> list[str]:
         if not (name.endswith(GENERATED_SUFFIXES) and path):
             continue
         base = os.path.basename(path)
-        if base.startswith(f"{name}_") and base.endswith(".py") and "site-packages" not in path:
+        if base.startswith(f"{name}_") and base.endswith(".py"):  # an installed module's file is <name>.py
             files.append(path)
     return files
 
