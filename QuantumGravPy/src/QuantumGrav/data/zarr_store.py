@@ -51,7 +51,7 @@ from .stores.limits import DEFAULT_MAX_ELEMENTS, check_max_elements, checked_siz
 from ..common.errors import UserError
 from ..common.files import atomic_replace
 from ..common.logging_utils import get_logger
-from ..common.processes import worker_context
+from ..common.processes import use_one_thread, worker_context
 
 logger = get_logger("zarr_store")
 
@@ -438,13 +438,13 @@ class QuantumGravJLDataset(Dataset):
             return len(share)
         # Forked from a fork server that imported the package once (not from the caller, which may hold threads
         # or CUDA); each worker computes whole items and writes their files itself.
-        with ProcessPoolExecutor(min(workers, len(share)), mp_context=worker_context()) as pool:
+        with ProcessPoolExecutor(min(workers, len(share)), mp_context=worker_context(),
+                                 initializer=use_one_thread) as pool:  # one core per worker
             for _ in pool.map(self._build_one, share, chunksize=4):
                 pass
         return len(share)
 
     def _build_one(self, index: int) -> None:
-        torch.set_num_threads(1)  # one core per worker: the products run on this process's core only
         self._graph(*self._locate(index))
 
 
