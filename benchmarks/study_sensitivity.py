@@ -87,6 +87,15 @@ def per_set(name: str, seconds: tuple[float, float] | None, sets: int) -> dict:
     return {f"{name}_s_per_set": seconds[0] / sets, f"{name}_cpu_s_per_set": seconds[1] / sets}
 
 
+def machine() -> str:
+    """Where the GNN trains: the GPU's name when the config's device: auto finds one, else the CPU's cores."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} ({os.cpu_count()} cores)"
+    return f"CPU ({os.cpu_count()} cores)"
+
+
 def data_kwargs(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict:
     return {"path": str(args.data), "kinds": list(KINDS), "num_per_kind": args.per_kind, "n_min": n, "n_max": n,
             "seed": seed, "dimension": dimension, "changed_relations": args.changed_relations, "block_sizes": BLOCK_SIZES}
@@ -104,7 +113,7 @@ def open_data(args: argparse.Namespace, n: int, dimension: int, seed: int):
                                    BLOCK_SIZES)
     there = (generated_folder(args.data, settings) / GENERATION_FILE).is_file()
     clock = Clock()
-    dataset = KindsDataset(**kwargs, workers=1)
+    dataset = KindsDataset(**kwargs, workers=args.workers)  # the same sets whatever the workers
     generation = None if there else clock.seconds()
     return dataset, generation, split_indices(len(dataset), args.split, SPLIT_SEED)
 
@@ -167,6 +176,7 @@ def rival_rows(args: argparse.Namespace, n: int, dimension: int, seed: int) -> d
         scores = estimator.predict_proba(X[:, columns])[:, defect_class]
     costs = {"sets": len(dataset), "torch_threads": torch.get_num_threads(), **per_set("generation", generation, len(dataset)),
              "generation_note": None if generation is not None else "the stores were already there (not timed)",
+             "generation_workers": args.workers,
              **per_set("read_with_node_features", read, len(dataset)), **per_set("rival_features", features, len(dataset)),
              "rival_fit_s": fit[0], "rival_fit_cpu_s": fit[1], "train_sets": len(train)}
     common = {"num_per_kind": args.per_kind, "split": list(args.split), "split_seed": SPLIT_SEED,
@@ -228,7 +238,7 @@ def gnn_row(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict
             "stopped_at_epoch": summary.get("stopped_at_epoch"), "test_balanced_accuracy": summary.get("test_balanced_accuracy"),
             **sensitivity_of(score, kinds, sizes, val, test, args.changed_relations),
             "costs": {"training_s": training[0], "training_cpu_s": training[1], "applying_s": applying[0],
-                      "applying_cpu_s": applying[1], "torch_threads": args.threads}}
+                      "applying_cpu_s": applying[1], "torch_threads": args.threads, "machine": machine()}}
 
 
 def generation_rows(args: argparse.Namespace, n: int, dimension: int) -> list[dict]:
@@ -333,6 +343,9 @@ def main() -> int:
                         help="the destroyed sets' k, taken in turn (default: %(default)s); a results file holds one list")
     parser.add_argument("--train-seed-offset", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes that generate missing sets (default: %(default)s; the per-set timings "
+                             "of --generation-sets always use one)")
     parser.add_argument("--data", type=Path, default=REPO / "data" / "sensitivity", help="where the stores are written")
     parser.add_argument("--generation-sets", type=int, default=0,
                         help="instead of the curves: time generating this many sets of each kind at each N and d")
@@ -350,7 +363,7 @@ def main() -> int:
                         f"threshold at 5 % false alarms on the validation polynomial sets; a curve's threshold_at_90 is where it "
                         f"crosses 0.9 detection, its interval where the curves of its points' 95 % Wilson bounds cross "
                         f"it; counts per point are test sets; one process, "
-                        f"{args.threads} torch thread(s), CPU (shared 2-core machine)")
+                        f"{args.threads} torch thread(s), {machine()}")
     if args.generation_sets:
         measured = [row for n in args.n for dimension in args.dimensions for row in generation_rows(args, n, dimension)]
         keys = {(row["kind"], row["n"], row["dimension"]) for row in measured}

@@ -19,7 +19,7 @@ def run_study(monkeypatch, work, changes):
     monkeypatch.setattr(sys, "argv", [
         "study_sensitivity.py", "--rows", "strongest_baseline", "--n", "72", "--dimensions", "3", "--seeds", "1",
         "--per-kind", "15", "--changed-relations", *map(str, changes), "--data", str(work / "data"),
-        "--json", str(work / "results.json")])
+        "--workers", "2", "--json", str(work / "results.json")])
     return study_sensitivity.main()
 
 
@@ -27,6 +27,7 @@ def test_the_curves_are_read_at_the_given_k_and_a_results_file_keeps_one_list(tm
     assert run_study(monkeypatch, tmp_path, CHANGES) == 0
     (run,) = json.loads((tmp_path / "results.json").read_text())["runs"]
     assert run["changed_relations"] == CHANGES
+    assert run["costs"]["generation_workers"] == 2
     assert [point["size"] for point in run["curves"]["destroyed"]["points"]] == CHANGES
     assert sum(point["sets"] for point in run["curves"]["destroyed"]["points"]) == run["counts"]["test"]["destroyed"]
 
