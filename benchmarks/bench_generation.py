@@ -8,6 +8,7 @@
         --json benchmarks/results_generation_kinds.json
     .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --dimensions-n 256 1024 \
         --json benchmarks/results_generation_dimensions.json
+    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --kinds-workers-n 1024
 
 Stages use the public functions of ``QuantumGrav.data.causal_sets`` on chunks of 128 sets, the
 classes of ``DEFAULT_CLASSES`` in equal shares; the last row is the whole generator
@@ -27,6 +28,10 @@ The dimensions table times the kinds sprinkled in d = 2, 3 and 4 (``catalogue.DI
 ``--dimensions-n``, with QuantumGrav.jl's drawn defects and with defects of an exact size (destroyed: changed
 relations ``EXACT_CHANGES``; merged: block elements ``EXACT_BLOCKS``); and, from draws of QuantumGrav.jl's
 default N and ``merged_ambiguous``'s block fraction, the share of its blocks that have the least size, 4.
+
+The kinds-workers table writes the stores of polynomial, destroyed and merged sets in d = 4 with defects of exact
+sizes (``write_kind_stores``, the sensitivity study's data) with 1, 2, ... workers: each worker runs one thread
+(``processes.use_one_thread``); before it did, each ran a thread per core and the pool oversubscribed them.
 
 ``--json FILE`` stores every table with the command, the date and the load average:
 ``benchmarks/results_generation.json`` is the run that docs/large_data.md quotes.
@@ -113,6 +118,26 @@ def workers_rows(num: int, sizes: list[int], seed: int) -> list[tuple[int, int, 
                 dataset, seconds = timed(lambda: CausalSetDataset(root, num_samples=num, n_min=n, n_max=n, seed=seed,
                                                                   workers=workers, storage="disk"))
             rows.append((n, workers, dataset.generated_sets / seconds))
+    return rows
+
+
+KINDS_WORKERS_KINDS = ("polynomial", "destroyed", "merged")
+KINDS_WORKERS_SIZES = {"destroyed": (16, 256, 4096), "merged": (4, 16, 64)}
+
+
+def kinds_workers_rows(num_per_kind: int, sizes: list[int], dimension: int,
+                       seed: int) -> list[tuple[int, int, int, float]]:
+    """(N, d, workers, sets/s) of ``write_kind_stores``: polynomial, destroyed and merged sets in ``dimension``, the
+    defects of exact sizes (the sensitivity study's kind of data), written by 1, 2, ... up to the usable cores."""
+    from QuantumGrav.data.kinds.stores import write_kind_stores
+
+    rows = []
+    for n in sizes:
+        for workers in range(1, usable_cpu_count() + 1):
+            with tempfile.TemporaryDirectory() as root:
+                _, seconds = timed(lambda: write_kind_stores(root, KINDS_WORKERS_KINDS, num_per_kind, seed, (n, n),
+                                                             workers, dimension, KINDS_WORKERS_SIZES))
+            rows.append((n, dimension, workers, len(KINDS_WORKERS_KINDS) * num_per_kind / seconds))
     return rows
 
 
@@ -216,6 +241,13 @@ def workers_table(rows: list[tuple[int, int, float]]) -> str:
     return "\n".join(lines)
 
 
+def kinds_workers_table(rows: list[tuple[int, int, int, float]]) -> str:
+    lines = ["| N | d | workers | sets/s | speed-up over 1 worker |", "|---:|---:|---:|---:|---:|"]
+    single = {n: rate for n, _, workers, rate in rows if workers == 1}
+    lines += [f"| {n:,} | {d} | {workers} | {rate:,.2f} | {rate / single[n]:.2f} |" for n, d, workers, rate in rows]
+    return "\n".join(lines)
+
+
 def markdown_table(rows: list[tuple[str, int, float]]) -> str:
     lines = ["| stage | sets | seconds | sets/s | ms per set |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {stage} | {sets} | {seconds:.2f} | {sets / seconds:,.0f} | {1000 * seconds / sets:.2f} |"
@@ -226,7 +258,7 @@ def markdown_table(rows: list[tuple[str, int, float]]) -> str:
 COLUMNS = {"stages": ["stage", "sets", "seconds"], "kinds": ["kind", "n", "sets", "sets_per_s", "cpu_s_per_set"],
            "dimensions": ["kind", "dimension", "n", "defect", "sets", "sets_per_s", "cpu_s_per_set"],
            "large": ["n", "sets", "sets_per_s", "cpu_s_per_set", "peak_rss_mb"],
-           "workers": ["n", "workers", "sets_per_s"]}
+           "workers": ["n", "workers", "sets_per_s"], "kinds_workers": ["n", "dimension", "workers", "sets_per_s"]}
 
 
 def main() -> None:
@@ -246,6 +278,10 @@ def main() -> None:
                         help="N of the table of the kinds sprinkled in d = 2, 3, 4 (nothing: skip)")
     parser.add_argument("--dimensions-seconds", type=float, default=1.0,
                         help="seconds of generation per kind, d, N and defect")
+    parser.add_argument("--kinds-workers-n", type=int, nargs="*", default=[],
+                        help="N of the table of the kinds' stores written by 1, 2, ... workers (nothing: skip)")
+    parser.add_argument("--kinds-workers-num", type=int, default=128, help="sets of each kind there (default 128)")
+    parser.add_argument("--kinds-workers-dimension", type=int, default=4, help="their dimension (default 4)")
     parser.add_argument("--json", help="also store the tables in this file")
     args = parser.parse_args()
     stored = {"command": " ".join(["python", *sys.argv]), "load_average_before": os.getloadavg(),
@@ -279,6 +315,13 @@ def main() -> None:
         stored["merged_ambiguous_least_block_share"] = least_block_share(100_000, args.seed)
         print(f"\nmerged_ambiguous at N 64-128: {stored['merged_ambiguous_least_block_share']:.1%} of the blocks have "
               "4 elements")
+    if args.kinds_workers_n:
+        print(f"\n{args.kinds_workers_num} sets of each of {', '.join(KINDS_WORKERS_KINDS)} (exact defects "
+              f"{KINDS_WORKERS_SIZES}) written as stores, {usable_cpu_count()} usable cores\n")
+        stored["kinds_workers_num"] = args.kinds_workers_num
+        stored["kinds_workers"] = kinds_workers_rows(args.kinds_workers_num, args.kinds_workers_n,
+                                                     args.kinds_workers_dimension, args.seed)
+        print(kinds_workers_table(stored["kinds_workers"]))
     if args.json:
         stored.update(load_average_after=os.getloadavg(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
         for table, columns in COLUMNS.items():  # rows as records, named
