@@ -54,6 +54,7 @@ import numpy as np
 
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data.dataset import CausalSetDataset
+from QuantumGrav.common.files import atomic_write_text
 from QuantumGrav.common.processes import usable_cpu_count
 
 CHUNK = 128
@@ -327,8 +328,7 @@ def main() -> None:
         for table, columns in COLUMNS.items():  # rows as records, named
             if table in stored:
                 stored[table] = [dict(zip(columns, row)) for row in stored[table]]
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(stored, out, indent=1)
+        atomic_write_text(args.json, json.dumps(stored, indent=1))  # whole or not at all
 
 
 if __name__ == "__main__":
