@@ -7,6 +7,7 @@ choice n of every categorical parameter, so each test knows which trial samples 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -28,7 +30,7 @@ from QuantumGrav.runs.wandb_files import read_offline_runs  # noqa: E402
 from conftest import REPO, TINY  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
 ORDERED = resolve_pyobject("tune_helpers.OrderedSampler")
 FAIL_ON_RANK = resolve_pyobject("tune_helpers.FailOnRank")
@@ -301,6 +303,31 @@ def test_without_optuna_the_command_says_how_to_install_it(monkeypatch, capsys):
                                        "pip install 'QuantumGrav[tune]'\n")
 
 
+RANKS_GONE_WITHIN_S = 120  # a rank stops at its next step, or within parallel.timeout_s (30 s) where a peer is gone
+
+
+def _wait_for_ranks_to_stop(agent: subprocess.Popen, ranks: list) -> None:
+    """torchrun starts its ranks in sessions of their own: killing its process group reaches the agent alone, and
+    each rank must stop by itself (``stop_when_the_agent_dies``). They hold the agent's pipes until they do, so
+    the wait is bounded: a rank still there afterwards prints its Python stack (SIGABRT, PYTHONFAULTHANDLER=1) and
+    the test fails naming it, instead of hanging in ``communicate``."""
+    try:
+        agent.communicate(timeout=RANKS_GONE_WITHIN_S)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    left = [f"{rank.pid} {' '.join(rank.cmdline())[:160]}" for rank in ranks if rank.is_running()]
+    for rank in ranks:
+        with contextlib.suppress(psutil.Error):
+            rank.send_signal(signal.SIGABRT)
+    psutil.wait_procs(ranks, timeout=10)
+    for rank in ranks:
+        with contextlib.suppress(psutil.Error):
+            rank.kill()
+    pytest.fail(f"{len(left)} rank(s) still running {RANKS_GONE_WITHIN_S} s after their torchrun was killed: "
+                f"{left}\n{agent.communicate()[1][-6000:]}")
+
+
 def test_world_size_2_kill_9_of_a_torchrun_job_then_two_torchrun_workers_finish_the_study(tmp_path, data_root):
     """A torchrun job (every rank in the study loop) killed mid-trial with its processes (as a lost node or
     ``kill -9`` would), then two torchrun jobs of 2 processes each on the same study: the killed trial is
@@ -320,8 +347,9 @@ def test_world_size_2_kill_9_of_a_torchrun_job_then_two_torchrun_workers_finish_
     while not first_epoch.exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert first.poll() is None, first.communicate()[1][-3000:]
-    os.killpg(first.pid, signal.SIGKILL)  # the launcher and both ranks, as a lost node or job
-    first.communicate()
+    ranks = psutil.Process(first.pid).children(recursive=True)
+    os.killpg(first.pid, signal.SIGKILL)  # the agent's process group, as a lost node or a killed job step kills it
+    _wait_for_ranks_to_stop(first, ranks)
 
     workers = [torchrun(), torchrun()]
     outputs = [worker.communicate(timeout=300) for worker in workers]
