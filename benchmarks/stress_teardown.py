@@ -20,6 +20,10 @@ resource tracker, DataLoader workers) was gone within ``--clean-within`` seconds
 
     python benchmarks/stress_teardown.py --kill kernel --runs 10 --world-sizes 2
 
+``--kill torchrun_tune`` (and ``torchrun_tune_random``) kills a ``torchrun ... -m QuantumGrav tune`` job with its
+process group, as a lost node does, at rank 0's first epoch (or at a random moment of its start); torchrun's ranks
+live in sessions of their own and must stop by themselves. A rank left running is made to print its Python stack.
+
 The scripts read ``configs/train_ddp.yaml`` next to themselves and put ``src`` on sys.path, so
 each runs in a small project folder made here; the spawn script's two constants (``world_size =
 3`` and ``master_port = "12355"``) are the only lines changed, to set the world size and a free port.
@@ -29,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -168,8 +174,10 @@ def table_row(script: str, world_size: int, outcomes: list[Outcome]) -> str:
 
 
 # ------------------------------------------------------------------------- kill what started the job
-KILL_CASES = ("script", "kernel", "kernel_restart", "tune_kernel")
+KILL_CASES = ("script", "kernel", "kernel_restart", "tune_kernel", "torchrun_tune", "torchrun_tune_random")
 LONG_RUN = {"training.num_epochs": 100_000, "early_stopping.enabled": False}  # still training when killed
+RANDOM_KILL_WITHIN_S = 8.0  # torchrun_tune_random: the kill comes at a moment drawn up to this after the start (about
+# when rank 0 logs its first epoch on an idle 2-core machine: start-up, data and the study's set-up come before)
 
 
 @dataclass
@@ -178,6 +186,7 @@ class KillOutcome:
     seconds: float  # from the kill until the last of them was gone (or the wait, where some were left)
     output: str = field(repr=False, default="")
     started: list[str] = field(default_factory=list)  # what the launching process had started, at the kill
+    killed_at_s: float | None = None  # seconds from the job's start to the kill, where the case draws it
 
 
 def job_code(config_path: Path, world_size: int, overrides: dict, library: Path = SRC, tune: bool = False) -> str:
@@ -301,6 +310,60 @@ def kill_kernel(folder: Path, config_path: Path, world_size: int, overrides: dic
     return outcome
 
 
+def kill_torchrun_tune(folder: Path, study_config: Path, world_size: int, overrides: dict, within_s: float = 60.0,
+                       kill_after_s: float | None = None, limit_s: float = 300.0,
+                       library: Path = SRC) -> KillOutcome:
+    """``torchrun --standalone -m QuantumGrav tune`` (what slurm_tune.sbatch runs on each node) killed with its
+    process group by SIGKILL, as a lost node or a killed job step kills it: once rank 0 has logged its first
+    epoch, or ``kill_after_s`` seconds after the start, or at the first epoch if that comes first (the kill then
+    lands in start-up, data preparation or the study's set-up).
+    torchrun starts its ranks in sessions of their own, so the kill reaches the agent alone and each rank must
+    stop by itself (``stop_when_the_agent_dies``). A rank still there after ``within_s`` gets SIGABRT, and with
+    PYTHONFAULTHANDLER=1 its Python stack is in the output: where it waited."""
+    import psutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "output.log"
+    settings = [f"{key}={value}" for key, value in overrides.items()]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
+               "-m", "QuantumGrav", "tune", "--config", str(study_config)]
+    command += [part for setting in settings for part in ("--set", setting)]
+    env = {**job_environment(), "PYTHONFAULTHANDLER": "1",
+           "PYTHONPATH": os.pathsep.join([str(library), os.environ.get("PYTHONPATH", "")])}
+    with open(log, "w") as output:
+        agent = subprocess.Popen(command, cwd=folder, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    begun = time.monotonic()
+    try:
+        alive = lambda: agent.poll() is None  # noqa: E731
+        if kill_after_s is None:
+            if not wait_for_training(folder, limit_s, alive):
+                return KillOutcome(["the job never started training"], 0.0, log.read_text())
+        else:
+            wait_for(lambda: any(folder.rglob("metrics.csv")), kill_after_s, alive)
+        if not alive():
+            return KillOutcome([f"torchrun ended before the kill (exit {agent.returncode})"], 0.0, log.read_text())
+        ranks = psutil.Process(agent.pid).children(recursive=True)
+        started = time.monotonic()
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+        outcome = wait_until_gone(ranks, within_s, started)
+        outcome.killed_at_s = started - begun
+        for process in ranks:  # what is left: its stack into the log, then gone
+            with contextlib.suppress(psutil.Error):
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    process.send_signal(signal.SIGABRT)
+        psutil.wait_procs(ranks, timeout=10)
+        for process in ranks:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+    outcome.output = log.read_text()
+    return outcome
+
+
 def _collect(client: Any, messages: list[str]) -> bool:
     """The kernel's output so far (stream text and errors) into ``messages``; True to go on waiting."""
     while True:
@@ -324,6 +387,11 @@ def kill_once(case: str, folder: Path, project: "UserProject", world_size: int, 
     if case == "tune_kernel":
         return kill_kernel(folder, project.study_config(), world_size, {**overrides, "tune.path": str(folder / "studies")},
                            tune=True, within_s=within_s, library=project.library)
+    if case.startswith("torchrun_tune"):
+        return kill_torchrun_tune(folder, project.study_config(), world_size,
+                                  {**overrides, "tune.path": str(folder / "studies")}, within_s,
+                                  random.uniform(0.0, RANDOM_KILL_WITHIN_S) if case == "torchrun_tune_random" else None,
+                                  library=project.library)
     how = "restart" if case == "kernel_restart" else "kill"
     return kill_kernel(folder, config, world_size, overrides, how, within_s=within_s, library=project.library)
 
@@ -352,6 +420,7 @@ def main() -> int:
                         help="instead of the scripts' exits: kill what started QG.launch/QG.tune (see above)")
     parser.add_argument("--clean-within", type=float, default=60.0,
                         help="--kill: seconds after the kill within which every process it started must be gone")
+    parser.add_argument("--json", type=Path, help="--kill: also store each run's outcome in this file")
     args = parser.parse_args()
     stop_at = time.monotonic() + 60 * args.max_minutes
     rows = []
@@ -378,7 +447,7 @@ def main() -> int:
 
 
 def kill_main(args: argparse.Namespace, project: UserProject, stop_at: float) -> int:
-    rows = []
+    rows, stored = [], []
     for case in args.kill:
         for world_size in args.world_sizes:
             outcomes = []
@@ -389,16 +458,27 @@ def kill_main(args: argparse.Namespace, project: UserProject, stop_at: float) ->
                                     args.clean_within)
                 outcomes.append(outcome)
                 state = f"LEFT {len(outcome.left)}" if outcome.left else "clean"
+                when = "" if outcome.killed_at_s is None else f", killed {outcome.killed_at_s:.1f} s after its start"
                 print(f"{case} world_size={world_size} run {index + 1}/{args.runs}: {state} of "
-                      f"{len(outcome.started)} processes ({outcome.seconds:.1f} s after the kill)", flush=True)
+                      f"{len(outcome.started)} processes ({outcome.seconds:.1f} s after the kill{when})", flush=True)
                 if outcome.left:
                     print("\n".join(outcome.left), "".join(outcome.output.splitlines(keepends=True)[-15:]),
                           sep="\n", flush=True)
             rows.append(kill_table_row(case, world_size, outcomes))
+            stored += [{"case": case, "world_size": world_size, "run": index + 1, "processes": len(o.started),
+                        "left": o.left, "seconds_to_all_gone": None if o.left else o.seconds,
+                        "killed_at_s": o.killed_at_s} for index, o in enumerate(outcomes)]
     print(f"\n| killed | world size | runs | all gone within {args.clean_within:.0f} s | left running "
           "| median s to all gone | slowest s |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    if args.json:
+        from QuantumGrav.common.files import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({
+            "command": " ".join(["python", *sys.argv]), "clean_within_s": args.clean_within,
+            "load_average_after": os.getloadavg(), "usable_cores": len(os.sched_getaffinity(0)),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": stored}, indent=1) + "\n")
     return 0
 
 

@@ -94,6 +94,23 @@ def test_a_kernel_running_a_study_killed_alone_leaves_no_trial_worker(tmp_path, 
     _assert_clean(outcome)
 
 
+@pytest.mark.parametrize("kill_after_s", [2.0, 6.0, None])  # start-up, the data and the study's set-up, training
+def test_a_torchrun_study_job_killed_with_its_process_group_leaves_no_rank(tmp_path, job_config, kill_after_s):
+    """``torchrun -m QuantumGrav tune`` killed as a lost node kills it (SIGKILL to its process group): its ranks,
+    in sessions of their own, stop by themselves wherever the kill finds them. The same kills at random moments,
+    repeated, are ``benchmarks/stress_teardown.py --kill torchrun_tune_random``."""
+    pytest.importorskip("optuna")
+    study = tmp_path / "study.yaml"
+    study.write_text(job_config.read_text() + "\ntune:\n  study: killed\n  trials: 2\n  space:\n"
+                                              "    model.pooling: {choices: [mean, max]}\n")
+    job = tmp_path / "job"  # its runs and study under it: the first epoch is looked for there
+    outcome = stress_teardown.kill_torchrun_tune(job, study, 2, {**stress_teardown.LONG_RUN, "tune.path": str(job / "studies"),
+                                                                 "training.path": str(job / "runs")},
+                                                 GONE_WITHIN_S, kill_after_s, library=LIBRARY)
+    _assert_clean(outcome)
+    assert len(outcome.started) == 2 or kill_after_s is not None, outcome.started  # at training: both ranks
+
+
 # ---------------------------------------------------------------------------------- the main guard
 @pytest.mark.parametrize("call, exit_code", [
     ("QG.launch(QG.load_config(CONFIG), nproc=2)", 1),  # an uncaught QG.UserError
