@@ -311,12 +311,13 @@ def kill_kernel(folder: Path, config_path: Path, world_size: int, overrides: dic
 
 
 def kill_torchrun_tune(folder: Path, study_config: Path, world_size: int, overrides: dict, within_s: float = 60.0,
-                       kill_after_s: float | None = None, limit_s: float = 300.0,
+                       moment: float | str = "first_epoch", limit_s: float = 300.0,
                        library: Path = SRC) -> KillOutcome:
     """``torchrun --standalone -m QuantumGrav tune`` (what slurm_tune.sbatch runs on each node) killed with its
-    process group by SIGKILL, as a lost node or a killed job step kills it: once rank 0 has logged its first
-    epoch, or ``kill_after_s`` seconds after the start, or at the first epoch if that comes first (the kill then
-    lands in start-up, data preparation or the study's set-up).
+    process group by SIGKILL, as a lost node or a killed job step kills it, at ``moment``: "first_epoch" (once
+    rank 0 has logged its first epoch), "ranks_started" (as soon as torchrun has started its ranks, which are
+    then importing, preparing the data or setting the study up), or a number of seconds after the start (or the
+    first epoch if that comes first).
     torchrun starts its ranks in sessions of their own, so the kill reaches the agent alone and each rank must
     stop by itself (``stop_when_the_agent_dies``). A rank still there after ``within_s`` gets SIGABRT, and with
     PYTHONFAULTHANDLER=1 its Python stack is in the output: where it waited."""
@@ -336,11 +337,19 @@ def kill_torchrun_tune(folder: Path, study_config: Path, world_size: int, overri
     begun = time.monotonic()
     try:
         alive = lambda: agent.poll() is None  # noqa: E731
-        if kill_after_s is None:
-            if not wait_for_training(folder, limit_s, alive):
-                return KillOutcome(["the job never started training"], 0.0, log.read_text())
+
+        def ranks_started() -> bool:
+            with contextlib.suppress(psutil.Error):
+                return len(psutil.Process(agent.pid).children(recursive=True)) >= world_size
+            return False
+
+        if isinstance(moment, str):
+            reached = wait_for_training(folder, limit_s, alive) if moment == "first_epoch" else \
+                wait_for(ranks_started, limit_s, alive)
+            if not reached:
+                return KillOutcome([f"the job never got to {moment}"], 0.0, log.read_text())
         else:
-            wait_for(lambda: any(folder.rglob("metrics.csv")), kill_after_s, alive)
+            wait_for(lambda: any(folder.rglob("metrics.csv")), moment, alive)
         if not alive():
             return KillOutcome([f"torchrun ended before the kill (exit {agent.returncode})"], 0.0, log.read_text())
         ranks = psutil.Process(agent.pid).children(recursive=True)
@@ -390,8 +399,8 @@ def kill_once(case: str, folder: Path, project: "UserProject", world_size: int, 
     if case.startswith("torchrun_tune"):
         return kill_torchrun_tune(folder, project.study_config(), world_size,
                                   {**overrides, "tune.path": str(folder / "studies")}, within_s,
-                                  random.uniform(0.0, RANDOM_KILL_WITHIN_S) if case == "torchrun_tune_random" else None,
-                                  library=project.library)
+                                  random.uniform(0.0, RANDOM_KILL_WITHIN_S) if case == "torchrun_tune_random"
+                                  else "first_epoch", library=project.library)
     how = "restart" if case == "kernel_restart" else "kill"
     return kill_kernel(folder, config, world_size, overrides, how, within_s=within_s, library=project.library)
 

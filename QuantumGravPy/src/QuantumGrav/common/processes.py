@@ -89,8 +89,9 @@ class Lifeline:
 def use_one_thread() -> None:
     """Run this process's torch and BLAS/OpenMP work on one thread, for the rest of its life: a worker of a pool
     is one core's worth of work. Left alone, each worker starts a thread per core of the machine, so a pool of W
-    workers runs W x cores threads (192 on a 16-core node: a load of 134 was seen there, and on this 2-core
-    machine 2 workers generated 128 sets of N = 1,024 in 17.4 s against 10.7 s with one thread each)."""
+    workers runs W x cores threads: 12 generation workers on a 16-core GPU node ran at a load average of up to
+    141, and on a 2-core machine 2 workers generated at 0.83x the speed of one (1.59x with one thread each;
+    docs/large_data.md)."""
     import torch
     from threadpoolctl import threadpool_limits
 
