@@ -111,15 +111,21 @@ def start_fork_server() -> float:
                                               workers=2, storage="disk"))[1]
 
 
-def workers_rows(num: int, sizes: list[int], seed: int) -> list[tuple[int, int, float]]:
+def rates_by_workers(sizes: list[int], make) -> list[tuple[int, int, float]]:
+    """(N, workers, sets/s) of ``make(root, n, workers)`` (it writes into the fresh folder ``root`` and returns the
+    sets it made) at each N, with 1, 2, ... up to the usable cores."""
     rows = []
     for n in sizes:
         for workers in range(1, usable_cpu_count() + 1):
             with tempfile.TemporaryDirectory() as root:
-                dataset, seconds = timed(lambda: CausalSetDataset(root, num_samples=num, n_min=n, n_max=n, seed=seed,
-                                                                  workers=workers, storage="disk"))
-            rows.append((n, workers, dataset.generated_sets / seconds))
+                made, seconds = timed(lambda: make(root, n, workers))
+            rows.append((n, workers, made / seconds))
     return rows
+
+
+def workers_rows(num: int, sizes: list[int], seed: int) -> list[tuple[int, int, float]]:
+    return rates_by_workers(sizes, lambda root, n, workers: CausalSetDataset(
+        root, num_samples=num, n_min=n, n_max=n, seed=seed, workers=workers, storage="disk").generated_sets)
 
 
 KINDS_WORKERS_KINDS = ("polynomial", "destroyed", "merged")
@@ -132,14 +138,12 @@ def kinds_workers_rows(num_per_kind: int, sizes: list[int], dimension: int,
     defects of exact sizes (the sensitivity study's kind of data), written by 1, 2, ... up to the usable cores."""
     from QuantumGrav.data.kinds.stores import write_kind_stores
 
-    rows = []
-    for n in sizes:
-        for workers in range(1, usable_cpu_count() + 1):
-            with tempfile.TemporaryDirectory() as root:
-                _, seconds = timed(lambda: write_kind_stores(root, KINDS_WORKERS_KINDS, num_per_kind, seed, (n, n),
-                                                             workers, dimension, KINDS_WORKERS_SIZES))
-            rows.append((n, dimension, workers, len(KINDS_WORKERS_KINDS) * num_per_kind / seconds))
-    return rows
+    def make(root: str, n: int, workers: int) -> int:
+        write_kind_stores(root, KINDS_WORKERS_KINDS, num_per_kind, seed, (n, n), workers, dimension,
+                          KINDS_WORKERS_SIZES)
+        return len(KINDS_WORKERS_KINDS) * num_per_kind
+
+    return [(n, dimension, workers, rate) for n, workers, rate in rates_by_workers(sizes, make)]
 
 
 def large_rows(num: int, sizes: list[int], seed: int) -> list[tuple[int, int, float, float, float]]:
@@ -238,14 +242,8 @@ def large_table(rows: list[tuple[int, int, float, float, float]]) -> str:
 def workers_table(rows: list[tuple[int, int, float]]) -> str:
     lines = ["| N | workers | sets/s | speed-up over 1 worker |", "|---:|---:|---:|---:|"]
     single = {n: rate for n, workers, rate in rows if workers == 1}
-    lines += [f"| {n} | {workers} | {rate:,.0f} | {rate / single[n]:.2f} |" for n, workers, rate in rows]
-    return "\n".join(lines)
-
-
-def kinds_workers_table(rows: list[tuple[int, int, int, float]]) -> str:
-    lines = ["| N | d | workers | sets/s | speed-up over 1 worker |", "|---:|---:|---:|---:|---:|"]
-    single = {n: rate for n, _, workers, rate in rows if workers == 1}
-    lines += [f"| {n:,} | {d} | {workers} | {rate:,.2f} | {rate / single[n]:.2f} |" for n, d, workers, rate in rows]
+    lines += [f"| {n} | {workers} | {rate:,.0f} | {rate / single[n]:.2f} |" if rate >= 100 else
+              f"| {n} | {workers} | {rate:.2f} | {rate / single[n]:.2f} |" for n, workers, rate in rows]
     return "\n".join(lines)
 
 
@@ -317,12 +315,13 @@ def main() -> None:
         print(f"\nmerged_ambiguous at N 64-128: {stored['merged_ambiguous_least_block_share']:.1%} of the blocks have "
               "4 elements")
     if args.kinds_workers_n:
-        print(f"\n{args.kinds_workers_num} sets of each of {', '.join(KINDS_WORKERS_KINDS)} (exact defects "
-              f"{KINDS_WORKERS_SIZES}) written as stores, {usable_cpu_count()} usable cores\n")
+        print(f"\n{args.kinds_workers_num} sets of each of {', '.join(KINDS_WORKERS_KINDS)} in d = "
+              f"{args.kinds_workers_dimension} (exact defects {KINDS_WORKERS_SIZES}) written as stores, "
+              f"{usable_cpu_count()} usable cores\n")
         stored["kinds_workers_num"] = args.kinds_workers_num
         stored["kinds_workers"] = kinds_workers_rows(args.kinds_workers_num, args.kinds_workers_n,
                                                      args.kinds_workers_dimension, args.seed)
-        print(kinds_workers_table(stored["kinds_workers"]))
+        print(workers_table([(n, workers, rate) for n, _, workers, rate in stored["kinds_workers"]]))
     if args.json:
         stored.update(load_average_after=os.getloadavg(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
         for table, columns in COLUMNS.items():  # rows as records, named

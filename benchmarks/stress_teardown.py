@@ -358,19 +358,26 @@ def kill_torchrun_tune(folder: Path, study_config: Path, world_size: int, overri
         agent.wait()
         outcome = wait_until_gone(ranks, within_s, started)
         outcome.killed_at_s = started - begun
-        for process in ranks:  # what is left: its stack into the log, then gone
-            with contextlib.suppress(psutil.Error):
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    process.send_signal(signal.SIGABRT)
-        psutil.wait_procs(ranks, timeout=10)
-        for process in ranks:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        print_stacks_and_kill(ranks)  # what is left
     finally:
         if agent.poll() is None:
             os.killpg(agent.pid, signal.SIGKILL)
     outcome.output = log.read_text()
     return outcome
+
+
+def print_stacks_and_kill(processes: list) -> None:
+    """SIGABRT to each process still there, so that one started with PYTHONFAULTHANDLER=1 prints its Python stack
+    (where it waited) to its output, then SIGKILL to any that outlived that."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signal.SIGABRT)
+    psutil.wait_procs(processes, timeout=10)
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def _collect(client: Any, messages: list[str]) -> bool:
@@ -483,10 +490,11 @@ def kill_main(args: argparse.Namespace, project: UserProject, stop_at: float) ->
     print("\n".join(rows))
     if args.json:
         from QuantumGrav.common.files import atomic_write_text
+        from QuantumGrav.common.processes import usable_cpu_count
 
         atomic_write_text(args.json, json.dumps({
             "command": " ".join(["python", *sys.argv]), "clean_within_s": args.clean_within,
-            "load_average_after": os.getloadavg(), "usable_cores": len(os.sched_getaffinity(0)),
+            "load_average_after": os.getloadavg(), "usable_cores": usable_cpu_count(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": stored}, indent=1) + "\n")
     return 0
 

@@ -91,9 +91,10 @@ def machine() -> str:
     """Where the GNN trains: the GPU's name when the config's device: auto finds one, else the CPU's cores."""
     import torch
 
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(0)} ({os.cpu_count()} cores)"
-    return f"CPU ({os.cpu_count()} cores)"
+    from QuantumGrav.common.processes import usable_cpu_count
+
+    cores = f"{usable_cpu_count()} cores"
+    return f"{torch.cuda.get_device_name(0)} ({cores})" if torch.cuda.is_available() else f"CPU ({cores})"
 
 
 def data_kwargs(args: argparse.Namespace, n: int, dimension: int, seed: int) -> dict:

@@ -7,7 +7,6 @@ choice n of every categorical parameter, so each test knows which trial samples 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
 import signal
@@ -28,6 +27,9 @@ from QuantumGrav.studies.search_space import SearchSpace  # noqa: E402
 from QuantumGrav.studies.storage import HEARTBEAT_GRACE_S  # noqa: E402
 from QuantumGrav.runs.wandb_files import read_offline_runs  # noqa: E402
 from conftest import REPO, TINY  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import stress_teardown  # noqa: E402  (its kill helpers)
 
 HERE = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
@@ -317,13 +319,7 @@ def _wait_for_ranks_to_stop(agent: subprocess.Popen, ranks: list) -> None:
     except subprocess.TimeoutExpired:
         pass
     left = [f"{rank.pid} {' '.join(rank.cmdline())[:160]}" for rank in ranks if rank.is_running()]
-    for rank in ranks:
-        with contextlib.suppress(psutil.Error):
-            rank.send_signal(signal.SIGABRT)
-    psutil.wait_procs(ranks, timeout=10)
-    for rank in ranks:
-        with contextlib.suppress(psutil.Error):
-            rank.kill()
+    stress_teardown.print_stacks_and_kill(ranks)
     pytest.fail(f"{len(left)} rank(s) still running {RANKS_GONE_WITHIN_S} s after their torchrun was killed: "
                 f"{left}\n{agent.communicate()[1][-6000:]}")
 
