@@ -171,7 +171,9 @@ def main() -> None:
     if args.table_only:
         stored = json.loads(Path(args.json).read_text())
         stored["table"] = print_table(stored["rows"], stored["training_sets"])
-        Path(args.json).write_text(json.dumps(stored, indent=1))
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.json, stored, indent=1)
         return
     QG.setup_logging(level="WARNING")
     torch.set_num_threads(1)
@@ -183,12 +185,14 @@ def main() -> None:
         rows = run(config, args.sets)
     train_sets = round(config["data"]["num_samples"] * config["data"]["split"][0])
     table = print_table(rows, train_sets)
-    with open(args.json, "w") as out:
-        json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
-                   "machine": {"cpu": bench.cpu_model(), "cpus": os.cpu_count(), "load_average_after": os.getloadavg(),
-                               "platform": platform.platform(), "torch": torch.__version__},
-                   "training_sets": train_sets, "data": {k: config["data"][k] for k in ("n_min", "n_max", "num_samples")},
-                   "table": table, "rows": rows}, out, indent=1)
+    import study_results  # benchmarks/study_results.py: written whole or not at all
+
+    study_results.write_json(args.json, {
+        "command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+        "machine": {"cpu": bench.cpu_model(), "cpus": os.cpu_count(), "load_average_after": os.getloadavg(),
+                    "platform": platform.platform(), "torch": torch.__version__},
+        "training_sets": train_sets, "data": {k: config["data"][k] for k in ("n_min", "n_max", "num_samples")},
+        "table": table, "rows": rows}, indent=1)
     print(f"\nstored in {args.json}")
 
 

@@ -86,10 +86,12 @@ def main() -> int:
     if args.json:
         import torch
 
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
         setup = {"command": "python benchmarks/bench_bf16_cpu_memory.py " + " ".join(sys.argv[1:]),
                  "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                  "machine": platform.processor() or platform.machine(), "batch_size": 16, "epochs": args.epochs}
-        Path(args.json).write_text(json.dumps({**setup, "runs": runs}, indent=1) + "\n")
+        study_results.write_json(args.json, {**setup, "runs": runs}, indent=1)
     return 0
 
 

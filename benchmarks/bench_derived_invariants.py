@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
@@ -89,11 +88,13 @@ def main() -> None:
     rows = run(args.sizes, args.num, args.seed)
     print(markdown_table(rows, args.num))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"command": " ".join(["python", *sys.argv]), "date": datetime.datetime.now(datetime.timezone.utc)
-                       .isoformat(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-                       "num": args.num, "rows": [{"n": n, "what": what, "ms_per_set": ms} for n, what, ms in rows]},
-                      out, indent=1)
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.json, {
+            "command": " ".join(["python", *sys.argv]), "date": datetime.datetime.now(datetime.timezone.utc)
+            .isoformat(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "num": args.num, "rows": [{"n": n, "what": what, "ms_per_set": ms} for n, what, ms in rows]},
+            indent=1)
 
 
 if __name__ == "__main__":

@@ -124,11 +124,13 @@ def main() -> None:
     print(markdown_table(rows))
     print("\n" + verdict(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps({
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.json, {
             "command": " ".join(["python", *sys.argv]), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "load_average_before": load_before, "load_average_after": os.getloadavg(), "n": args.n,
             "train": args.train, "rows": [{"storage": storage, "sets": size, **m} for storage, size, m in rows]},
-            indent=1) + "\n", encoding="utf-8")
+            indent=1)
 
 
 if __name__ == "__main__":

@@ -164,7 +164,11 @@ def main() -> None:
         rows = table_step(args)  # replaces the stored rows of the same N and batch, keeps the others
         measured = {(row["n"], row["batch"]) for row in rows}
         results["step"] = [row for row in results.get("step", []) if (row["n"], row["batch"]) not in measured] + rows
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    # imported here, not at the top: the --worker processes must import the --before-src tree, and study_results
+    # puts this tree's source first on sys.path
+    import study_results  # benchmarks/study_results.py: written whole or not at all
+
+    study_results.write_json(RESULTS, results, indent=1)
 
 
 def table_step(args) -> list[dict]:

@@ -18,7 +18,6 @@ hits both. Prints a table of medians; ``--json`` stores every run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -92,7 +91,9 @@ def main() -> None:
     if args.json:
         meta = {"python": platform.python_version(), "machine": platform.machine(), "cores": os.cpu_count(),
                 "load_before": round(load, 2)}
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.json, {"meta": meta, "rows": rows}, indent=1)
         print(f"stored: {args.json}")
 
 

@@ -13,7 +13,6 @@ set), divided by N^2.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import subprocess
 import sys
@@ -62,9 +61,11 @@ def main() -> None:
         print(f"{row['n']:>8,}{row['bytes_per_pair']:>42.2f}")
     print(f"stores.limits.BYTES_PER_PAIR = {BYTES_PER_PAIR}")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "bytes_per_pair_assumed": BYTES_PER_PAIR,
-                                         "machine": platform.platform(), "python": platform.python_version()},
-                                        indent=1) + "\n")
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.json, {"rows": rows, "bytes_per_pair_assumed": BYTES_PER_PAIR,
+                                             "machine": platform.platform(), "python": platform.python_version()},
+                                 indent=1)
 
 
 if __name__ == "__main__":

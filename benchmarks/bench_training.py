@@ -39,7 +39,6 @@ as JSON (``--json``) with the command and the machine's load average.
 import argparse
 import datetime
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -500,6 +499,8 @@ def main() -> None:
                         help="compare: the hand-written loop and Lightning keep IEEE denormal floats (off, as users' "
                              "code does) or flush them as QuantumGrav does (on)")
     args = parser.parse_args()
+    import study_results  # benchmarks/study_results.py: written whole or not at all
+
     QG.setup_logging(level="WARNING")
     if "throughput" in args.tables:
         with tempfile.TemporaryDirectory() as workdir:
@@ -514,23 +515,23 @@ def main() -> None:
         stop_check_table(args.nproc, args.steps, args.step_ms)
     if "epochs" in args.tables:
         table = print_epoch_table(args.epochs, args.config)
-        with open(args.epochs_json, "w") as out:
-            json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
-                       "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                   "torch": torch.__version__}, **table}, out, indent=1)
+        study_results.write_json(args.epochs_json, {
+            "command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+            **table}, indent=1)
         print(f"stored in {args.epochs_json}\n")
     if "compare" in args.tables:
         load_before, flush = os.getloadavg(), args.contenders_flush == "on"
 
         def store(rows: list[dict]) -> None:
-            with open(args.json, "w") as out:
-                json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
-                           "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_average_before": load_before,
-                                       "load_average_now": os.getloadavg(), "platform": platform.platform(),
-                                       "torch": torch.__version__},
-                           "lightning": lightning_installed(),
-                           "flush_denormals": {"QuantumGrav": True, "hand-written DDP and Lightning": flush},
-                           "rows": rows}, out, indent=1)
+            study_results.write_json(args.json, {
+                "command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+                "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_average_before": load_before,
+                            "load_average_now": os.getloadavg(), "platform": platform.platform(),
+                            "torch": torch.__version__},
+                "lightning": lightning_installed(),
+                "flush_denormals": {"QuantumGrav": True, "hand-written DDP and Lightning": flush},
+                "rows": rows}, indent=1)
 
         print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average {load_before}")
         print(f"QuantumGrav flushes denormal floats (training.flush_denormals: true); the hand-written loop and "

@@ -17,7 +17,6 @@ the sets are independent). Peak RSS is this process's, over the whole run. Needs
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -131,10 +130,12 @@ def main() -> None:
         print(f"\nthe pool's fork server started in {fork_server_s:.1f} s (once per process, in no row)")
     print(f"peak RSS of this process {peak_mb:,.0f} MB")
     if args.json:
-        args.json.write_text(json.dumps({"command": "benchmarks/bench_zarr_store.py", "args": {
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.json, {"command": "benchmarks/bench_zarr_store.py", "args": {
             k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "machine": platform.node(),
             "load_average_at_end": list(os.getloadavg()), "peak_rss_mb": peak_mb,
-            "fork_server_s": fork_server_s, "results": results}, indent=2) + "\n")
+            "fork_server_s": fork_server_s, "results": results}, indent=2)
 
 
 if __name__ == "__main__":

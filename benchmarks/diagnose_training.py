@@ -157,9 +157,10 @@ def main() -> int:
     trainer.run_training(*loaders[:2])
     trainer.close()
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"command": " ".join(sys.argv), "threads": torch.get_num_threads(),
-                       "flush_denormals": not args.no_flush, "rows": rows}, f, indent=1)
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.json, {"command": " ".join(sys.argv), "threads": torch.get_num_threads(),
+                                             "flush_denormals": not args.no_flush, "rows": rows}, indent=1)
     return 0
 
 

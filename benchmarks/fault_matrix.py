@@ -166,13 +166,15 @@ def main() -> None:
         print(lines[-1], file=sys.stderr, flush=True)
     print("\n".join(lines))
     if args.out:
-        args.out.write_text(json.dumps({
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.out, {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "machine": {"cpus": os.cpu_count(), "load_average_before": load_before,
                         "load_average_after": os.getloadavg(), "platform": platform.platform(),
                         "torch": torch.__version__},
-            "rows": rows}, indent=1) + "\n", encoding="utf-8")
+            "rows": rows}, indent=1)
 
 
 if __name__ == "__main__":

@@ -396,13 +396,15 @@ def main() -> None:
                              "repetitions of two versions of the library can then alternate")
     parser.add_argument("--table-only", action="store_true", help="print the tables of the runs stored in --json")
     args = parser.parse_args()
+    import study_results  # benchmarks/study_results.py: written whole or not at all
+
     if args.table_only:
         stored = json.loads(Path(args.json).read_text())
         for world_size, runs in stored["runs"].items():
             for run in runs:
                 run["operators_per_step"] = differing(run["operators_per_step"])
             print_tables(int(world_size), runs)
-        Path(args.json).write_text(json.dumps(stored, indent=1))
+        study_results.write_json(args.json, stored, indent=1)
         return
     QG.setup_logging(level="WARNING")
     cpu = bench.cpu_model()
@@ -421,11 +423,11 @@ def main() -> None:
                 print(f"world size {world_size}, repetition {repetition + 1}: hand-written / QuantumGrav CPU per "
                       f"step {ratio:.4f}", file=sys.stderr, flush=True)
             print_tables(world_size, runs)
-    with open(args.json, "w") as out:
-        json.dump({"commands": commands, "date": datetime.datetime.now(datetime.UTC).isoformat(),
-                   "machine": {"cpu": cpu, "cpus": os.cpu_count(), "load_average_after": os.getloadavg(),
-                               "platform": platform.platform(), "torch": torch.__version__},
-                   "runs": found}, out, indent=1)
+    study_results.write_json(args.json, {
+        "commands": commands, "date": datetime.datetime.now(datetime.UTC).isoformat(),
+        "machine": {"cpu": cpu, "cpus": os.cpu_count(), "load_average_after": os.getloadavg(),
+                    "platform": platform.platform(), "torch": torch.__version__},
+        "runs": found}, indent=1)
     print(f"\nstored in {args.json}")
 
 

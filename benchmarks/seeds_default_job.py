@@ -136,6 +136,9 @@ def main() -> int:
     parser.add_argument("--append", action="store_true",
                         help="add to the runs of --json (another configuration) instead of replacing them")
     args = parser.parse_args()
+    import study_results  # benchmarks/study_results.py: written whole or not at all
+    from QuantumGrav.common import files  # noqa: F401  (now, not at the first write, while timed jobs run)
+
     extra = [a for item in args.set for a in ("--set", item)]
     earlier = json.loads(Path(args.json).read_text()) if args.append else {"commands": [], "runs": []}
     runs: list[dict] = []
@@ -146,10 +149,10 @@ def main() -> int:
     def store() -> None:
         every = earlier["runs"] + runs
         labels = dict.fromkeys(r["label"] for r in every)
-        Path(args.json).write_text(json.dumps({
+        study_results.write_json(args.json, {
             "commands": earlier["commands"] + [command],
             "summary": {label: summarise([r for r in every if r["label"] == label]) for label in labels},
-            "runs": every}, indent=1))
+            "runs": every}, indent=1)
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -168,6 +168,9 @@ def generate(root: str, samples: int, seed: int, edges: str) -> None:
 
 def launch_all(args) -> list[dict]:
     """Every (candidate, seed) job as a subprocess, ``--workers`` at a time; results as they finish."""
+    import study_results  # benchmarks/study_results.py: written whole or not at all
+    from QuantumGrav.common import files  # noqa: F401  (now, not at the first write, while timed jobs run)
+
     edge_kinds = sorted({CANDIDATES[c][1].get("data.edges", "links") for c in args.candidates})
     with ProcessPoolExecutor(args.workers) as pool:  # generate once, before the jobs (which would all generate)
         list(pool.map(partial(generate, args.data_root, args.samples),
@@ -195,7 +198,7 @@ def launch_all(args) -> list[dict]:
                 results.append(json.loads(output[-1]))
                 print(f"done: {results[-1]['candidate']} seed {results[-1]['seed']}", file=sys.stderr, flush=True)
                 if args.out:
-                    Path(args.out).write_text(json.dumps(results, indent=1))
+                    study_results.write_json(args.out, results, indent=1)
             else:
                 print(f"job failed: {process.args}", file=sys.stderr)
     return results

@@ -25,8 +25,17 @@ def load(path: str | Path | None) -> tuple[Path | None, dict]:
     return path, json.loads(path.read_text()) if path and path.exists() else {"runs": []}
 
 
+def write_json(path: str | Path, data: object, **dumps_kwargs) -> None:
+    """``json.dumps(data, **dumps_kwargs)`` and a newline written to ``path`` whole or not at all (a temporary file in the
+    same folder, renamed over ``path``): a run killed mid-write leaves the previous file, never half of one, for
+    the next ``--results`` or ``--append`` to read. The results file of every script in benchmarks/. Its first call
+    imports QuantumGrav (and torch): a script that writes while other processes are timed imports
+    ``QuantumGrav.common.files`` before it starts them."""
+    from QuantumGrav.common.files import atomic_write_text
+
+    atomic_write_text(Path(path), json.dumps(data, **dumps_kwargs) + "\n")
+
+
 def save(path: Path | None, results: dict) -> None:
     if path is not None:
-        from QuantumGrav.common.files import atomic_write_text
-
-        atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+        write_json(path, results, indent=1)

@@ -24,7 +24,6 @@ over the seeds). ``--out`` writes every number as JSON. A benchmark, not a test.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -140,8 +139,10 @@ def main(argv=None) -> int:
     descriptions = {name: description for name, (description, _) in found.items()}
     print_table(rows, descriptions, args.seeds)
     if args.out:
-        Path(args.out).write_text(json.dumps({"arguments": vars(args), "candidates": descriptions, "runs": rows},
-                                             indent=2) + "\n")
+        import study_results  # benchmarks/study_results.py: written whole or not at all
+
+        study_results.write_json(args.out, {"arguments": vars(args), "candidates": descriptions, "runs": rows},
+                                 indent=2)
     return 0
 
 
