@@ -212,11 +212,15 @@ def wait_for(condition, limit_s: float, alive) -> bool:
     return False
 
 
-def wait_until_gone(processes: list, described: list[str], within_s: float, started: float) -> KillOutcome:
-    """Poll until every process is gone (psutil: a zombie whose parent died is reaped by init). ``described`` is
-    what they were (:func:`_describe`), read before the kill: a process that stops at once can no longer say."""
+def kill_and_wait_until_gone(processes: list, kill, within_s: float) -> KillOutcome:
+    """``kill()``, then poll until every one of ``processes`` is gone (psutil: a zombie whose parent died is reaped
+    by init). What each was (:func:`_describe`) is read before the kill: a process that stops at once can no
+    longer say."""
     import psutil
 
+    described = [_describe(process) for process in processes]
+    started = time.monotonic()
+    kill()
     _, alive = psutil.wait_procs(processes, timeout=within_s)
     return KillOutcome([_describe(process) for process in alive], time.monotonic() - started, started=described)
 
@@ -261,11 +265,7 @@ def kill_script(folder: Path, config_path: Path, world_size: int, overrides: dic
         if not started:
             return KillOutcome(["the job never got where it was to be killed"], 0.0, log.read_text())
         started_by_it = psutil.Process(process.pid).children(recursive=True)
-        described = [_describe(child) for child in started_by_it]
-        started = time.monotonic()
-        process.kill()
-        process.wait()
-        outcome = wait_until_gone(started_by_it, described, within_s, started)
+        outcome = kill_and_wait_until_gone(started_by_it, lambda: (process.kill(), process.wait()), within_s)
     finally:
         if process.poll() is None:
             process.kill()
@@ -296,13 +296,8 @@ def kill_kernel(folder: Path, config_path: Path, world_size: int, overrides: dic
         if not trained:
             return KillOutcome(["the job never started training"], 0.0, "".join(messages))
         started_by_it = kernel.children(recursive=True)
-        described = [_describe(child) for child in started_by_it]
-        started = time.monotonic()
-        if how == "restart":
-            manager.restart_kernel(now=True)
-        else:
-            kernel.kill()
-        outcome = wait_until_gone(started_by_it, described, within_s, started)
+        kill = (lambda: manager.restart_kernel(now=True)) if how == "restart" else kernel.kill
+        outcome = kill_and_wait_until_gone(started_by_it, kill, within_s)
         if how == "restart" and not manager.is_alive():
             outcome.left.append("the restarted kernel is not running")
     finally:
@@ -355,12 +350,10 @@ def kill_torchrun_tune(folder: Path, study_config: Path, world_size: int, overri
         if not alive():
             return KillOutcome([f"torchrun ended before the kill (exit {agent.returncode})"], 0.0, log.read_text())
         ranks = psutil.Process(agent.pid).children(recursive=True)
-        described = [_describe(rank) for rank in ranks]  # before the kill: a rank may be gone before the next read
-        started = time.monotonic()
-        os.killpg(agent.pid, signal.SIGKILL)
-        agent.wait()
-        outcome = wait_until_gone(ranks, described, within_s, started)
-        outcome.killed_at_s = started - begun
+        killed_at_s = time.monotonic() - begun
+        outcome = kill_and_wait_until_gone(ranks, lambda: (os.killpg(agent.pid, signal.SIGKILL), agent.wait()),
+                                           within_s)
+        outcome.killed_at_s = killed_at_s
         print_stacks_and_kill(ranks)  # what is left
     finally:
         if agent.poll() is None:
