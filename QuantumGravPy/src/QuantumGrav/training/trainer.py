@@ -28,6 +28,7 @@ from ..distributed.environment import resolve_device
 from ..distributed.preemption import sigterm_requests_a_stop
 from ..distributed.runtime import Runtime, names_stalled_ranks
 from ..common.errors import Preempted
+from ..common.files import shown_path
 from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
 from ..common.logging_utils import close_run_log, get_logger
@@ -330,7 +331,7 @@ class Trainer:
         self.state.history.append(record)
         decision = self.runtime.decide(votes)  # one all-gather of every rank's votes: all stop here, or none
         if decision.resumable:  # an interruption at the epoch's end: its checkpoint is written
-            raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in {self.run_dir}; "
+            raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in {shown_path(self.run_dir)}; "
                             "the same job started again (a requeue) continues from there")
         return decision
 
