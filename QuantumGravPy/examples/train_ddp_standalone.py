@@ -34,6 +34,7 @@ import torch.multiprocessing as mp
 import QuantumGrav as QG
 from QuantumGrav.common.errors import Preempted  # every rank checkpointed on SIGTERM and stopped
 from QuantumGrav.distributed.lifeline import stop_when_the_agent_dies
+from QuantumGrav.jobs.entry import remove_unfinished_run  # bad input leaves no half-made run directory
 from QuantumGrav.runs.records import summarise_run  # the one-screen summary `make train` prints
 from QuantumGrav.train_ddp import TrainerDDP, cleanup_ddp, initialize_ddp
 
@@ -155,6 +156,8 @@ def train_one_rank(rank: int, world_size: int | None, config, master_port: int |
         return EXIT_PREEMPTED
     except QG.UserError as err:  # bad config, data or environment: one line, no traceback
         log.error(f"error: {err}")
+        if rank == 0 and trainer is not None:
+            remove_unfinished_run(trainer.run_dir)  # unless it has a checkpoint: a resumed run is kept
         return EXIT_BAD_INPUT
     except Exception as err:  # a bug: its traceback, tagged with the rank; the launcher stops the other ranks
         log.error(f"this rank failed: {type(err).__name__}: {err}", exc_info=True)

@@ -15,8 +15,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,30 @@ def test_python_with_nproc_2_spawns_the_processes_itself(repository, tmp_path_fa
     assert set(stops) == {0, 1} and len(set(stops.values())) == 1
     assert the_run(repository)["world_size"] == 2
     assert list(elsewhere.iterdir()) == []
+
+
+def test_sigterm_to_the_spawning_script_checkpoints_every_rank_and_exits_143(repository):
+    """A scheduler's notice to `python ... --nproc 2`: the script passes SIGTERM on to its ranks, which checkpoint
+    at the same step and stop; the script exits with 143, as the command line does, and nothing is left running."""
+    command = [sys.executable, str(SCRIPT), "--nproc", "2", "--set", "training.num_epochs=10000",
+               "--set", "early_stopping.enabled=false", "--set", "training.run_name=preempted"]
+    env = {**os.environ, "PYTHONPATH": LIBRARY, "QUANTUMGRAV_SMOKE_TEST": "1", "OMP_NUM_THREADS": "1"}
+    job = subprocess.Popen(command, cwd=repository, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = repository / "runs" / "preempted" / "metrics.csv"
+    try:
+        deadline = time.monotonic() + 240
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) > 2):  # two epochs trained
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+            time.sleep(0.2)
+        job.send_signal(signal.SIGTERM)
+        out, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 143, err[-3000:]
+    stopped = re.findall(r"\[RANK (\d)\] .*stopped: stopped on SIGTERM after checkpointing epoch (\d+) \(batch (\d+)\)", err)
+    assert sorted(rank for rank, _, _ in stopped) == ["0", "1"], err[-3000:]
+    assert len({(epoch, batch) for _, epoch, batch in stopped}) == 1, "every rank stopped at the same step"
+    assert (repository / "runs" / "preempted" / "checkpoints" / "last.pt").is_file()
 
 
 def load_script(repository: Path):
