@@ -139,9 +139,9 @@ def test_a_links_only_store_trains_end_to_end(cli_in_process, tmp_path, monkeypa
                       links_only=True)
     done = cli_in_process(
         "train", "--config", str(REPO / "configs" / "train_quantumgrav_jl.yaml"), "--set", f"data.kwargs.path={folder}",
-        "--set", f"training.path={tmp_path / 'runs'}", "--set", "training.num_epochs=2", "--set", "training.num_workers=0",
-        "--set", "training.device=cpu", "--set", "training.figures=false", "--set", "training.preflight=false",
-        cwd=tmp_path)
+        "--set", f"training.path={tmp_path / 'runs'}", "--set", "training.num_epochs=2", "--set",
+        "training.num_workers=0", "--set", "training.device=cpu", "--set", "training.figures=false", "--set",
+        "training.preflight=false", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert [r.levelname for r in caplog.records if LINKS_LINE in r.getMessage()] == ["WARNING"]
     runs = [run for run in (tmp_path / "runs").iterdir() if run.is_dir()]
@@ -232,9 +232,10 @@ def test_a_later_set_that_disagrees_is_refused_when_read(tmp_path):
     write_julia_group(zarr.open_group(str(store), mode="a"), 3, sprinklings(1)[0], 5, True)  # 5: grid
     dataset = QuantumGravJLDataset(store)
     dataset[1]
+    # 5 is destroyed in encode_csettype: neither numbering agrees with the name
     with pytest.raises(QG.UserError, match=r"group cset_3: cset_type code 5 is grid in .*, but the store's name says "
-                                           r"polynomial; if the store's name does not name the kind of its sets, rename "
-                                           r"it$"):  # 5 is destroyed in encode_csettype: neither agrees
+                                           r"polynomial; if the store's name does not name the kind of its sets, "
+                                           r"rename it$"):
         dataset[2]
 
 

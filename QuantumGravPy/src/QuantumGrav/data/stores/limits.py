@@ -2,8 +2,8 @@
 
 A store is input like any other: a group whose ``adj`` declares 200,000 x 200,000 elements is a tiny folder (its
 chunks need never be written), yet reading it allocates 37 GiB and its features hours of products. So the shape each
-group's ``adj`` (or ``linkmat``) *declares* (its metadata file: ``.zarray`` in Zarr format 2, ``zarr.json`` in format 3) is read
-first, for every group, and checked against two limits before any chunk is read, any cache folder made or any run
+group's ``adj`` (or ``linkmat``) *declares* (its metadata file: ``.zarray`` in Zarr format 2, ``zarr.json`` in
+format 3) is read first, for every group, and checked against two limits before any chunk is read, any cache folder made or any run
 folder written:
 
 * ``max_elements``: the most elements a set may have (``data.kwargs.max_elements``);
@@ -74,8 +74,9 @@ def usable_memory() -> int:
 
 
 def checked_size(store: Path, group: str, max_elements: int, memory: int) -> tuple[str, int]:
-    """The group's relation array (``adj`` or ``linkmat``) and N of its set, from the shape the array declares: one UserError naming store, group and shape if it is
-    not a non-empty square, has more than ``max_elements`` elements or needs more than ``memory`` bytes to read."""
+    """The group's relation array (``adj`` or ``linkmat``) and N of its set, from the shape the array declares: one
+    UserError naming store, group and shape if it is not a non-empty square, has more than ``max_elements`` elements
+    or needs more than ``memory`` bytes to read."""
     array, shape = declared_shape(store, group)
     if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
         raise store_error(store, group, f"'{array}' declares the shape {shape}; expected a non-empty square N x N "
