@@ -305,7 +305,7 @@ class Trainer:
             reason = self.runtime.decide(self._interrupt_votes).reason  # every rank learns why, once
             logger.warning(f"{reason}: checkpointed epoch {epoch} after {completed_batches} batches; stopping")
             raise Preempted(f"{reason} after checkpointing epoch {epoch} (batch {completed_batches}) in "
-                            f"{self.run_dir}; the same job started again (a requeue) continues from there")
+                            f"{shown_path(self.run_dir)}; the same job started again (a requeue) continues from there")
 
     def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
         """Exact metrics of the current model on ``loader`` (``evaluation.evaluator``); None on ranks > 0 in rank0 mode."""
@@ -331,8 +331,8 @@ class Trainer:
         self.state.history.append(record)
         decision = self.runtime.decide(votes)  # one all-gather of every rank's votes: all stop here, or none
         if decision.resumable:  # an interruption at the epoch's end: its checkpoint is written
-            raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in {shown_path(self.run_dir)}; "
-                            "the same job started again (a requeue) continues from there")
+            raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in "
+                            f"{shown_path(self.run_dir)}; the same job started again (a requeue) continues from there")
         return decision
 
     # ------------------------------------------------------------------ test and teardown
