@@ -59,12 +59,14 @@ def _damaged(content: bytes, damage: str) -> bytes:
     flip = {"magic": 0, "header_byte": header_end - 5, "data_byte": len(content) - 1}.get(damage)
     if flip is not None:
         return content[:flip] + bytes([content[flip] ^ 0x10]) + content[flip + 1:]
+    if damage == "header_length":  # the magic intact, the header's length exabytes
+        return content[:8] + (2**62).to_bytes(8, "little") + content[16:]
     return {"empty": b"", "truncated": content[:-3], "appended": content + b"\0", "preamble_only":
             content[:shards._PREAMBLE.size]}[damage]
 
 
-@pytest.mark.parametrize("damage", ["empty", "magic", "header_byte", "preamble_only", "truncated", "appended",
-                                    "data_byte"])
+@pytest.mark.parametrize("damage", ["empty", "magic", "header_length", "header_byte", "preamble_only", "truncated",
+                                    "appended", "data_byte"])
 def test_every_damage_is_caught_and_the_shard_made_again_with_one_warning(tmp_path, caplog, damage):
     sets, fields = some_sets()
     path = tmp_path / "a.shard"

@@ -105,6 +105,9 @@ class Shard:
         if len(preamble) < _PREAMBLE.size or preamble[:8] != MAGIC:
             raise DamagedShard(f"not a shard of format {FORMAT_VERSION} (it starts with {preamble[:8]!r})")
         _, header_bytes, header_crc = _PREAMBLE.unpack(preamble)
+        length = os.fstat(self._file.fileno()).st_size
+        if header_bytes > length - _PREAMBLE.size:  # checked before the read: a damaged length may say exabytes
+            raise DamagedShard(f"it has {length:,} bytes, fewer than its header's length says")
         header = self._file.read(header_bytes)
         if len(header) != header_bytes or zlib.crc32(header) != header_crc:
             raise DamagedShard("its header is shorter than its length says or fails its checksum")
@@ -121,7 +124,7 @@ class Shard:
                           for shapes in self._shapes], dtype=np.int64).reshape(len(self._shapes), len(arrays))
         self._sizes, per_set = sizes, sizes.sum(axis=1)
         self._starts = _PREAMBLE.size + header_bytes + np.cumsum(per_set) - per_set
-        length, expected = os.fstat(self._file.fileno()).st_size, _PREAMBLE.size + header_bytes + int(per_set.sum())
+        expected = _PREAMBLE.size + header_bytes + int(per_set.sum())
         if len(self._crc32) != len(self._shapes) or length != expected:
             raise DamagedShard(f"it has {length:,} bytes where its header says {expected:,}")
 
