@@ -250,12 +250,13 @@ class CausalSetDataset(InMemoryDataset):
         self._reader: data_shards.BlockReader | None = None
         super().__init__(str(root), transform=transform, log=log)
         directory = Path(self.processed_dir)
+        make_block = functools.partial(remake_block, str(directory), self._params)  # picklable: loader workers
         if not data_shards.is_complete(directory):
-            self.generated_sets = self._generate_and_cache(directory, generation_workers(workers, self._params))
+            self.generated_sets = self._generate_and_cache(directory, generation_workers(workers, self._params),
+                                                           make_block)
         else:
             self.generated_sets = 0  # how many sets this construction generated (the rest were cached)
-        self._reader = data_shards.BlockReader(directory, functools.partial(remake_block, str(directory),
-                                                                            self._params))
+        self._reader = data_shards.BlockReader(directory, make_block)
         if storage == "memory":
             self._data, self.slices = self.collate([self._read(i) for i in range(len(self._reader))])
             self._reader = None
@@ -337,7 +338,7 @@ class CausalSetDataset(InMemoryDataset):
         return len(self.class_names)
 
     # ------------------------------------------------------------------ generation
-    def _generate_and_cache(self, directory: Path, workers: int) -> int:
+    def _generate_and_cache(self, directory: Path, workers: int, make_block: Callable[[int], None]) -> int:
         params = self._params
         if self.log:
             print(f"Generating {params['num_samples']} causal sets into {directory} ({workers} processes)",
@@ -348,7 +349,7 @@ class CausalSetDataset(InMemoryDataset):
                     "block_size": causal_sets.GENERATION_BLOCK_SIZE, "num_blocks": len(blocks),
                     "num_sets": params["num_samples"], "node_features": list(NODE_FEATURES),
                     "invariants": list(INVARIANT_NAMES)}
-        data_shards.finalise(directory, len(blocks), manifest, functools.partial(remake_block, str(directory), params))
+        data_shards.finalise(directory, len(blocks), manifest, make_block)
         return generated
 
 
