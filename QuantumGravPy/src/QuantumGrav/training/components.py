@@ -65,7 +65,7 @@ def training_range(data: loaders.RunData, sections: ConfigSections, sizes: dict[
     counts, rows = known_counts_and_invariants(data.dataset, indices, sizes["train"] if sizes is not None else None,
                                                reads_invariants)
     if counts is None or (reads_invariants and rows is None):  # read: each rank its share, gathered on every rank
-        local = counts_and_invariants([data.dataset[i] for i in indices[runtime.rank::runtime.world_size]],
+        local = counts_and_invariants((data.dataset[i] for i in indices[runtime.rank::runtime.world_size]),
                                       reads_invariants)
         parts = runtime.broadcast_from_main(runtime.gather_to_main(local))
         counts, rows = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
