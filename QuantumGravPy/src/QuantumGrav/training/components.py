@@ -30,6 +30,7 @@ from ..runs.artifacts import run_provenance
 from ..runs.checkpoint_files import RunLock
 from ..runs.resume import open_run_dir
 from . import loaders
+from .compilation import check_compile_backend
 from .denormals import flush_denormals
 from .model_builder import build_configured_model, check_model_forward
 from .optimization import Optimization, batches_per_epoch
@@ -41,6 +42,8 @@ def prepare_device(loop: LoopSection, device: torch.device) -> None:
     """Refuse what this device cannot run, and flush denormal floats on a CPU."""
     if loop.flush_denormals and device.type == "cpu":
         flush_denormals()  # before any parallel op of the run: its threads start with the flag
+    if loop.compile:
+        check_compile_backend(device)
     if loop.amp == "fp16" and device.type != "cuda":
         raise ConfigError("training.amp: fp16 needs a CUDA device (its gradient scaler is CUDA-only); "
                           "use amp: bf16 on CPU, or amp: off")

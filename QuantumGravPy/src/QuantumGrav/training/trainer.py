@@ -35,6 +35,7 @@ from ..runs.records import write_resolved_config
 from ..runs.resume import find_run_to_continue, job_token
 from . import components, loaders
 from .batch_norm import recompute_batch_norm_statistics
+from .compilation import CompileTime, compiled_for_training
 from .memory import MemoryMonitor
 from .optimization import check_unused_parameters
 from .progress import Progress
@@ -121,7 +122,7 @@ class Trainer:
         self.training_range = components.training_range(data, s, self.sizes, self.runtime)
         self.memory_estimate = components.preflight(self.core_model, data, self.sizes, self.train_batches, s,
                                                     self.runtime)
-        self.model = self._wrap_model(self.core_model)
+        self.model = self._wrap_model(compiled_for_training(self.core_model, s.loop.compile))  # training steps only
         self.optimization = components.build_optimization(self.core_model, s, self.runtime, len(data.split["train"]),
                                                           self.train_batches)
         self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
@@ -207,6 +208,7 @@ class Trainer:
         self.callbacks.call("on_fit_start", self.state)
         loop = self.sections.loop
         decision, self._interrupt_votes = Decision(reason=f"completed {loop.num_epochs} epochs"), []
+        compile_time = CompileTime(loop.compile)
         with sigterm_requests_a_stop() as self._sigterm, \
                 self.runtime.step_votes(self.sections.parallel.timeout_s) as self._step_votes:
             for epoch in range(self.start_epoch, loop.num_epochs):
@@ -218,6 +220,7 @@ class Trainer:
                                                     lambda: self.optimization.autocast(self.device.type),
                                                     self.sections.loaders.validation.recompute_batch_norm_sets)
                 record = self._epoch_record(epoch, train, self.evaluate(val_loader), time.perf_counter() - started)
+                compile_time.report(time.perf_counter() - started)
                 voted = self._end_epoch(record)
                 if voted.stop:  # the same on every rank: the votes of every rank were gathered
                     decision = voted
