@@ -11,7 +11,8 @@ from torch_geometric.nn import TransformerConv
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.models.gnn import BidirectionalConv
-from QuantumGrav.models.sparse_attention import Adjacency, ProductCounter, SparseTransformerConv
+from QuantumGrav.models.product_counter import ProductCounter
+from QuantumGrav.models.sparse_attention import Adjacency, SparseTransformerConv
 from QuantumGrav.training.model_builder import build_model
 
 NUM_FEATURES = len(cs.NODE_FEATURES)
