@@ -49,11 +49,13 @@ def worker(spec: dict) -> None:
               callbacks=[EpochClock(spec["clock"])])
 
 
-def train(src: Path, nproc: int, epochs: int, samples: int, workdir: Path, name: str, compiled: bool) -> dict:
+def train(src: Path, nproc: int, epochs: int, samples: int, workdir: Path, name: str, compiled: bool,
+          threads: int | None = None) -> dict:
     clock = workdir / f"{name}.jsonl"
     spec = {"nproc": nproc, "epochs": epochs, "samples": samples, "data": str(workdir / "data"), "runs": str(workdir / "runs"),
             "name": name, "compiled": compiled, "clock": str(clock)}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(Path(__file__).resolve().parent)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(Path(__file__).resolve().parent)]),
+           **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     load_before = os.getloadavg()
     done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True,
                           text=True, cwd=REPO)
@@ -77,6 +79,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples", type=int, default=2000,
                         help="causal sets generated (the default job's 2,000; fewer: the same steps, fewer per epoch)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS of a one-process run (default: torch's, all cores; DDP ranks: the "
+                             "launcher's share)")
     parser.add_argument("--compiled", action="store_true", help="also this tree with training.compile: true")
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -93,7 +98,7 @@ def main() -> None:
     contenders = [("before", args.before_src, False), ("after", THIS_SRC, False)]
     if args.compiled:
         contenders.append(("after, compiled", THIS_SRC, True))
-    results = {"command": " ".join(sys.argv), "cpu": cpu_model(), "cpus": os.cpu_count(),
+    results = {"command": " ".join(sys.argv), "threads": args.threads, "cpu": cpu_model(), "cpus": os.cpu_count(),
                "trees": {"before": str(args.before_src), "after": str(THIS_SRC)},
                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "runs": []}
     with tempfile.TemporaryDirectory(prefix="bench_epoch_") as folder:
@@ -104,7 +109,7 @@ def main() -> None:
                 for label, src, compiled in contenders[shift:] + contenders[:shift]:
                     name = f"{label.replace(', ', '_')}_{nproc}_{repetition}"
                     run = {"contender": label, "nproc": nproc, "repetition": repetition,
-                           **train(src, nproc, args.epochs, args.samples, workdir, name, compiled)}
+                           **train(src, nproc, args.epochs, args.samples, workdir, name, compiled, args.threads)}
                     results["runs"].append(run)
                     print(f"repetition {repetition + 1}, {nproc} process(es), {label}: epoch {run['steady_epoch_s']:.1f}"
                           f" s, {run['steady_epoch_cpu_s']:.1f} CPU s of rank 0 (first {run['epoch_s'][0]:.1f} s), "
