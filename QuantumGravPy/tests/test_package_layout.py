@@ -99,6 +99,14 @@ def test_config_is_the_ground_floor_and_models_know_no_config():
     assert not {f for f in imports_of("models") if not f.startswith("models/")}, "models/ imports only torch and PyG"
 
 
+def test_the_analyses_stand_above_the_training_path():
+    """What a study asks of a run (QuantumGrav.analyses) is imported by no layer below the jobs: a run names the
+    analyses it switches on (a task's rivals, a config's callbacks) and loads them by that name (issue 62)."""
+    below = [f"{imp.source}:{imp.line} -> {imp.target}" for imp in GRAPH.imports if imp.target.startswith("analyses/")
+             and "/" in imp.source and imp.source.split("/")[0] not in ("analyses", "jobs", "studies")]
+    assert not below, f"imports of the analyses from below them: {below}"
+
+
 def test_the_data_layer_knows_no_processes_runs_or_models():
     above = {f for f in imports_of("data") if f.split("/")[0] in ("distributed", "runs", "models", "training")}
     assert not above, f"data/ imports {sorted(above)}: hand it what it needs (rank, world size, settings)"

@@ -9,10 +9,10 @@ from typing import Any
 
 from ..data.sources import data_notes
 from ..evaluation.baselines import describe_baselines
-from ..evaluation.destroyed_sets import describe_curves
 from ..evaluation.undefined import describe_undefined, undefined_metrics
 from ..common.logging_utils import get_logger
 from ..runs.artifacts import MetricsCSV, write_json
+from ..runs.records import describe_curves
 from .base import Callback, Decision
 from .early_stopping import EarlyStopping
 from .state import RunState

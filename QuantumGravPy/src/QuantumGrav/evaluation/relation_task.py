@@ -41,6 +41,7 @@ class RelationBinaryTask(RowBinaryTask):
 
     type = "relation_binary"
     level = "pair"
+    rivals = ("QuantumGrav.analyses.relation_rival.RelationRival",)
     num_totals = len(RELATION_TOTALS)
     unit, min_rows = "pair", 1
 

@@ -20,6 +20,10 @@ class Task(ABC):
     # What one output and one y are about: a causal set ("graph"), an element ("node") or a candidate pair of
     # elements ("pair"); below graph level batch_totals needs each output's graph (``levels.OutputLevel.row_graphs``).
     level = "graph"
+    # What the run fits and scores beside the model (with testing.baselines) and what it analyses after the test,
+    # each a callback named by its path, loaded only when the run switches it on (training.components).
+    rivals: tuple[str, ...] = ("QuantumGrav.callbacks.results.Baselines",)
+    analyses: tuple[str, ...] = ()
 
     def __init__(self, output_width: int, class_names: Sequence[str] = ()):
         self.output_width = output_width

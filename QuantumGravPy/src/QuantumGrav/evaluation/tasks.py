@@ -341,6 +341,8 @@ class NodeBinaryTask(RowBinaryTask):
 
     type = "node_binary"
     level = "node"
+    rivals = ("QuantumGrav.analyses.node_rival.NodeRival",)
+    analyses = ("QuantumGrav.analyses.figures.InsertedBlockFigure",)
     num_totals = len(NODE_TOTALS)
     unit, min_rows = "element", 2
 

@@ -36,7 +36,6 @@ from ..distributed.runtime import Runtime
 from ..common.errors import ConfigError, UserError
 from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
-from ..evaluation.kinds import kind_breakdown
 from ..evaluation.predictions import Predictions, write_predictions
 from ..runs.artifacts import CHECKPOINT_DIR
 from ..runs.checkpoint_files import load_best_checkpoint
@@ -244,9 +243,12 @@ class AppliedRun:
 
     def _by_defect_size(self, applied: AppliedData, predictions: Predictions) -> dict[str, Any]:
         """For a classifier on sets that describe their defect (``KindsDataset``'s): the recall against each
-        defect's size and the smallest defect recognised at 90 % recall (``evaluation.kinds``); else nothing."""
+        defect's size and the smallest defect recognised at 90 % recall (``analyses.kind_breakdown``); else nothing."""
         if not isinstance(self.task, tasks.ClassificationTask) or not hasattr(applied.dataset, "describe"):
             return {}
+        # An analysis: loaded here, for data that describe their sets, so that no other job loads it.
+        from ..analyses.kind_breakdown import kind_breakdown
+
         correct = self.task.predict(predictions.outputs) == predictions.targets.view(-1).long()
         descriptions = [applied.dataset.describe(index) for index in predictions.sets]
         return {"by_defect_size": kind_breakdown(descriptions, {"model": correct.numpy()})["by_defect_size"]}

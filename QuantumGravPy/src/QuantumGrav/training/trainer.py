@@ -131,6 +131,7 @@ class Trainer:
                                    lambda: self.optimization.autocast(self.device.type))
         self.early_stopping = EarlyStopping.from_section(s.early_stopping)
         from_config = configured_callbacks(self.config["callbacks"])  # built here: constructors may refuse kwargs
+        declared = components.declared_analyses(s, self.task, data.dataset)
         # Only now, with data, model and optimizer built, is there a run to write: bad input found above leaves
         # nothing on disk.
         self.run_dir, self._run_lock = components.open_run(s.checkpoint, self.runtime, self.job_token, continued)
@@ -139,8 +140,8 @@ class Trainer:
         self.state = components.run_state(self.config, self.runtime, self.run_dir, self.core_model,
                                           self.optimization, data, self.training_range)
         self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
-        self.callbacks = CallbackList(components.run_callbacks(s, self.task, self.run_dir, self.early_stopping,
-                                                               self.checkpointing, [*from_config, *callbacks]),
+        self.callbacks = CallbackList(components.run_callbacks(s, self.run_dir, self.early_stopping, self.checkpointing,
+                                                               declared, [*from_config, *callbacks]),
                                       self.runtime.is_main)
         self._checked_unused_parameters = False
         self.resume_point = restore(self.state, self.optimization, self.callbacks, resume_state) \
