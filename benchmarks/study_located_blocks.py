@@ -127,7 +127,7 @@ def natural_order(name: str) -> list:
 
 def pooled(runs: list[dict]) -> dict:
     """Per group and marker: the metrics of the totals summed over seeds (sums and counts, then divided)."""
-    from QuantumGrav.evaluation.tasks import NodeBinaryTask
+    from QuantumGrav.tasks.node import NodeBinaryTask
     from QuantumGrav.analyses.node_rival import totals_metrics
 
     task = NodeBinaryTask()

@@ -151,7 +151,7 @@ def ceiling(test: list, sizes: list, repairs: list) -> dict:
     (``cheaper_explanation``: no method that takes the simplest explanation locates all their changes) or as few and
     marks other pairs (``other_equal_explanation``), the changed pairs, those that are edges of a violating cycle
     (their ends share a violating part), and those with both ends on a violation."""
-    from QuantumGrav.data.relation_targets import candidate_pairs
+    from QuantumGrav.tasks.levels import candidate_pairs
     from QuantumGrav.analyses.dimension_repair import explanation_cost
     from QuantumGrav.analyses.relation_rival import PAIR_FEATURES, pair_features, relation_of
 
@@ -187,16 +187,15 @@ def tuned_threshold(run_dir: Path, work: str) -> dict:
     sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
     import QuantumGrav as QG
     from QuantumGrav.analyses.relation_rival import by_changed_relations
-    from QuantumGrav.evaluation.levels import level_of
     from QuantumGrav.analyses.node_rival import best_threshold
-    from QuantumGrav.evaluation.relation_task import RelationBinaryTask
+    from QuantumGrav.tasks.relation import RelationBinaryTask
 
     config = QG.load_config(run_dir / "config.yaml", {"training.path": f"{work}/threshold_runs",
                                                       "training.num_epochs": 1, "training.figures": False})
     trainer = QG.Trainer(config)
     trainer.core_model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
     _, val_loader, test_loader = trainer.prepare_dataloaders()
-    level = level_of(trainer.task)
+    level = trainer.task.level
 
     def scored(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:  # (probabilities, labels) per set
         found = []

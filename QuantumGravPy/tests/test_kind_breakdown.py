@@ -6,7 +6,9 @@ import pytest
 
 from QuantumGrav.analyses.kind_breakdown import defect_size, detection_threshold, kind_breakdown, recall_by_defect_size
 from QuantumGrav.evaluation.kinds import BELOW_SMALLEST, NOT_REACHED, describe_threshold, recall_by_kind, wilson_interval
-from QuantumGrav.evaluation.tasks import BinaryTask, MulticlassTask, f1_scores
+from QuantumGrav.tasks.binary import BinaryTask
+from QuantumGrav.tasks.classification import f1_scores
+from QuantumGrav.tasks.multiclass import MulticlassTask
 
 
 def bins_of(*recalls: float) -> list[dict]:

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..callbacks.state import RunState
-from ..evaluation.tasks import ClassificationTask
+from ..tasks.classification import ClassificationTask
 from ..runs.records import MODEL_LABELS
 from .base import Analysis
 from .figures import plot_destroyed_by_flip_fraction

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..data.order_dimension import conjugate_order, two_dimension_violation_parts
 from ..data.orders import transitive_reduction
-from ..data.relation_targets import candidate_pairs
+from ..tasks.levels import candidate_pairs
 
 # The search's bound per set (see the module's docstring): sweeps over both orders.
 MAX_SWEEPS = 50
@@ -259,6 +259,6 @@ def predict_repair(item: Any) -> np.ndarray:
 
 
 def pair_marks(found: Repair) -> np.ndarray:
-    """A repair's changed pairs in the order of the candidate pairs (``data.relation_targets.candidate_pairs``)."""
+    """A repair's changed pairs in the order of the candidate pairs (``tasks.levels.candidate_pairs``)."""
     first, second = candidate_pairs(len(found.changed)).numpy()
     return found.changed[first, second]

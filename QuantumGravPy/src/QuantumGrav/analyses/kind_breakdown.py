@@ -26,7 +26,7 @@ import numpy as np
 from ..callbacks.state import RunState
 from ..evaluation.kinds import BELOW_SMALLEST, CROSSING, NOT_REACHED, recall_by_kind, share_with_interval
 from ..runs.records import MODEL_LABELS
-from ..evaluation.tasks import ClassificationTask
+from ..tasks.classification import ClassificationTask
 from .base import Analysis
 from .figures import plot_recall_by_kind
 

@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from ..callbacks.state import RunState
 from ..data.causal_sets import NODE_FEATURES
-from ..evaluation.tasks import NodeBinaryTask
+from ..tasks.node import NodeBinaryTask
 from .base import Analysis
 
 # Scores built from the node features beside the features themselves: links at the element (in and out), and the

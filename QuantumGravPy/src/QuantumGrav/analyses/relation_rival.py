@@ -42,8 +42,8 @@ from threadpoolctl import threadpool_limits
 
 from ..callbacks.state import RunState
 from ..data.orders import _one_torch_thread
-from ..data.relation_targets import candidate_pairs, pair_graph_index
-from ..evaluation.relation_task import RelationBinaryTask
+from ..tasks.levels import candidate_pairs, pair_graph_index
+from ..tasks.relation import RelationBinaryTask
 from . import dimension_repair
 from .base import Analysis
 from .dimension_repair import relation_of, violation_features

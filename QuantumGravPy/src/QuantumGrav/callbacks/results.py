@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from ..evaluation.baselines import flatten_baselines, predict_baselines, score_baselines
 from ..evaluation.figures import FIGURE_DIR, plot_confusion_matrix, plot_predictions, plot_training_curves
-from ..evaluation.tasks import ClassificationTask
+from ..tasks.classification import ClassificationTask
 from .base import Callback, Decision
 from .state import RunState
 

@@ -25,11 +25,12 @@ from ..data import sources as data_sources
 from ..data.training_range import counts_and_invariants, known_counts_and_invariants, training_range_of
 from ..distributed.runtime import Runtime
 from ..common.errors import ConfigError
-from ..evaluation import tasks
 from ..common.logging_utils import setup_logging
 from ..runs.artifacts import run_provenance
 from ..runs.checkpoint_files import RunLock
 from ..runs.resume import open_run_dir
+from ..tasks.base import Task
+from ..tasks.registry import model_io
 from . import loaders
 from .denormals import flush_denormals
 from .model_builder import build_configured_model, check_model_forward
@@ -73,14 +74,14 @@ def training_range(data: loaders.RunData, sections: ConfigSections, sizes: dict[
     return training_range_of(counts, rows if reads_invariants else None)
 
 
-def build_run_model(sections: ConfigSections, first: Any, task: tasks.Task, device: torch.device
+def build_run_model(sections: ConfigSections, first: Any, task: Task, device: torch.device
                     ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """The model for items like ``first`` on ``device``, checked on ``first``, and what it was built for
     (``model_io``: every checkpoint holds it, so that an applied run rebuilds the model without the data)."""
     model = build_configured_model(sections.model, first.x.size(1), task)
     model = model.to(device)  # on the device *before* any DDP wrapping
     check_model_forward(model, first, task, sections.model.as_mapping(), device)
-    return model, tasks.model_io(first.x.size(1), task)
+    return model, model_io(first.x.size(1), task)
 
 
 def preflight(model: torch.nn.Module, data: loaders.RunData, sizes: dict[str, np.ndarray] | None, train_batches: Any,
@@ -132,7 +133,7 @@ def run_state(config: ResolvedConfig, runtime: Runtime, run_dir: Path, model: to
 DESTROYED_SET_CURVES = "QuantumGrav.analyses.destroyed_sets.DestroyedSetCurves"
 
 
-def declared_analyses(sections: ConfigSections, task: tasks.Task, dataset: Any) -> list[Callback]:
+def declared_analyses(sections: ConfigSections, task: Task, dataset: Any) -> list[Callback]:
     """What the task and the data switch on besides the config's callbacks, each named by its path and imported here
     only when switched on (so a run loads no analysis it does not run): with ``testing.baselines`` the task's rivals
     (the baselines for a task with one output per set), the task's own analyses, and the destroyed-set curves where

@@ -28,11 +28,11 @@ from ..distributed.environment import resolve_device
 from ..distributed.preemption import sigterm_requests_a_stop
 from ..distributed.runtime import Runtime, names_stalled_ranks
 from ..common.errors import Preempted
-from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
 from ..common.logging_utils import close_run_log, get_logger
 from ..runs.records import write_resolved_config
 from ..runs.resume import find_run_to_continue, job_token
+from ..tasks.registry import build_criterion
 from . import components, loaders
 from .batch_norm import recompute_batch_norm_statistics
 from .memory import MemoryMonitor
@@ -126,7 +126,7 @@ class Trainer:
                                                           self.train_batches)
         self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
         self.progress = Progress(self.runtime, s, self.memory)
-        self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.device)
+        self.criterion = build_criterion(s.task.criterion, self.task, self.device)
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime, s.loaders.validation.mode,
                                    lambda: self.optimization.autocast(self.device.type))
         self.early_stopping = EarlyStopping.from_section(s.early_stopping)
