@@ -12,8 +12,8 @@ from ..evaluation.figures import FIGURE_DIR
 
 
 class Analysis(Callback):
-    """A ``Callback`` run on rank 0 after the test's rivals and before the writers (``callbacks.base.Callback.analysis``),
-    however it was switched on (a config's ``callbacks:``, a task's declared rivals or analyses): so it sees their
+    """A ``Callback`` run on rank 0 after the test's rivals and before the writers (``Callback.analysis``), however
+    it was switched on (a config's ``callbacks:``, a task's declared rivals or analyses): so it sees their
     predictions, and the summary, the log and W&B see what it adds."""
 
     analysis = True

@@ -188,7 +188,8 @@ class RelationRival(Analysis):
             result.update(repair_rival=dimension_repair.REPAIR_DESCRIPTION)
         for prefix, predict in rivals:
             per_set[prefix] = rival_totals(predict, test, state.task)
-            result.update({f"{prefix}_{name}": value for name, value in rival_metrics(per_set[prefix], state.task).items()})
+            scores = rival_metrics(per_set[prefix], state.task)
+            result.update({f"{prefix}_{name}": value for name, value in scores.items()})
         result.update(rival_rule=rule.describe(), trees_rival=TREES_DESCRIPTION)
         if hasattr(state.dataset, "describe"):
             sizes = [state.dataset.describe(i).get("changed_relations") for i in state.test_order]

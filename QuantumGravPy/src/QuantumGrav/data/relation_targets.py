@@ -11,13 +11,13 @@ destroyed sets is refused (``check_relation_labels``), as is data that records n
 unknown.
 
 The candidate pairs of a set of N elements are its N (N - 1) / 2 unordered pairs {i, j}, listed as i < j in the
-item's element order (node k is element k + 1 of the store's set), row by row (``tasks.levels.candidate_pairs``). Why all of
+item's element order (node k is element k + 1 of the store's set), row by row (``torch.triu_indices``). Why all of
 them, and unordered:
 
 * a removed relation is absent from the input, so the pairs the input relates cannot be the candidates: an
   unrelated pair may be one whose relation was removed;
-* a strict partial order relates a pair in one direction at most, so a pair has three input states (``tasks.relation.PAIR_STATES``:
-  unrelated, related but not a link, a link) and "changed" is well defined without a direction;
+* a strict partial order relates a pair in one direction at most, so a pair has three input states (``PAIR_STATES``
+  of ``tasks.relation``: unrelated, related but not a link, a link) and "changed" is well defined without a direction;
 * in a natural labelling (every generated set: the sprinkling is sorted by time and toggles draw i < j) every
   relation, added or removed, goes from the lower index to the higher, so these are exactly the pairs a toggle
   can touch, and a related pair's state says its direction too. A set in another labelling is refused

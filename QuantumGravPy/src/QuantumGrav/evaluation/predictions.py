@@ -48,7 +48,7 @@ def kinds_of(batch, target: torch.Tensor, task: Task) -> list[str]:
 @dataclass
 class Predictions:
     """The model's outputs on some sets of the data, one row per output row of the model (per set, or per element
-    of each set: the task's ``levels.OutputLevel``): ``sets`` their indices in the data, ``kinds`` what kind each
+    of each set: the task's ``tasks.levels.OutputLevel``): ``sets`` their indices in the data, ``kinds`` what kind each
     is, ``outputs`` [rows, output width] and ``targets`` in the task's form (``Task.target``; NaN where a set's
     truth is unknown), each set's rows consecutive and ``rows_per_set`` of them, ``row_ids`` [rows, id columns]
     (what names each row within its set: ``OutputLevel.row_ids``); each set's ``num_elements`` and, where the sets
@@ -213,7 +213,7 @@ class Predictions:
              outside: list[list[str]] | None = None,
              parameters: Callable[[int], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """One row per output row (per set, per element of each set, or per pair of elements that is marked or truly
-        changed: ``levels``): what identifies its set
+        changed: ``tasks.levels``): what identifies its set
         (``describe_set(index)``: its index in the data, and for a store's sets the store and group), what names
         the row within its set (``element``: its element, row and column of the set's ``adj``; ``from_element`` and
         ``to_element`` for a pair), the set's kind and

@@ -35,9 +35,9 @@ def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
         in_channels: node features per element.
         out_channels: outputs per graph (per element for a node task, per pair for a relation task), the task's
             width: the number of classes, or 1 for binary, regression, node_binary and relation_binary tasks.
-        level: what the task asks about (its level's readout, ``task.level.readout``): ``"graph"``, ``"node"`` (each
-            element) or ``"pair"`` (each pair of elements); ``model.readout: auto`` is that level's readout, and an explicit
-            ``model.readout`` must fit it.
+        level: what the task asks about, as its level's readout (``task.level.readout``): ``"graph"``, ``"node"``
+            (each element) or ``"pair"`` (each pair of elements); ``model.readout: auto`` is that level's readout,
+            and an explicit ``model.readout`` must fit it.
 
     Returns:
         The model (a ``GNNClassifier`` unless ``model.type`` names another ``nn.Module``).
