@@ -33,6 +33,7 @@ from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data import orders as qg_orders
 from QuantumGrav.tasks import registry
 from QuantumGrav.data import zarr_store
+from QuantumGrav.data.stores import cache_files
 from QuantumGrav.data.dataset import CausalSetDataset
 from QuantumGrav.common.errors import UserError
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
@@ -381,7 +382,7 @@ def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
     monkeypatch.setattr(zarr_store, "graph_tensors", lambda *args: computed.append(1) or real(*args))
     list(QuantumGravJLDataset(store))
     assert not computed, "the cache is read on a second run"
-    monkeypatch.setattr(zarr_store, "STORE_CACHE_VERSION", zarr_store.STORE_CACHE_VERSION + 1)
+    monkeypatch.setattr(cache_files, "STORE_CACHE_VERSION", cache_files.STORE_CACHE_VERSION + 1)
     list(QuantumGravJLDataset(store))
     assert len(computed) == 2 and len(_cache_files(store)) == 4
 
@@ -389,6 +390,7 @@ def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
 RANK_SCRIPT = """
 import sys
 from QuantumGrav.data import zarr_store
+from QuantumGrav.data.stores import cache_files
 computed = []
 real = zarr_store.graph_tensors
 zarr_store.graph_tensors = lambda *args: computed.append(1) or real(*args)

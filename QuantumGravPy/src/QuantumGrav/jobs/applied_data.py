@@ -31,7 +31,7 @@ SPLITS = ("all", "test")
 DataPaths = str | os.PathLike | Sequence[str | os.PathLike]
 # How stores are read, whatever is asked of their sets: what evaluate's store_options (--store-option) may set. A run
 # trained on stores passes its own on (its data.kwargs), so that new stores are read as it read its own.
-STORE_OPTIONS = ("max_elements", "not_partial_orders", "cache", "cache_dir")
+STORE_OPTIONS = ("max_elements", "not_partial_orders", "cache", "cache_dir", "cset_type_encoding")
 
 
 @dataclass

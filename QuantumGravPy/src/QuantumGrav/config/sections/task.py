@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...tasks import registry
-from ...tasks.registry import metric_mode  # noqa: F401 (the previous release's config.learning_sections held it)
 from ..checks import choice, number, pyobject_of
 from .base import Section, setting
 
