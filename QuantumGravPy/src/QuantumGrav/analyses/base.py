@@ -20,7 +20,7 @@ class Analysis(Callback):
     main_process_only = True
 
     @staticmethod
-    def draw(state: RunState, name: str, plot: Callable[..., Path], *data: Any, **options: Any) -> None:
+    def add_figure(state: RunState, name: str, plot: Callable[..., Path], *data: Any, **options: Any) -> None:
         """``plot(*data, <run_dir>/figures/<name>.png, **options)`` with ``training.figures`` on, recorded in
         ``state.figures``."""
         if state.config["training"]["figures"]:

@@ -87,4 +87,4 @@ class DestroyedSetCurves(Analysis):
         curves = destroyed_curves(results, span)
         if curves:
             result["destroyed_by_flip_fraction"] = curves
-            self.draw(state, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction, curves, MODEL_LABELS)
+            self.add_figure(state, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction, curves, MODEL_LABELS)

@@ -120,7 +120,7 @@ class InsertedBlockFigure(Analysis):
     def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
         if state.config["training"]["figures"]:
             *example, title = inserted_block_example(state)
-            self.draw(state, "inserted_block", plot_inserted_block, *example, title=title)
+            self.add_figure(state, "inserted_block", plot_inserted_block, *example, title=title)
 
 
 @torch.no_grad()
