@@ -126,5 +126,5 @@ class KindBreakdown(Analysis):
         result["kinds_without_test_sets"] = [kind for kind in getattr(state.dataset, "found_cset_types", None) or []
                                              if kind not in present]
         if result["by_kind"]:
-            self.add_figure(state, "recall_by_kind", plot_recall_by_kind, result["by_kind"], result["by_defect_size"],
-                      MODEL_LABELS, absent=result["kinds_without_test_sets"])
+            self.add_figure(state, "recall_by_kind", plot_recall_by_kind, result["by_kind"],
+                            result["by_defect_size"], MODEL_LABELS, absent=result["kinds_without_test_sets"])
