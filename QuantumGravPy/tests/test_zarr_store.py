@@ -31,8 +31,9 @@ from torch_geometric.loader import DataLoader
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data import orders as qg_orders
-from QuantumGrav.evaluation import tasks
+from QuantumGrav.tasks import registry
 from QuantumGrav.data import zarr_store
+from QuantumGrav.data.stores import cache_files
 from QuantumGrav.data.dataset import CausalSetDataset
 from QuantumGrav.common.errors import UserError
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
@@ -270,14 +271,15 @@ def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
     assert config["model"] == default["model"], "the stores train with the default model"
     dataset = config["data"]["type"](**{**config["data"]["kwargs"], "path": str(two_stores)})
     # manifold_like is learned as the generator's target of that name: a binary task, one logit, BCE.
-    task = tasks.resolve_task(QG.load_config(config).sections.task, dataset, {0: dataset[0]}, "data")
+    settings = QG.load_config(config).sections.task
+    task = registry.resolve_task(settings.type, settings.threshold, dataset, {0: dataset[0]}, "data")
     assert dataset.task == task.type == "binary" and "criterion" not in config
     model = QG.build_model(config["model"], dataset.num_node_features, task.output_width)
     assert isinstance(model, QG.GNNClassifier)
     batch = next(iter(DataLoader(dataset, batch_size=4, shuffle=True)))
     logits = model(batch)
     assert logits.shape == (4, 1) and torch.isfinite(logits).all()
-    criterion = tasks.build_criterion(None, task, torch.device("cpu"))
+    criterion = registry.build_criterion(None, task, torch.device("cpu"))
     assert criterion is torch.nn.functional.binary_cross_entropy_with_logits
     criterion(logits, task.target(batch.y)).backward()
     assert QuantumGravJLDataset(two_stores, target="cset_type").task == "multiclass"
@@ -380,7 +382,7 @@ def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
     monkeypatch.setattr(zarr_store, "graph_tensors", lambda *args: computed.append(1) or real(*args))
     list(QuantumGravJLDataset(store))
     assert not computed, "the cache is read on a second run"
-    monkeypatch.setattr(zarr_store, "STORE_CACHE_VERSION", zarr_store.STORE_CACHE_VERSION + 1)
+    monkeypatch.setattr(cache_files, "STORE_CACHE_VERSION", cache_files.STORE_CACHE_VERSION + 1)
     list(QuantumGravJLDataset(store))
     assert len(computed) == 2 and len(_cache_files(store)) == 4
 
@@ -388,6 +390,7 @@ def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
 RANK_SCRIPT = """
 import sys
 from QuantumGrav.data import zarr_store
+from QuantumGrav.data.stores import cache_files
 computed = []
 real = zarr_store.graph_tensors
 zarr_store.graph_tensors = lambda *args: computed.append(1) or real(*args)

@@ -12,9 +12,29 @@ import torch
 
 from ...common.errors import UserError
 from ...common.logging_utils import get_logger
+from ..dataset import CACHE_FORMAT_VERSION
+from ..invariants import INVARIANT_NAMES, NODE_FEATURES
 from .graphs import ORDER_CYCLE
 
 logger = get_logger("zarr_store")  # the store reader's channel: its warnings name the store
+
+# Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
+# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32. 4: the per-element
+# labels (node_targets) too, whatever the target, so that one cache serves every target.
+STORE_CACHE_VERSION = 4
+
+
+def group_cache_key(folder: Path, edges: str) -> str:
+    """The feature cache's key of a store's group (its ``folder``): a hash of every file of the group as stored
+    (compressed chunks and metadata: its content, read without zarr, which costs more than the bytes), the edge
+    kind and the feature version."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
+                  f"invariants={','.join(INVARIANT_NAMES)} edges={edges}".encode())
+    for file in sorted(path for path in folder.rglob("*") if path.is_file()):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
 def feature_cache_dir(store: Path, cache_dir: str | os.PathLike | None) -> Path:
