@@ -21,8 +21,8 @@ from QuantumGrav.data.kinds import KindsDataset  # noqa: E402
 from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, generate_kind  # noqa: E402
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
 from QuantumGrav.common.errors import UserError  # noqa: E402
-from QuantumGrav.evaluation.node_rival import SCORE_NAMES, fit_rule, rival_metrics  # noqa: E402
-from QuantumGrav.evaluation.tasks import NodeBinaryTask  # noqa: E402
+from QuantumGrav.analyses.node_rival import SCORE_NAMES, fit_rule, rival_metrics  # noqa: E402
+from QuantumGrav.tasks.node import NodeBinaryTask  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
 
 from conftest import REPO  # noqa: E402

@@ -32,7 +32,7 @@ from torch_geometric.loader import DataLoader
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data import orders as qg_orders
-from QuantumGrav.evaluation import tasks
+from QuantumGrav.tasks import registry
 from QuantumGrav.data import zarr_store
 from QuantumGrav.data import shards
 from QuantumGrav.data.stores import cache_files
@@ -290,14 +290,15 @@ def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
     assert config["model"] == default["model"], "the stores train with the default model"
     dataset = config["data"]["type"](**{**config["data"]["kwargs"], "path": str(two_stores)})
     # manifold_like is learned as the generator's target of that name: a binary task, one logit, BCE.
-    task = tasks.resolve_task(QG.load_config(config).sections.task, dataset, {0: dataset[0]}, "data")
+    settings = QG.load_config(config).sections.task
+    task = registry.resolve_task(settings.type, settings.threshold, dataset, {0: dataset[0]}, "data")
     assert dataset.task == task.type == "binary" and "criterion" not in config
     model = QG.build_model(config["model"], dataset.num_node_features, task.output_width)
     assert isinstance(model, QG.GNNClassifier)
     batch = next(iter(DataLoader(dataset, batch_size=4, shuffle=True)))
     logits = model(batch)
     assert logits.shape == (4, 1) and torch.isfinite(logits).all()
-    criterion = tasks.build_criterion(None, task, torch.device("cpu"))
+    criterion = registry.build_criterion(None, task, torch.device("cpu"))
     assert criterion is torch.nn.functional.binary_cross_entropy_with_logits
     criterion(logits, task.target(batch.y)).backward()
     assert QuantumGravJLDataset(two_stores, target="cset_type").task == "multiclass"

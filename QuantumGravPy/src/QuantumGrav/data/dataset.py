@@ -31,10 +31,11 @@ from .causal_sets import (CSET_TYPES, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FE
                           check_generation_args, draw_plan, generate_block, plan_order)
 from ..config.sections.data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS  # noqa: F401
 from ..common.processes import cores_per_process, map_in_workers
+from ..tasks.registry import BinaryTask, MulticlassTask, RegressionTask
 
-# The task each target is learned as (QuantumGrav.evaluation.tasks); task.type: auto reads it from the dataset.
-TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
-                                "myrheim_meyer_dimension": "regression"}
+# The task each target is learned as (QuantumGrav.tasks); task.type: auto reads it from the dataset.
+TARGET_TASKS: dict[str, str] = {"cset_type": MulticlassTask.type, "manifold_like": BinaryTask.type,
+                                "dimension": MulticlassTask.type, "myrheim_meyer_dimension": RegressionTask.type}
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
 _OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (sources), not the generator's
 CACHE_FORMAT_VERSION = 4  # bump when the generator or the stored Data change: old caches are then ignored
@@ -292,7 +293,7 @@ class CausalSetDataset(InMemoryDataset):
 
     def _read(self, i: int) -> Data:
         item = self._reader.read(i, SHARD_CONTENTS)
-        y_type = torch.float32 if self.task == "regression" else torch.long
+        y_type = torch.float32 if self.task == RegressionTask.type else torch.long
         return Data(x=torch.from_numpy(item["x"]), edge_index=torch.from_numpy(item["edge_index"]),
                     y=torch.tensor([item["y"]], dtype=y_type),
                     manifold_like=torch.tensor([bool(item["manifold_like"])]),
@@ -319,7 +320,7 @@ class CausalSetDataset(InMemoryDataset):
 
     @property
     def task(self) -> str:
-        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.evaluation.tasks``)."""
+        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.tasks``)."""
         return TARGET_TASKS[self._params["target"]]
 
     @property
