@@ -23,13 +23,13 @@ from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, generate_kind  #
 from QuantumGrav.data.kinds.common import conformal_coefficients  # noqa: E402
 from QuantumGrav.data.sprinkling import ConformalBox, light_cone_relation, sprinkle  # noqa: E402
 from QuantumGrav.data.kinds.destroyed import generate_destroyed  # noqa: E402
-from QuantumGrav.data.relation_targets import candidate_pairs, pair_graph_index, pair_relation  # noqa: E402
+from QuantumGrav.data.relation_targets import pair_relation  # noqa: E402
+from QuantumGrav.tasks.levels import candidate_pairs, pair_graph_index  # noqa: E402
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
 from QuantumGrav.data.order_dimension import is_two_dimensional, two_dimension_violation_parts  # noqa: E402
 from QuantumGrav.data.orders import transitive_closure, transitive_reduction  # noqa: E402
-from QuantumGrav.evaluation import dimension_repair, relation_rival  # noqa: E402
-from QuantumGrav.evaluation.tasks import RelationBinaryTask  # noqa: E402
-from QuantumGrav.evaluation.undefined import undefined_metrics  # noqa: E402
+from QuantumGrav.analyses import dimension_repair, relation_rival  # noqa: E402
+from QuantumGrav.tasks.relation import RelationBinaryTask  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
 from QuantumGrav.models.pair_head import ORDER_FEATURES, order_counts  # noqa: E402
 from torch_geometric.utils import to_dense_batch  # noqa: E402
@@ -188,7 +188,7 @@ def test_exact_and_undefined_metrics():
     assert (right["f1"], right["all_found"], right["exact"]) == (1.0, 1.0, 1.0)
     nothing = task.metrics(task.batch_totals(torch.full((3, 1), -9.0), task.target(torch.zeros(3)), torch.tensor(0.)))
     assert math.isnan(nothing["all_found"]) and nothing["exact"] == 1.0
-    undefined = undefined_metrics(task, nothing)
+    undefined = task.undefined(nothing)
     assert set(undefined) == {"precision", "recall", "f1", "all_found"}
     assert undefined["recall"] == "no pair is toggled (recall divides by them)"
 
@@ -358,7 +358,7 @@ def test_a_repair_move_is_priced_as_the_whole_fit_would_be_and_sweeps_never_rais
 
 def test_the_repair_rival_runs_on_two_dimensional_data_only(tmp_path):
     """In d >= 3 no sprinkling is a 2D order: the repair would search every set in vain, so a run leaves it out."""
-    from QuantumGrav.callbacks.results import sprinkled_in_two_dimensions
+    from QuantumGrav.analyses.relation_rival import sprinkled_in_two_dimensions
 
     drawn = {d: KindsDataset(tmp_path, kinds=["destroyed"], num_per_kind=1, n_min=24, n_max=24, workers=1,
                              dimension=d, changed_relations=[1], target="toggled_relations") for d in (2, 3)}

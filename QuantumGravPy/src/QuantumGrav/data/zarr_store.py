@@ -51,11 +51,12 @@ from .stores.graphs import (LINK_DEGREE_ARRAYS, NOT_PARTIAL_ORDERS, ORDER_CLOSED
                             NotAPartialOrder, causal_matrix, describe_order_repairs, graph_tensors, order_error,
                             relation_of_links)
 from .stores.kind_codes import ENCODINGS, ITEM_CODES, KIND_NAMES, PRODUCE_DATA, StoreKinds
-from .stores.cache_files import compacted, expanded, feature_cache_dir, group_cache_key
+from .shards import ShardFiles
+from .stores.cache_files import (ENTRY_CONTENTS, announce_earlier_entries, feature_cache_dir, graph_of_entry,
+                                 group_cache_key, write_entry)
 from .stores.layout import find_stores, import_zarr, list_groups, read_array, read_group, read_scalar
 from .stores.limits import DEFAULT_MAX_ELEMENTS, check_max_elements, checked_size, store_error, usable_memory
 from ..common.errors import UserError
-from ..common.files import atomic_replace
 from ..common.logging_utils import get_logger, rank_zero_warn
 from ..common.processes import use_one_thread, worker_context
 
@@ -111,10 +112,10 @@ class QuantumGravJLDataset(Dataset):
     * ``cset_type_encoding``: the numbering of the stores' ``cset_type`` codes, ``"produce_data"`` (None: the
       default) or ``"encode_csettype"``; each set's kind is checked against its store's name (``stores.kind_codes``).
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
-    * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal set and cached in a
-      folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
-      edges and the feature version; where that folder cannot be written, under ``cache_dir``.
-      ``cache=False`` computes them on the fly at every read.
+    * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal
+      set and cached in the data cache (``shards``: a shard per set) in a folder next to each store
+      (``<store>.qg_features``), keyed by the group's stored bytes, the edges and the feature version; where that
+      folder cannot be written, under ``cache_dir``. ``cache=False`` computes them on the fly at every read.
     * ``max_elements``: the most elements a set may have. Every group's ``adj`` is judged by its declared shape before
       anything is read (``stores.limits``: also against the memory this process may use); a set too large is one
       UserError naming store, group and shape, with nothing written.
@@ -161,6 +162,8 @@ class QuantumGravJLDataset(Dataset):
             self.kinds.kind(k, groups[0], read_scalar(read_array(root, self.stores[k], groups[0], "cset_type"),
                                                       "cset_type", self.stores[k], groups[0]))
         self._cache_dirs = [feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
+        self._entries = ShardFiles(max_open=4)  # a set's entry is read once an epoch: few worth keeping open
+        announce_earlier_entries(self._cache_dirs)
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
@@ -357,21 +360,16 @@ class QuantumGravJLDataset(Dataset):
         return np.array([size for sizes in self._sizes for size in sizes], dtype=np.int64)
 
     def _cached_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
-        """The group's graph from its cache file, else computed and cached. Several processes (DataLoader workers,
-        the ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a
-        temporary name and renames it, so a reader sees no file or a whole one, never a mix. A file that cannot
-        be read back (damaged on disk, not written by this code) is computed again and replaced, with a warning."""
-        path = self._cache_dirs[store_index] / f"{group_cache_key(self.stores[store_index] / group, self.edges)}.pt"
-        if path.is_file():
-            try:
-                return expanded(torch.load(path, weights_only=True))
-            except Exception as err:  # noqa: BLE001 - any unreadable file is rebuilt; the warning names why
-                logger.warning("feature cache file %s (store %s, group %s) cannot be read (%s: %s); computing it "
-                               "again and replacing it", path, self.stores[store_index], group,
-                               type(err).__name__, err)
-        graph = self._read_graph(store_index, group)
-        atomic_replace(path, lambda tmp: torch.save(compacted(graph), tmp))
-        return graph
+        """The group's graph from its entry in the data cache (``data.shards``: one shard per set, named by the
+        group's content), computed and written first where it is missing. Several processes (DataLoader workers, the
+        ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a temporary
+        name and renames it, so a reader sees no file or a whole one. An entry that fails its checks (damaged on
+        disk, not written by this code) is computed again and replaced, with a warning."""
+        store = self.stores[store_index]
+        path = self._cache_dirs[store_index] / f"{group_cache_key(store / group, self.edges)}.shard"
+        entry = self._entries.read(path, 0, lambda: write_entry(path, self._read_graph(store_index, group)),
+                                   f"QuantumGrav.jl store {store}, group {group}", ENTRY_CONTENTS)
+        return graph_of_entry(entry)
 
     def build_cache(self, *, workers: int = 1, rank: int = 0, world_size: int = 1) -> int:
         """Compute and cache the graphs of items ``rank``, ``rank + world_size``, ... (this process's share when
