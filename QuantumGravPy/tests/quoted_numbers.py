@@ -9,7 +9,7 @@ The convention (for writers and reviewers; test_quoted_numbers.py runs it, and
 
       document: README.md
       sources:                      # short names for stored files (.json, .yaml, .ipynb, any text)
-        tuned: benchmarks/results_study_tune_new_default.json
+        tuned: benchmarks/default_model/results_study_tune_new_default.json
       define:                       # optional named intermediate values, in order
         acc: pick(tuned["runs"], "accuracy")
       quotes:

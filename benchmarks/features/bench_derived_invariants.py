@@ -1,7 +1,7 @@
 """Time per causal set to derive the order invariants from an edge index (``derived_invariants``); prints a table.
 
-    .venv/bin/python benchmarks/bench_derived_invariants.py [--sizes 64 96 128 1000] [--num 60] [--seed 0]
-        [--json benchmarks/results_derived_invariants.json]
+    .venv/bin/python benchmarks/features/bench_derived_invariants.py [--sizes 64 96 128 1000] [--num 60] [--seed 0]
+        [--json benchmarks/features/results_derived_invariants.json]
 
 For each N, ``--num`` causal sets (a third each: 2d and 4d sprinklings, random layered orders) are made with
 ``causal_sets`` and given as a user's dataset gives them: the links, past to future, as an edge index, and
@@ -22,6 +22,7 @@ import datetime
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -88,7 +89,8 @@ def main() -> None:
     rows = run(args.sizes, args.num, args.seed)
     print(markdown_table(rows, args.num))
     if args.json:
-        import study_results  # benchmarks/study_results.py: written whole or not at all
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+        import study_results  # written whole or not at all
 
         study_results.write_json(args.json, {
             "command": " ".join(["python", *sys.argv]), "date": datetime.datetime.now(datetime.timezone.utc)

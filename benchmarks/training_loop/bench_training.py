@@ -3,15 +3,15 @@
 cross-rank stop check costs per optimizer step, and the loop side by side with a hand-written DDP loop and
 Lightning, as tables.
 
-    python benchmarks/bench_training.py --nproc 1 2 --epochs 3 --samples 800
-    python benchmarks/bench_training.py --tables stop-check --nproc 2 --steps 1000
-    python benchmarks/bench_training.py --tables epochs --epochs 20
-    OMP_NUM_THREADS=1 python benchmarks/bench_training.py --tables compare --nproc 1 2 3 --epochs 3 --repetitions 5
+    python benchmarks/training_loop/bench_training.py --nproc 1 2 --epochs 3 --samples 800
+    python benchmarks/training_loop/bench_training.py --tables stop-check --nproc 2 --steps 1000
+    python benchmarks/training_loop/bench_training.py --tables epochs --epochs 20
+    OMP_NUM_THREADS=1 python benchmarks/training_loop/bench_training.py --tables compare --nproc 1 2 3 --epochs 3 --repetitions 5
 
 ``--tables epochs`` trains the job of ``--config`` for ``--epochs`` epochs in one process, once with the
 library's flush of denormal floats and once without, and prints every epoch's training graphs/s and the
 slowest epoch's against the fastest: without the flush, epochs slow down as the attention weights' softmax
-underflows into denormals (``benchmarks/diagnose_training.py`` counts them).
+underflows into denormals (``benchmarks/stable_training/diagnose_training.py`` counts them).
 
 Each row of the first table is one job started with QG.launch (the launcher users call); graphs/s is the
 training throughput of the whole job averaged over the epochs after the first (which includes start-up
@@ -47,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -491,15 +492,16 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=5.0, help="work per step in the second table")
     parser.add_argument("--repetitions", type=int, default=3, help="jobs per contender and world size (compare)")
     parser.add_argument("--config", default="configs/train.yaml", help="the job compared (compare)")
-    parser.add_argument("--json", default="benchmarks/results_training_comparison.json",
+    parser.add_argument("--json", default="benchmarks/training_loop/results_training_comparison.json",
                         help="where the comparison's numbers are stored")
-    parser.add_argument("--epochs-json", default="benchmarks/results_training_epochs.json",
+    parser.add_argument("--epochs-json", default="benchmarks/training_loop/results_training_epochs.json",
                         help="where the per-epoch table's numbers are stored (--tables epochs)")
     parser.add_argument("--contenders-flush", choices=("off", "on"), default="off",
                         help="compare: the hand-written loop and Lightning keep IEEE denormal floats (off, as users' "
                              "code does) or flush them as QuantumGrav does (on)")
     args = parser.parse_args()
-    import study_results  # benchmarks/study_results.py: written whole or not at all
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+    import study_results  # written whole or not at all
 
     QG.setup_logging(level="WARNING")
     if "throughput" in args.tables:

@@ -2,7 +2,7 @@
 """Why a bf16 run's resident memory grows on a CPU: one process training the default DDP job's model with
 ``training.amp`` off and bf16, its RSS every 20 optimizer steps.
 
-    .venv/bin/python benchmarks/bench_bf16_cpu_memory.py --json benchmarks/results_bf16_cpu_memory.json   # ~3 min
+    .venv/bin/python benchmarks/memory/bench_bf16_cpu_memory.py --json benchmarks/memory/results_bf16_cpu_memory.json   # ~3 min
 
 Notebook 05's bf16 run ended with rank 0 at 2.5 times the plain run's RSS, growing every epoch. On a CPU torch's
 bf16 matrix products run through oneDNN, which builds and caches a kernel ("primitive") for each new input shape;
@@ -23,7 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 VARIANTS = (("off", None), ("bf16", None), ("bf16", "0"))  # (amp, ONEDNN_PRIMITIVE_CACHE_CAPACITY)
 EVERY = 20
 
@@ -88,7 +89,7 @@ def main() -> int:
 
         import study_results  # benchmarks/study_results.py: written whole or not at all
 
-        setup = {"command": "python benchmarks/bench_bf16_cpu_memory.py " + " ".join(sys.argv[1:]),
+        setup = {"command": "python benchmarks/memory/bench_bf16_cpu_memory.py " + " ".join(sys.argv[1:]),
                  "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                  "machine": platform.processor() or platform.machine(), "batch_size": 16, "epochs": args.epochs}
         study_results.write_json(args.json, {**setup, "runs": runs}, indent=1)

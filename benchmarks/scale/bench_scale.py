@@ -1,10 +1,10 @@
 """The default model on large causal sets: peak memory, training graphs/s and the share of matrix products,
 with PyG's TransformerConv ("before") and QuantumGrav's SparseTransformerConv ("after"); prints tables and
-stores them in benchmarks/results_bench_scale.json (one key per table; other tables in the file are kept; a table
+stores them in benchmarks/scale/results_bench_scale.json (one key per table; other tables in the file are kept; a table
 also after each of its rows, marked partial, so that a run cut short keeps what it measured).
 
-    nice .venv/bin/python benchmarks/bench_scale.py                          # every table, default sizes
-    nice .venv/bin/python benchmarks/bench_scale.py --tables scale --sizes 128 512 --sources generator
+    nice .venv/bin/python benchmarks/scale/bench_scale.py                          # every table, default sizes
+    nice .venv/bin/python benchmarks/scale/bench_scale.py --tables scale --sizes 128 512 --sources generator
 
 Tables (``--tables``, each a self-contained function that returns its rows; ``TABLES`` lists them):
 
@@ -25,14 +25,14 @@ Tables (``--tables``, each a self-contained function that returns its rows; ``TA
   ``training.amp`` trains).
 
   A quiet run of N = 1,024 alone (``--tables scale --sizes 1024 --sources generator --json
-  benchmarks/results_scale_ops.json``) is what docs/large_data.md quotes for where the default layer's step goes.
+  benchmarks/scale/results_scale_ops.json``) is what docs/large_data.md quotes for where the default layer's step goes.
 
 - ``balance``: batches by size (``training.batch_budget``) against fixed-count batches under DDP, at
   ``--nproc`` gloo processes on ``--samples`` sprinkled sets of N from ``--n-min`` to ``--n-max``: the time each
   rank waits at the gradient all-reduce per epoch, and graphs/s (see ``measure_balance``); stored in
-  benchmarks/results_scale_balance.json.
+  benchmarks/scale/results_scale_balance.json.
 
-    nice .venv/bin/python benchmarks/bench_scale.py --tables balance --nproc 2 --samples 64 --balance-batch 2
+    nice .venv/bin/python benchmarks/scale/bench_scale.py --tables balance --nproc 2 --samples 64 --balance-batch 2
 
 - ``convs``: every convolution of configs/tune.yaml's study in the default model at N <= 512, batch 4: the
   memory per link and channel tells which layers keep [edges, channels] tensors.
@@ -62,9 +62,9 @@ import torch.distributed as dist
 
 import QuantumGrav as QG
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results_bench_scale.json"
-BALANCE_RESULTS = REPO / "benchmarks" / "results_scale_balance.json"  # the balance table's runs
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks" / "scale" / "results_bench_scale.json"
+BALANCE_RESULTS = REPO / "benchmarks" / "scale" / "results_scale_balance.json"  # the balance table's runs
 LAYERS = {"before": "torch_geometric.nn.TransformerConv", "after": "QuantumGrav.models.sparse_attention.SparseTransformerConv"}
 BEFORE_BATCH = {128: 32, 512: 16, 1024: 4, 2048: 1}  # PyG's layer under ~6 GB on the shared 24 GB machine
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::sparse_sampled_addmm",

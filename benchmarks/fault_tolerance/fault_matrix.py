@@ -1,11 +1,11 @@
 """Inject each fault of the fault matrix once into a tiny job and print what happened, as a markdown table.
 
-    PYTHONPATH=QuantumGravPy/src .venv/bin/python benchmarks/fault_matrix.py [--folder DIR] [--out FILE.json]
+    PYTHONPATH=QuantumGravPy/src .venv/bin/python benchmarks/fault_tolerance/fault_matrix.py [--folder DIR] [--out FILE.json]
 
 The job is the test suite's tiny config (``QuantumGravPy/tests/conftest.py``: 90 causal sets, 3 epochs,
 CPU); the faults are injected as in ``tests/test_fault_tolerance.py``, whose helpers this reuses. The
 "observed" column is built from what each run did: exit codes, the error line, the checkpoints that load.
-``--out`` also stores the rows with the command, date and load average (``benchmarks/results_fault_matrix.json``:
+``--out`` also stores the rows with the command, date and load average (``benchmarks/fault_tolerance/results_fault_matrix.json``:
 the run that docs/distributed_training.md shows).
 """
 
@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 TESTS = REPO / "QuantumGravPy" / "tests"
 sys.path.insert(0, str(TESTS))  # the tests' tiny config and importable fault helpers
 

@@ -1,14 +1,14 @@
 """Time causal-set generation at fixed N and print markdown tables: the stages, and sets/s against workers.
 
-    .venv/bin/python benchmarks/bench_generation.py [--num 10000] [--n 128] [--seed 0]
-    .venv/bin/python benchmarks/bench_generation.py --num 20 --n 1024     # large sets: mind the memory
-    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 2048 --scaling-n 64 128 256
-    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n 1024 2048 --large-num 12
-    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --kinds-n 128 2048 \
-        --json benchmarks/results_generation_kinds.json
-    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --dimensions-n 256 1024 \
-        --json benchmarks/results_generation_dimensions.json
-    .venv/bin/python benchmarks/bench_generation.py --num 0 --scaling-num 0 --large-n --kinds-workers-n 1024
+    .venv/bin/python benchmarks/generation/bench_generation.py [--num 10000] [--n 128] [--seed 0]
+    .venv/bin/python benchmarks/generation/bench_generation.py --num 20 --n 1024     # large sets: mind the memory
+    .venv/bin/python benchmarks/generation/bench_generation.py --num 0 --scaling-num 2048 --scaling-n 64 128 256
+    .venv/bin/python benchmarks/generation/bench_generation.py --num 0 --scaling-num 0 --large-n 1024 2048 --large-num 12
+    .venv/bin/python benchmarks/generation/bench_generation.py --num 0 --scaling-num 0 --large-n --kinds-n 128 2048 \
+        --json benchmarks/generation/results_generation_kinds.json
+    .venv/bin/python benchmarks/generation/bench_generation.py --num 0 --scaling-num 0 --large-n --dimensions-n 256 1024 \
+        --json benchmarks/generation/results_generation_dimensions.json
+    .venv/bin/python benchmarks/generation/bench_generation.py --num 0 --scaling-num 0 --large-n --kinds-workers-n 1024
 
 Stages use the public functions of ``QuantumGrav.data.causal_sets`` on chunks of 128 sets, the
 classes of ``DEFAULT_CLASSES`` in equal shares; the last row is the whole generator
@@ -34,7 +34,7 @@ sizes (``write_kind_stores``, the sensitivity study's data) with 1, 2, ... worke
 (``processes.use_one_thread``); before it did, each ran a thread per core and the pool oversubscribed them.
 
 ``--json FILE`` stores every table with the command, the date and the load average:
-``benchmarks/results_generation.json`` is the run that docs/large_data.md quotes.
+``benchmarks/generation/results_generation.json`` is the run that docs/large_data.md quotes.
 """
 
 from __future__ import annotations

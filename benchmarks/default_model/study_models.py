@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Which GNN beats the physics baselines? Candidates (model x node features x edges) over data seeds.
 
-    python benchmarks/study_models.py --seeds 1234 1 2 --workers 15 --threads 1 --sweep   # the study (16 cores)
-    python benchmarks/study_models.py --seeds 1 --samples 200 --epochs 2 --candidates default hybrid
+    python benchmarks/default_model/study_models.py --seeds 1234 1 2 --workers 15 --threads 1 --sweep   # the study (16 cores)
+    python benchmarks/default_model/study_models.py --seeds 1 --samples 200 --epochs 2 --candidates default hybrid
 
 Every job trains one candidate on one data seed with ``QG.Trainer`` and ``configs/train.yaml``
 (only the overrides below differ), in its own process (``--threads`` torch threads each), and
@@ -14,7 +14,7 @@ sets whose destroyed members have flip fractions log-uniform in [0.001, 0.1], th
 ``--sweep-sets`` fresh destroyed sets; the second table is the share of them recognised as
 destroyed, per flip-fraction bin. A benchmark, not a test.
 
-``benchmarks/results_study_models.json`` holds the measured results (print them with
+``benchmarks/default_model/results_study_models.json`` holds the measured results (print them with
 ``--results``): two runs on a 16-core machine (CPU only, torch 2.11, one thread per job):
 ``--seeds 1234 1 2 --workers 15 --threads 1 --sweep --sweep-sets 1500`` (all candidates; that
 run's sweep used the hybrid) and ``--seeds 3 4 5 6 7 8 9 10 --candidates both_ways hybrid --sweep
@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 BASIC_FEATURES = 6  # the first six NODE_FEATURES: cones, links, longest chains (the features before intervals)
 SWEEP_RANGE = (0.001, 0.1)
 SWEEP_BINS = np.logspace(-3, -1, 6)  # five log-spaced bins of the flip fraction

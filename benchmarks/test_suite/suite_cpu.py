@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where the test suite's time goes: each test file run alone, its CPU seconds (every process it starts) and wall.
 
-    .venv/bin/python benchmarks/suite_cpu.py                     # every file of `make test`, about 35 min
-    .venv/bin/python benchmarks/suite_cpu.py --files test_docs.py 06_fault_tolerance.ipynb
+    .venv/bin/python benchmarks/test_suite/suite_cpu.py                     # every file of `make test`, about 35 min
+    .venv/bin/python benchmarks/test_suite/suite_cpu.py --files test_docs.py 06_fault_tolerance.ipynb
 
 `make test` on 2 cores is CPU-bound (both cores busy for the whole run), so its time is about the suite's CPU
 seconds over the cores, and what to cut is read from CPU, not wall. A file's processes are not all its
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NBVAL = ["--nbval", "--nbval-sanitize-with", "notebooks/sanitize.cfg"]  # as the Makefile's test target
 
 
@@ -90,7 +90,7 @@ def main() -> None:
     print(table(rows, cores))
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-        meta = {"command": " ".join(["benchmarks/suite_cpu.py", *sys.argv[1:]]), "commit": commit.stdout.strip(),
+        meta = {"command": " ".join(["benchmarks/test_suite/suite_cpu.py", *sys.argv[1:]]), "commit": commit.stdout.strip(),
                 "pytest_start": start,
                 "cores": cores, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "python": sys.version.split()[0]}

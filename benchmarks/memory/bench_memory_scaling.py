@@ -1,7 +1,7 @@
 """Training memory per rank against the size of the generated data set, with ``data.storage: disk``.
 
-    .venv/bin/python benchmarks/bench_memory_scaling.py [--sizes 5000 50000] [--n 32] [--train 2000]
-    .venv/bin/python benchmarks/bench_memory_scaling.py --storage memory disk   # memory for contrast
+    .venv/bin/python benchmarks/memory/bench_memory_scaling.py [--sizes 5000 50000] [--n 32] [--train 2000]
+    .venv/bin/python benchmarks/memory/bench_memory_scaling.py --storage memory disk   # memory for contrast
 
 For each size the cache is generated first (``python -m QuantumGrav generate``, not measured), then a fresh
 process builds ``QG.Trainer`` on ``configs/train.yaml`` (n_min = n_max = ``--n``) and trains one epoch of
@@ -12,7 +12,7 @@ grow if it were held in memory; file-backed pages are the shared libraries, and 
 ``os.preadv``, so the page cache that holds them is counted in neither) and the peak RSS (``VmHWM``).
 
 ``--json FILE`` stores the rows with the command, the date and the load average:
-``benchmarks/results_memory_scaling.json`` is the run that docs/large_data.md quotes. With ``memory`` every rank
+``benchmarks/memory/results_memory_scaling.json`` is the run that docs/large_data.md quotes. With ``memory`` every rank
 holds the collated data set; with ``disk`` it holds the index (a few dozen bytes per set).
 """
 
@@ -27,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 MB = 2**20
 
 

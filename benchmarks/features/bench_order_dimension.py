@@ -1,8 +1,8 @@
 """Time per causal set of the exact 2D-order test (``order_dimension``) and of the graph observables
 (``graph_observables``); prints a table.
 
-    .venv/bin/python benchmarks/bench_order_dimension.py [--sizes 128 512 2048] [--num 4] [--seed 0]
-        [--json benchmarks/results_order_dimension.json]
+    .venv/bin/python benchmarks/features/bench_order_dimension.py [--sizes 128 512 2048] [--num 4] [--seed 0]
+        [--json benchmarks/features/results_order_dimension.json]
 
 For each N, ``--num`` sets of each of five kinds (``data.kinds``: polynomial, grid, destroyed, layered, random;
 in the generator's natural labelling) are timed in CPU time (the cost of a set on one core, whatever else runs on

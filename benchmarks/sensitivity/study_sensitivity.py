@@ -3,13 +3,13 @@
 relations (destroyed sets) or of an inserted block of exactly m elements (merged sets) at a false-alarm rate of 5 %
 on the manifold-like (polynomial) sets of the same N and dimension d, per model, over data seeds.
 
-    python benchmarks/study_sensitivity.py --n 256 --dimensions 2 3 4 --seeds 1 2 3 --json benchmarks/results_sensitivity.json
-    python benchmarks/study_sensitivity.py --n 1024 --per-kind 360 --dimensions 3 --json benchmarks/results_sensitivity.json
-    python benchmarks/study_sensitivity.py --rows gnn --n 256 --dimensions 3 --seeds 1 --json ...
-    python benchmarks/study_sensitivity.py --results benchmarks/results_sensitivity.json   # the tables only
-    python benchmarks/study_sensitivity.py --rows strongest_baseline gnn --n 1024 --per-kind 270 --dimensions 4 \
-        --changed-relations 16 32 64 128 256 512 1024 2048 4096 8192 16384 --json benchmarks/results_large_defects_n1024.json
-    python benchmarks/study_sensitivity.py --generation-sets 18 --n 1024 --json ...   # what generating a set costs
+    python benchmarks/sensitivity/study_sensitivity.py --n 256 --dimensions 2 3 4 --seeds 1 2 3 --json benchmarks/sensitivity/results_sensitivity.json
+    python benchmarks/sensitivity/study_sensitivity.py --n 1024 --per-kind 360 --dimensions 3 --json benchmarks/sensitivity/results_sensitivity.json
+    python benchmarks/sensitivity/study_sensitivity.py --rows gnn --n 256 --dimensions 3 --seeds 1 --json ...
+    python benchmarks/sensitivity/study_sensitivity.py --results benchmarks/sensitivity/results_sensitivity.json   # the tables only
+    python benchmarks/sensitivity/study_sensitivity.py --rows strongest_baseline gnn --n 1024 --per-kind 270 --dimensions 4 \
+        --changed-relations 16 32 64 128 256 512 1024 2048 4096 8192 16384 --json benchmarks/sensitivity/results_sensitivity_large_defects.json
+    python benchmarks/sensitivity/study_sensitivity.py --generation-sets 18 --n 1024 --json ...   # what generating a set costs
 
 The data of each (N, d, data seed): ``KindsDataset`` with kinds polynomial, destroyed and merged, ``--per-kind`` sets
 of each with exactly N elements, the destroyed sets taking k = 1, 2, 4, ..., 256 changed relations in turn and the
@@ -47,7 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
 
 import study_results  # noqa: E402  (benchmarks/study_results.py: the --json results file)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Does every DDP job exit? Run users' scripts many times and count the runs that never ended.
 
-    python benchmarks/stress_teardown.py                      # 40 runs per case (about 30 min on 2 cores)
-    python benchmarks/stress_teardown.py --runs 10 --world-sizes 3 --scripts torchrun
+    python benchmarks/fault_tolerance/stress_teardown.py                      # 40 runs per case (about 30 min on 2 cores)
+    python benchmarks/fault_tolerance/stress_teardown.py --runs 10 --world-sizes 3 --scripts torchrun
 
 A teardown race strikes one run in a few, so one green run proves nothing: this runs the two
 scripts of the DDP guide (QuantumGravPy/tests/user_scripts/: the torchrun script and the
@@ -18,7 +18,7 @@ once rank 0 has logged its first epoch (as the out-of-memory killer kills it), o
 restarts. It counts the runs after which every process the launcher had started (fork server, workers,
 resource tracker, DataLoader workers) was gone within ``--clean-within`` seconds:
 
-    python benchmarks/stress_teardown.py --kill kernel --runs 10 --world-sizes 2
+    python benchmarks/fault_tolerance/stress_teardown.py --kill kernel --runs 10 --world-sizes 2
 
 ``--kill torchrun_tune`` (and ``torchrun_tune_random``) kills a ``torchrun ... -m QuantumGrav tune`` job with its
 process group, as a lost node does, at rank 0's first epoch (or at a random moment of its start); torchrun's ranks
@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 USER_SCRIPTS = REPO / "QuantumGravPy" / "tests" / "user_scripts"
 SRC = REPO / "QuantumGravPy" / "src"
 sys.path.insert(0, str(SRC))

@@ -1,7 +1,7 @@
 """Peak memory of reading one set of a QuantumGrav.jl store, per pair of elements: what ``stores.limits.BYTES_PER_PAIR``
 (the memory check that refuses a set too large before anything is read) rests on; prints a table, stores JSON.
 
-    python benchmarks/bench_store_read_memory.py [--sizes 2048 4096] [--json benchmarks/results_store_read_memory.json]
+    python benchmarks/stores/bench_store_read_memory.py [--sizes 2048 4096] [--json benchmarks/stores/results_store_read_memory.json]
 
 For each N a 2d sprinkling (as dense as a causal set gets: most of its pairs related) is written with
 ``write_julia_store`` into a temporary folder by one process; a fresh process then opens the store, reads the group's
@@ -61,7 +61,8 @@ def main() -> None:
         print(f"{row['n']:>8,}{row['bytes_per_pair']:>42.2f}")
     print(f"stores.limits.BYTES_PER_PAIR = {BYTES_PER_PAIR}")
     if args.json:
-        import study_results  # benchmarks/study_results.py: written whole or not at all
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+        import study_results  # written whole or not at all
 
         study_results.write_json(args.json, {"rows": rows, "bytes_per_pair_assumed": BYTES_PER_PAIR,
                                              "machine": platform.platform(), "python": platform.python_version()},

@@ -2,8 +2,8 @@
 """Does tuning beat the strong baseline on the default task? A study, then its best configurations
 re-trained on several data seeds against the strong baseline.
 
-    python benchmarks/study_tune.py --trials 40 --epochs 20                        # the study (hours on 2 cores)
-    python benchmarks/study_tune.py --trials 2 --epochs 1 --samples 120 --n-max 32 --retrain-epochs 2 --top 1
+    python benchmarks/default_model/study_tune.py --trials 40 --epochs 20                        # the study (hours on 2 cores)
+    python benchmarks/default_model/study_tune.py --trials 2 --epochs 1 --samples 120 --n-max 32 --retrain-epochs 2 --top 1
 
 1. The study of ``configs/tune.yaml`` (``QG.tune``): its space is the convolution class (GraphConv, GINConv,
    GATv2Conv, SparseTransformerConv: PyG's TransformerConv with sparse products; the stored study ran PyG's),
@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
 
 

@@ -1,10 +1,10 @@
 """One training step of the default model (configs/train.yaml: SparseTransformerConv, 3 x 128, 2 heads, both
 directions) at large N, with this tree's QuantumGrav against another source tree's (``--before-src``, e.g. a
 ``git archive`` of an earlier commit), in alternated fresh processes on the same causal sets; prints a table
-and stores it in benchmarks/results_bench_sparse_attention.json.
+and stores it in benchmarks/scale/results_bench_sparse_attention.json.
 
     mkdir /tmp/qg_before && git archive <rev> QuantumGravPy/src | tar -x -C /tmp/qg_before
-    nice python benchmarks/bench_sparse_attention.py --before-src /tmp/qg_before/QuantumGravPy/src
+    nice python benchmarks/scale/bench_sparse_attention.py --before-src /tmp/qg_before/QuantumGravPy/src
 
 Each process (one torch thread unless ``--threads``) builds the model with seed 0, takes one warm-up step and
 times ``--steps`` AdamW steps (median) and the peak RSS's growth over the process before its first
@@ -31,8 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results_bench_sparse_attention.json"
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
+RESULTS = REPO / "benchmarks" / "scale" / "results_bench_sparse_attention.json"
 THIS_SRC = REPO / "QuantumGravPy" / "src"
 
 

@@ -2,8 +2,8 @@
 """What a fresh process pays to import QuantumGrav and exit, with the garbage collector handled as the package
 does it and as CPython would by default.
 
-    .venv/bin/python benchmarks/bench_startup.py                  # 7 runs of each variant, about 4 min
-    .venv/bin/python benchmarks/bench_startup.py --runs 3 --json benchmarks/results_startup.json
+    .venv/bin/python benchmarks/startup/bench_startup.py                  # 7 runs of each variant, about 4 min
+    .venv/bin/python benchmarks/startup/bench_startup.py --runs 3 --json benchmarks/startup/results_startup.json
 
 Every torchrun worker, CLI command, Jupyter kernel and fork server imports torch, torch._dynamo (PyG imports
 it, and so does every optimizer) and PyG: about half a million long-lived objects. ``QuantumGrav/__init__.py``
@@ -27,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 DEFAULT_COLLECTOR = "import gc; gc.disable = gc.freeze = lambda: None; "
 CLI_TRAIN = ("import runpy, sys; sys.argv = ['QuantumGrav', 'train', '--config', 'configs/train.yaml', "
              "'--set', 'training.path={path}']; runpy.run_module('QuantumGrav', run_name='__main__')")

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What slows the default job down and what makes its validation loss jump: measured epoch by epoch.
 
-    OMP_NUM_THREADS=1 python benchmarks/diagnose_training.py --epochs 20 --data-seed 1234 \
+    OMP_NUM_THREADS=1 python benchmarks/stable_training/diagnose_training.py --epochs 20 --data-seed 1234 \
         --set validation.recompute_batch_norm=false --json out.json
-    OMP_NUM_THREADS=1 python benchmarks/diagnose_training.py --no-flush ...   # as without the library's flush
+    OMP_NUM_THREADS=1 python benchmarks/stable_training/diagnose_training.py --no-flush ...   # as without the library's flush
 
 Trains configs/train.yaml (with ``--set`` overrides) and, after every epoch, records:
 
@@ -17,7 +17,7 @@ Trains configs/train.yaml (with ``--set`` overrides) and, after every epoch, rec
   only the statistics differ), and with batch norm normalising each validation batch by its own statistics
   (``batch_stats``). If only the first jumps, the weights are fine and the running statistics jump.
 
-``benchmarks/results_diagnose_training.json`` holds the two runs of the commands above (``--json`` of each),
+``benchmarks/stable_training/results_diagnose_training.json`` holds the two runs of the commands above (``--json`` of each),
 side by side on a 2-core machine. A measurement, not a test: one run of the default job takes minutes.
 """
 
@@ -28,6 +28,7 @@ import copy
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -157,7 +158,8 @@ def main() -> int:
     trainer.run_training(*loaders[:2])
     trainer.close()
     if args.json:
-        import study_results  # benchmarks/study_results.py: written whole or not at all
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+        import study_results  # written whole or not at all
 
         study_results.write_json(args.json, {"command": " ".join(sys.argv), "threads": torch.get_num_threads(),
                                              "flush_denormals": not args.no_flush, "rows": rows}, indent=1)

@@ -2,19 +2,19 @@
 """The default job (``make train``'s command) on data seeds no study saw, with 1 and 2 threads: does the GNN
 beat the strong baseline on every run, however the machine orders its floats?
 
-    python benchmarks/seeds_default_job.py --seeds 21 22 23 24 25 --threads 1 2 \\
-        --json benchmarks/results_seeds_default_job.json
+    python benchmarks/default_model/seeds_default_job.py --seeds 21 22 23 24 25 --threads 1 2 \\
+        --json benchmarks/default_model/results_seeds_default_job.json
 
-The re-check of the hyperparameter study's ranking (``benchmarks/results_study_tune_recheck.json``): its best
+The re-check of the hyperparameter study's ranking (``benchmarks/default_model/results_study_tune_recheck.json``): its best
 configurations and the previous default, each re-trained on the study's re-training seeds 1-3, one thread::
 
-    J=benchmarks/results_study_tune_recheck.json
-    python benchmarks/seeds_default_job.py --seeds 1 2 3 --threads 1 --label default --json $J
-    python benchmarks/seeds_default_job.py --seeds 1 2 3 --threads 1 --label "trial 22" --append --json $J \\
+    J=benchmarks/default_model/results_study_tune_recheck.json
+    python benchmarks/default_model/seeds_default_job.py --seeds 1 2 3 --threads 1 --label default --json $J
+    python benchmarks/default_model/seeds_default_job.py --seeds 1 2 3 --threads 1 --label "trial 22" --append --json $J \\
         --set training.optimizer_kwargs.lr=8.44e-3 --set training.optimizer_kwargs.weight_decay=1.26e-6
-    python benchmarks/seeds_default_job.py --seeds 1 2 3 --threads 1 --label "trial 15" --append --json $J \\
+    python benchmarks/default_model/seeds_default_job.py --seeds 1 2 3 --threads 1 --label "trial 15" --append --json $J \\
         --set training.optimizer_kwargs.lr=1.96e-3 --set training.optimizer_kwargs.weight_decay=2.47e-6
-    python benchmarks/seeds_default_job.py --seeds 1 2 3 --threads 1 --label "previous default" --append \\
+    python benchmarks/default_model/seeds_default_job.py --seeds 1 2 3 --threads 1 --label "previous default" --append \\
         --json $J --set 'model.conv=!pyobject torch_geometric.nn.GraphConv' --set 'model.conv_kwargs={}' \\
         --set 'model.hidden_channels=[64, 64, 64]' --set model.pooling=mean_max \\
         --set training.optimizer_kwargs.lr=2e-3 --set training.optimizer_kwargs.weight_decay=5e-5
@@ -29,7 +29,7 @@ accuracy, both baselines', the best and the last epoch, the largest validation l
 the lowest one before it, the slowest and fastest epoch's training graphs/s. The JSON is rewritten after every
 run, so an interrupted study keeps what it measured.
 
-``benchmarks/results_make_train.json`` keeps the files of one such run on the default data: ``make train``
+``benchmarks/default_model/results_make_train.json`` keeps the files of one such run on the default data: ``make train``
 itself (data seed 1234, torch's default of 2 threads on 2 cores), its summary.json and metrics.csv.
 """
 
@@ -49,7 +49,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 
 
 def largest_jump_after(losses: list[float], epoch: int) -> float:
@@ -129,7 +130,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[21, 22, 23, 24, 25])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to the command")
-    parser.add_argument("--json", default="benchmarks/results_seeds_default_job.json")
+    parser.add_argument("--json", default="benchmarks/default_model/results_seeds_default_job.json")
     parser.add_argument("--parallel", type=int, default=None,
                         help="runs at a time (default: the cores divided by the threads of a run)")
     parser.add_argument("--label", default="default", help="the configuration's name in the table and the JSON")

@@ -1,7 +1,7 @@
 """Sets/s and disk of QuantumGrav.jl-layout Zarr stores with the feature cache; prints tables, stores JSON.
 
-    python benchmarks/bench_zarr_store.py [--sizes 1024 2048] [--num 12] [--workers 1 2] [--seed 0]
-                                          [--json benchmarks/results_zarr_store.json] [--target-sets 55000]
+    python benchmarks/stores/bench_zarr_store.py [--sizes 1024 2048] [--num 12] [--workers 1 2] [--seed 0]
+                                          [--json benchmarks/stores/results_zarr_store.json] [--target-sets 55000]
 
 For each N, ``--num`` causal sets (4d and 2d sprinklings and layered orders in turn, as QuantumGrav.jl's stores mix
 manifold-like and other sets) are written with ``zarr_store.write_julia_store`` in QuantumGrav.jl's layout into a
@@ -22,6 +22,7 @@ import os
 import platform
 import resource
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -133,9 +134,10 @@ def main() -> None:
     print(f"peak RSS of this process {peak_mb:,.0f} MB; load average {load_at_start[0]:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end")
     if args.json:
-        import study_results  # benchmarks/study_results.py: written whole or not at all
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+        import study_results  # written whole or not at all
 
-        study_results.write_json(args.json, {"command": "benchmarks/bench_zarr_store.py", "args": {
+        study_results.write_json(args.json, {"command": "benchmarks/stores/bench_zarr_store.py", "args": {
             k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "machine": platform.node(),
             "load_average_at_start": load_at_start, "load_average_at_end": list(os.getloadavg()), "peak_rss_mb": peak_mb,
             "fork_server_s": fork_server_s, "results": results}, indent=2)

@@ -1,7 +1,7 @@
 """The relation task measured: configs/toggled_relations.yaml on destroyed sets of exactly N elements with exactly k
 changed relations (k in 1, 2, 4, 8, 16, in turn), trained on one process and one thread, with the rivals (the best
 single rule, boosted trees on per-pair features and the 2D repair) scored on the same test split, per k. Writes
-benchmarks/results_toggled_relations.json: the command, the wall time of the data and of the run, and the run's
+benchmarks/toggled_relations/results_toggled_relations.json: the command, the wall time of the data and of the run, and the run's
 summary (the GNN's test metrics at the config's threshold, the rivals', and by_changed_relations); then, as the
 rivals' thresholds are fitted (on the training split, for the best F1), the GNN's threshold fitted on the validation
 split for its best F1 and its test metrics there, per k too (``tuned_threshold``).
@@ -10,10 +10,10 @@ With ``--rivals-only`` no GNN is trained: for each data seed of ``--seeds`` the 
 the split a run would use (the rule, boosted trees on every per-pair feature, the trees on the features without the
 2D test's violations, and the 2D repair), per k with counts, beside the ceiling of any exact 2D method: the
 share of test sets that are still 2D orders, where it can locate nothing, and the share of the changed pairs whose
-ends share a violating part (``ceiling``). Writes benchmarks/results_toggled_relations_2d.json.
+ends share a violating part (``ceiling``). Writes benchmarks/toggled_relations/results_toggled_relations_2d.json.
 
-    OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py --n 256 --sets 600 --epochs 8
-    OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py --rivals-only --seeds 1 2 3
+    OMP_NUM_THREADS=1 python benchmarks/toggled_relations/study_toggled_relations.py --n 256 --sets 600 --epochs 8
+    OMP_NUM_THREADS=1 python benchmarks/toggled_relations/study_toggled_relations.py --rivals-only --seeds 1 2 3
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 
 import study_results  # noqa: E402  (benchmarks/study_results.py: written whole and atomically)
 
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0, help="data seed")
     parser.add_argument("--work", default="/tmp/qg_toggled_relations", help="folder for the stores and the run")
-    parser.add_argument("--out", default=None, help="results file (default benchmarks/results_toggled_relations"
+    parser.add_argument("--out", default=None, help="results file (default benchmarks/toggled_relations/results_toggled_relations"
                                                      ".json, or results_toggled_relations_2d.json for --rivals-only)")
     parser.add_argument("--rivals-only", action="store_true", help="no GNN: the rivals and the ceiling per seed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="data seeds (--rivals-only)")
@@ -55,7 +56,7 @@ def main() -> None:
     if args.rivals_only:
         rivals_only(args)
         return
-    args.out = args.out or str(REPO / "benchmarks" / "results_toggled_relations.json")
+    args.out = args.out or str(REPO / "benchmarks" / "toggled_relations" / "results_toggled_relations.json")
     settings = settings_of(args, args.seed)
     overrides = [item for key, value in settings.items() for item in ("--set", f"{key}={value}")]
     env = {**os.environ, "PYTHONPATH": str(REPO / "QuantumGravPy" / "src")}
@@ -68,7 +69,7 @@ def main() -> None:
     total = time.perf_counter() - started
     summary = json.loads((Path(args.work) / "runs" / settings["training.run_name"] / "summary.json").read_text())
     metrics = {key: value for key, value in summary.items() if key.startswith(("test_", "rival_", "trees_", "repair_"))}
-    result = {"command": "OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py " + " ".join(sys.argv[1:]),
+    result = {"command": "OMP_NUM_THREADS=1 python benchmarks/toggled_relations/study_toggled_relations.py " + " ".join(sys.argv[1:]),
               "setup": f"{args.sets} destroyed sets of {args.n} elements, k changed relations in turn from 1, 2, 4, 8, "
                        f"16 (data seed {args.seed}), split [0.7, 0.15, 0.15], one process, "
                        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, CPU",
@@ -132,7 +133,7 @@ def rivals_only(args: argparse.Namespace) -> None:
                      "wall_s": {"data": round(loaded - started, 1), "features_and_fit": round(fitted - loaded, 1),
                                 "test": wall}})
         print(f"seed {seed}: " + ", ".join(f"{name} F1 {runs[-1][name + '_f1']:.3f}" for name in per_set), flush=True)
-    result = {"command": "OMP_NUM_THREADS=1 python benchmarks/study_toggled_relations.py " + " ".join(sys.argv[1:]),
+    result = {"command": "OMP_NUM_THREADS=1 python benchmarks/toggled_relations/study_toggled_relations.py " + " ".join(sys.argv[1:]),
               "setup": f"{args.sets} destroyed sets of {args.n} elements in 2D per data seed, k changed relations in "
                        f"turn from 1, 2, 4, 8, 16, split [0.7, 0.15, 0.15]; rivals fitted on the training split, "
                        f"scored on the test split; no GNN; one process, "
@@ -140,7 +141,7 @@ def rivals_only(args: argparse.Namespace) -> None:
               "trees_rival": relation_rival.TREES_DESCRIPTION, "repair_rival": dimension_repair.REPAIR_DESCRIPTION,
               "repair_bounds": {"max_sweeps": dimension_repair.MAX_SWEEPS},
               "runs": runs}
-    out = Path(args.out or REPO / "benchmarks" / "results_toggled_relations_2d.json")
+    out = Path(args.out or REPO / "benchmarks" / "toggled_relations" / "results_toggled_relations_2d.json")
     study_results.save(out, result)
     print(f"wrote {out}")
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The library's optimizer step against the hand-written DDP loop's, cost by cost, as a table.
 
-    OMP_NUM_THREADS=1 python benchmarks/profile_training_step.py --nproc 1 2 --repetitions 3
-    python benchmarks/profile_training_step.py --nproc 1 --steps-profiled 5 --json /tmp/profile.json
+    OMP_NUM_THREADS=1 python benchmarks/training_loop/profile_training_step.py --nproc 1 2 --repetitions 3
+    python benchmarks/training_loop/profile_training_step.py --nproc 1 --steps-profiled 5 --json /tmp/profile.json
 
 Each process trains the job of ``--config`` (the default job: its model, data and batch) with QuantumGrav as
 ``QG.launch`` runs it (``run_job``: the Trainer with every built-in callback) and, inside the same run, after
@@ -390,13 +390,14 @@ def main() -> None:
     parser.add_argument("--steps-profiled", type=int, default=5, help="steps recorded by torch.profiler")
     parser.add_argument("--samples", type=int, default=None, help="causal sets generated (default: the config's)")
     parser.add_argument("--config", default="configs/train.yaml")
-    parser.add_argument("--json", default="benchmarks/results_training_step_profile.json")
+    parser.add_argument("--json", default="benchmarks/training_loop/results_training_step_profile.json")
     parser.add_argument("--append", action="store_true",
                         help="add this call's repetitions to those stored in --json (the tables show them all): "
                              "repetitions of two versions of the library can then alternate")
     parser.add_argument("--table-only", action="store_true", help="print the tables of the runs stored in --json")
     args = parser.parse_args()
-    import study_results  # benchmarks/study_results.py: written whole or not at all
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+    import study_results  # written whole or not at all
 
     if args.table_only:
         stored = json.loads(Path(args.json).read_text())

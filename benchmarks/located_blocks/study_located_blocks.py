@@ -3,7 +3,7 @@
 merged_ambiguous sets of N ~ 1,024 whose blocks have exactly m elements, per kind and per block size, over data
 seeds, with both rivals of the node task beside the GNN on the same test elements.
 
-    python benchmarks/study_located_blocks.py --seeds 1 2 3 --json benchmarks/results_located_blocks.json \\
+    python benchmarks/located_blocks/study_located_blocks.py --seeds 1 2 3 --json benchmarks/located_blocks/results_located_blocks.json \\
         --runs /tmp/located_blocks/runs --data /tmp/located_blocks/data
 
 Each data seed (``data.kwargs.seed``) draws its own sets; the training seed is the data seed plus 1000. A run is
@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # study_results.py: the results file of every study
 sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
 
 import study_results  # noqa: E402  (benchmarks/study_results.py: the --json results file)
@@ -171,7 +172,7 @@ def main() -> int:
         print_tables(study_results.load(args.results)[1])
         return 0
     path, results = study_results.load(args.json)
-    results["command"] = "python benchmarks/study_located_blocks.py " + " ".join(sys.argv[1:])
+    results["command"] = "python benchmarks/located_blocks/study_located_blocks.py " + " ".join(sys.argv[1:])
     results["setup"] = (f"{args.per_kind} merged and {args.per_kind} merged_ambiguous sets of {args.n[0]}..{args.n[1]} "
                         f"elements per data seed, blocks of exactly {args.block_sizes} elements in turn, split "
                         f"[0.7, 0.15, 0.15], up to {args.epochs} epochs under early stopping, training seed = data "

@@ -3,8 +3,8 @@
 what reading fewer training sets (``validation.recompute_batch_norm_sets``) saves and does to the validation
 curve.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_batch_norm_pass.py --epochs 10 --sets 128 256 512
-    OMP_NUM_THREADS=1 python benchmarks/bench_batch_norm_pass.py --epochs 10 --sets 32 64 \
+    OMP_NUM_THREADS=1 python benchmarks/stable_training/bench_batch_norm_pass.py --epochs 10 --sets 128 256 512
+    OMP_NUM_THREADS=1 python benchmarks/stable_training/bench_batch_norm_pass.py --epochs 10 --sets 32 64 \
         --set data.n_min=1024 --set data.n_max=1024 --set data.num_samples=150 --json out.json
 
 Trains the job of ``--config`` in one process (early stopping off) with the whole-training-set pass (the loop's
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# benchmarks/training_loop/bench_training.py: the default job's comparison config, loader and model
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training_loop"))
 import bench_training as bench  # noqa: E402
 
 import QuantumGrav as QG  # noqa: E402
@@ -165,13 +166,14 @@ def main() -> None:
     parser.add_argument("--sets", type=int, nargs="+", default=[128, 256, 512],
                         help="training sets the shorter passes read")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
-    parser.add_argument("--json", default="benchmarks/results_batch_norm_pass.json")
+    parser.add_argument("--json", default="benchmarks/stable_training/results_batch_norm_pass.json")
     parser.add_argument("--table-only", action="store_true", help="print the table of the rows stored in --json")
     args = parser.parse_args()
     if args.table_only:
         stored = json.loads(Path(args.json).read_text())
         stored["table"] = print_table(stored["rows"], stored["training_sets"])
-        import study_results  # benchmarks/study_results.py: written whole or not at all
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+        import study_results  # written whole or not at all
 
         study_results.write_json(args.json, stored, indent=1)
         return
@@ -185,7 +187,8 @@ def main() -> None:
         rows = run(config, args.sets)
     train_sets = round(config["data"]["num_samples"] * config["data"]["split"][0])
     table = print_table(rows, train_sets)
-    import study_results  # benchmarks/study_results.py: written whole or not at all
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: study_results.py
+    import study_results  # written whole or not at all
 
     study_results.write_json(args.json, {
         "command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.UTC).isoformat(),
