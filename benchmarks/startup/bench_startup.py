@@ -3,7 +3,7 @@
 does it and as CPython would by default.
 
     .venv/bin/python benchmarks/startup/bench_startup.py                  # 7 runs of each variant, about 4 min
-    .venv/bin/python benchmarks/startup/bench_startup.py --runs 3 --json benchmarks/startup/results_startup.json
+    .venv/bin/python benchmarks/startup/bench_startup.py --runs 5 --json benchmarks/startup/results_startup.json
 
 Every torchrun worker, CLI command, Jupyter kernel and fork server imports torch, torch._dynamo (PyG imports
 it, and so does every optimizer) and PyG: about half a million long-lived objects. ``QuantumGrav/__init__.py``
