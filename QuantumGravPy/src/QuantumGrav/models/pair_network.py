@@ -15,7 +15,9 @@ Input channels of pair (i, j): i < j, j < i, unrelated, link i -< j, link j -< i
 i == j, and each element's features (``x``, ``order_pe``) on the diagonal, as PPGN puts them. Each block reads the
 states and their transpose, forms the product, and mixes it back (1x1 maps, a residual connection, a per-pair
 normalisation over the channels); padded elements stay zero. The readout: each element's state (its diagonal entry
-and the means of its row and column) pooled by ``readouts.GraphReadout`` and the mean pair state per channel.
+and the means of its row and column) pooled by ``readouts.GraphReadout``, and the mean and the largest pair state
+per channel: a defect of a few relations is a few anomalous pairs among N^2 (a link removed from a sprinkling leaves
+an unrelated pair whose pasts and futures nest, a triangle count), which a mean dilutes and a maximum keeps.
 
 Cost: ``layers * channels * N^3`` multiply-adds per set and about ``10 * channels * N^2`` floats per block kept for
 the backward pass (``benchmarks/order_models``: affordable at N = 128, not at N = 1,024 on a CPU). Written here:
@@ -87,7 +89,7 @@ class PairNetwork(nn.Module):
         self.readout = GraphReadout(3 * channels, readout, readout_width)
         self.realizer = RealizerHead(channels, realizer_dimension) if realizer_dimension else None
         self.realizer_weight = realizer_weight
-        width = self.readout.out_width + channels + set_features + (RealizerHead.num_features if self.realizer else 0)
+        width = self.readout.out_width + 2 * channels + set_features + (RealizerHead.num_features if self.realizer else 0)
         self.set_norm = GraphFeatureNorm(set_features) if set_features else None
         head: list[nn.Module] = []
         for hidden in head_hidden:
@@ -128,7 +130,8 @@ class PairNetwork(nn.Module):
         position = torch.arange(x.size(1), device=x.device)
         rows, columns = x.sum(2) / sizes[..., 0], x.sum(1) / sizes[..., 0]  # [G, n, C]
         elements = torch.cat([x[:, position, position], rows, columns], -1)[mask]  # [nodes, 3C]
-        parts = [self.readout(elements, order.graph, order.num_graphs), x.sum((1, 2)) / sizes[:, :, 0, 0] ** 2]
+        largest = x.masked_fill(pair_mask == 0, float("-inf")).amax((1, 2))  # one anomalous pair among N^2 is kept
+        parts = [self.readout(elements, order.graph, order.num_graphs), x.sum((1, 2)) / sizes[:, :, 0, 0] ** 2, largest]
         extra = None
         if self.realizer is not None:
             features, extra = self.realizer(x, R, mask)
