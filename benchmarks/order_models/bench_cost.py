@@ -6,13 +6,14 @@ backward pass and the peak memory it adds, at N = 128, 512 and 1,024, on polynom
     python benchmarks/order_models/bench_cost.py --json benchmarks/order_models/results_cost.json
     python benchmarks/order_models/bench_cost.py --results benchmarks/order_models/results_cost.json
 
-Each (model, N) is measured in its own process (``--one``): the model as its config in configs/ builds it (the
-trainer's ``build_model``), a batch of ``--sets`` sets (4 at N = 128, 1 above: a batch of the pair network's dense
-states at N = 1,024 is gigabytes), one warm-up step, then ``--repeats`` timed steps (forward, the sum of the outputs
-as a loss, backward); the median over them divided by the sets is the time per set. Peak memory is the growth of the
-process's resident high-water mark (``ru_maxrss``) over the steps against its value once the data were
-read and the model built: what the forward and backward passes add, per batch (divide by the sets for one set). Preparing the sets
-(``OrderStructure``: closure, intervals, encoding) is timed apart, per set. A (model, N) that runs past
+Each (model, N) is measured in two processes of its own: one prepares a batch of ``--sets`` sets (4 at N = 128, 1
+above: a batch of the pair network's dense states at N = 1,024 is gigabytes) as the model's config does
+(``OrderStructure``: closure, intervals, encoding; timed per set) and saves it; the other loads it, builds the model as
+its config in configs/ does (the trainer's ``build_model``), runs one warm-up step, then ``--repeats`` timed steps
+(forward, the sum of the outputs as a loss, backward): the median over them divided by the sets is the time per set.
+Peak memory is the growth of that process's resident high-water mark (``ru_maxrss``) over the steps, warm-up
+included, against its value with the batch loaded and the model built: what the forward and backward passes add,
+per batch (divide by the sets for one set). A (model, N) that runs past
 ``--timeout`` seconds or out of memory is recorded as such: that is where it stops being affordable here. Each
 result carries the load average when it was taken (the machine is shared: timings are only comparable within
 one file). A benchmark, not a test.
@@ -27,6 +28,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,25 +56,38 @@ def sets_of(n: int, count: int, order_structure: dict, data: Path):
                                 order_structure=order_structure)
 
 
-def measure_one(row: str, n: int, sets: int, repeats: int, data: Path) -> dict:
-    """In this process: time per set of ``repeats`` forward+backward steps, and the peak memory they add."""
+def prepare(row: str, n: int, sets: int, data: Path, out: Path) -> dict:
+    """In this process: ``sets`` sets as the model's config prepares them, batched and saved to ``out`` (so that
+    the measuring process's memory holds the batch, not what preparing it took); the seconds per set."""
     import torch
     from torch_geometric.data import Batch
+
+    import QuantumGrav as QG
+
+    torch.set_num_threads(1)
+    config = QG.load_config(REPO / MODELS[row][0], MODELS[row][1])
+    dataset = sets_of(n, sets, config["data"]["kwargs"].get("order_structure", {"random_walk_steps": 8}), data)
+    started = time.perf_counter()
+    items = [dataset[i] for i in range(sets)]
+    seconds = (time.perf_counter() - started) / sets
+    torch.save({"batch": Batch.from_data_list(items), "in_channels": dataset.num_node_features}, out)
+    return {"prepare_seconds_per_set": seconds}
+
+
+def measure_one(row: str, n: int, sets: int, repeats: int, saved: Path) -> dict:
+    """In this process: time per set of ``repeats`` forward+backward steps on the saved batch, and the peak memory
+    the steps add to the process (the batch and the model already in memory)."""
+    import torch
 
     import QuantumGrav as QG
     from QuantumGrav.training.model_builder import build_model
 
     torch.set_num_threads(1)
-    config_path, overrides = MODELS[row]
-    config = QG.load_config(REPO / config_path, overrides)
-    kwargs = config["data"]["kwargs"]
-    dataset = sets_of(n, sets, kwargs.get("order_structure", {"random_walk_steps": 8}), data)
-    started = time.perf_counter()
-    items = [dataset[i] for i in range(sets)]
-    prepare = (time.perf_counter() - started) / sets
-    batch = Batch.from_data_list(items)
+    loaded = torch.load(saved, weights_only=False)
+    batch = loaded["batch"]
     torch.manual_seed(0)
-    model = build_model(config["model"], dataset.num_node_features, 1).train()
+    model = build_model(QG.load_config(REPO / MODELS[row][0], MODELS[row][1])["model"], loaded["in_channels"], 1)
+    model.train()
 
     def step() -> float:
         begun = time.perf_counter()
@@ -85,24 +100,31 @@ def measure_one(row: str, n: int, sets: int, repeats: int, data: Path) -> dict:
     seconds = [step() for _ in range(repeats)]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     return {"row": row, "n": n, "sets": sets, "seconds_per_set": statistics.median(seconds) / sets,
-            "seconds_per_step": seconds, "prepare_seconds_per_set": prepare,
-            "peak_memory_added_mib_per_batch": peak / 1024, "parameters": sum(p.numel() for p in model.parameters()),
-            "loadavg": os.getloadavg()}
+            "seconds_per_step": seconds, "peak_memory_added_mib_per_batch": peak / 1024,
+            "parameters": sum(p.numel() for p in model.parameters()), "loadavg": os.getloadavg()}
 
 
 def run(row: str, n: int, args: argparse.Namespace) -> dict:
+    """One (model, N): its batch prepared in one process, measured in another (``prepare``, ``measure_one``)."""
     sets = args.sets if n <= 128 else 1
-    command = [sys.executable, __file__, "--one", row, str(n), "--sets", str(sets), "--repeats", str(args.repeats),
-               "--data", args.data]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"row": row, "n": n, "sets": sets, "outcome": f"over {args.timeout} s", "loadavg": os.getloadavg()}
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
-        return {"row": row, "n": n, "sets": sets, "outcome": f"failed: {tail[0][:300]}", "loadavg": os.getloadavg()}
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "outcome": "measured"}
+    with tempfile.TemporaryDirectory(prefix="qg_order_cost_") as scratch:
+        common = [row, str(n), "--sets", str(sets), "--repeats", str(args.repeats), "--data", args.data,
+                  "--saved", str(Path(scratch) / "batch.pt")]
+        outputs = []
+        for mode in ("--prepare", "--one"):
+            try:
+                done = subprocess.run([sys.executable, __file__, mode, *common], capture_output=True, text=True,
+                                      timeout=args.timeout, env=env)
+            except subprocess.TimeoutExpired:
+                return {"row": row, "n": n, "sets": sets, "outcome": f"over {args.timeout:.0f} s",
+                        "loadavg": os.getloadavg()}
+            if done.returncode != 0:
+                tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+                return {"row": row, "n": n, "sets": sets, "outcome": f"failed: {tail[0][:300]}",
+                        "loadavg": os.getloadavg()}
+            outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {**outputs[1], **outputs[0], "outcome": "measured"}
 
 
 def print_table(results: dict) -> None:
@@ -124,11 +146,16 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per (model, N) process")
     parser.add_argument("--data", default=str(REPO / "data" / "order_cost"), help="where the sets are written")
+    parser.add_argument("--prepare", nargs=2, metavar=("ROW", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=2, metavar=("ROW", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--saved", help=argparse.SUPPRESS)
     study_results.add_arguments(parser, "measurement")
     args = parser.parse_args()
+    if args.prepare:
+        print(json.dumps(prepare(args.prepare[0], int(args.prepare[1]), args.sets, Path(args.data), Path(args.saved))))
+        return 0
     if args.one:
-        print(json.dumps(measure_one(args.one[0], int(args.one[1]), args.sets, args.repeats, Path(args.data))))
+        print(json.dumps(measure_one(args.one[0], int(args.one[1]), args.sets, args.repeats, Path(args.saved))))
         return 0
     if args.results:
         print_table(study_results.load(args.results)[1])
