@@ -6,7 +6,8 @@
 For each N, ``--num`` causal sets (4d and 2d sprinklings and layered orders in turn, as QuantumGrav.jl's stores mix
 manifold-like and other sets) are written with ``zarr_store.write_julia_store`` in QuantumGrav.jl's layout into a
 temporary folder. Then, in one process: every item read with the features computed on the fly (``cache=False``),
-the first pass with the cache (computes and writes ``<store>.qg_features``) and a second pass (reads it). Then the
+the first pass with the cache (computes and writes ``<store>.qg_features``, a shard per set: ``data.shards``) and a
+second pass (reads it). Then the
 cache is built again from scratch with ``build_cache(workers=K)`` for each ``--workers`` K (a pool forked from a
 fork server; its start is timed on its own first and is in no row). The disk table gives the store's and the
 cache's bytes per set and what ``--target-sets`` sets of that N cost on one node: the cache's disk, and the
@@ -121,6 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.num < 1 or min(args.sizes) < 2 or any(k < 1 for k in args.workers):
         parser.error("--num and --workers must be >= 1 and every size >= 2")
+    load_at_start = list(os.getloadavg())
     with tempfile.TemporaryDirectory() as folder:
         fork_server_s = start_fork_server(Path(folder)) if any(k > 1 for k in args.workers) else None
         results = [measure(n, args.num, args.workers, args.seed, Path(folder)) for n in args.sizes]
@@ -128,13 +130,14 @@ def main() -> None:
     print(tables(results, args.target_sets))
     if fork_server_s is not None:
         print(f"\nthe pool's fork server started in {fork_server_s:.1f} s (once per process, in no row)")
-    print(f"peak RSS of this process {peak_mb:,.0f} MB")
+    print(f"peak RSS of this process {peak_mb:,.0f} MB; load average {load_at_start[0]:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end")
     if args.json:
         import study_results  # benchmarks/study_results.py: written whole or not at all
 
         study_results.write_json(args.json, {"command": "benchmarks/bench_zarr_store.py", "args": {
             k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "machine": platform.node(),
-            "load_average_at_end": list(os.getloadavg()), "peak_rss_mb": peak_mb,
+            "load_average_at_start": load_at_start, "load_average_at_end": list(os.getloadavg()), "peak_rss_mb": peak_mb,
             "fork_server_s": fork_server_s, "results": results}, indent=2)
 
 

@@ -13,7 +13,7 @@ summary.json (the same settings; the study records how each run ended). Then, on
 
 * the GNN: the run applied by ``QG.load_run(...).evaluate(..., split="test")`` (its predictions CSV: one row per
   element, thresholded at the task's threshold);
-* ``rule`` and ``trees``: the node task's rivals (``QuantumGrav.evaluation.node_rival``: the best anomaly rule and
+* ``rule`` and ``trees``: the node task's rivals (``QuantumGrav.analyses.node_rival``: the best anomaly rule and
   gradient-boosted trees on every element score, raw and as its anomaly in its set), fitted on the run's
   training split.
 
@@ -85,7 +85,7 @@ def gnn_marks(predictions_csv: Path) -> dict[int, np.ndarray]:
 def seed_result(args: argparse.Namespace, seed: int) -> dict:
     import QuantumGrav as QG
     from QuantumGrav.data.dataset import split_indices
-    from QuantumGrav.evaluation.node_rival import fit_rule, fit_trees, marked_totals, totals_metrics
+    from QuantumGrav.analyses.node_rival import fit_rule, fit_trees, marked_totals, totals_metrics
 
     run_dir, train_s = trained_run(args, seed)
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -127,8 +127,8 @@ def natural_order(name: str) -> list:
 
 def pooled(runs: list[dict]) -> dict:
     """Per group and marker: the metrics of the totals summed over seeds (sums and counts, then divided)."""
-    from QuantumGrav.evaluation.tasks import NodeBinaryTask
-    from QuantumGrav.evaluation.node_rival import totals_metrics
+    from QuantumGrav.tasks.node import NodeBinaryTask
+    from QuantumGrav.analyses.node_rival import totals_metrics
 
     task = NodeBinaryTask()
     found = {}

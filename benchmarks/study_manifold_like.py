@@ -34,13 +34,13 @@ rate at the stop; read from the run's metrics.csv, and ``not recorded`` for rows
   the training split (the strong one on the invariants and the distribution of every per-element feature, as
   manifold_like.yaml's runs fit it; the strongest rival adds the exact 2D-order test and the graph observables);
 * ``exact_test``: the exact test alone (manifold-like iff a 2D order), nothing fitted;
-* ``ceiling``: per kind, the test sets no model can call and those the exact test cannot (``evaluation.ceiling``).
+* ``ceiling``: per kind, the test sets no model can call and those the exact test cannot (``analyses.ceiling``).
 
 The tables end with the paired comparison of each model row with the strongest rival: per data seed where both
 rows exist, the model's weighted F1 and balanced accuracy minus the rival's, their mean +- standard deviation, a paired
 t-test and the Wilcoxon signed-rank test (``scipy.stats``). Each row records accuracy, balanced accuracy, ROC-AUC, weighted F1 (upstream's metric), per-class F1, recall per
 kind with its Wilson interval (the baseline rows also on the sets a model can call) and the recall against each
-defect's realised size with the threshold where that curve crosses 90 % recall (``QuantumGrav.evaluation.kinds``). Runs
+defect's realised size with the threshold where that curve crosses 90 % recall (``QuantumGrav.analyses.kind_breakdown``). Runs
 are separate processes (``python -m QuantumGrav train``), one after the other, ``--threads`` torch threads each;
 results are written after every row, and a row already in ``--json`` is not run again (a stopped study continues).
 A benchmark, not a test.
@@ -162,15 +162,15 @@ def flatness(run_dir: Path) -> dict:
 def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
     """The baselines, the strongest rival and the exact 2D-order test alone on the split that the runs of ``seed``
     use, with the recall per kind (on all test sets and on those a model can call) and per defect size; and the
-    ceiling of the test split (``evaluation.ceiling``) as the row ``ceiling``."""
+    ceiling of the test split (``analyses.ceiling``) as the row ``ceiling``."""
     import numpy as np
 
     import QuantumGrav as QG
     from QuantumGrav.data.dataset import split_indices
     from QuantumGrav.data.derived_invariants import causal_matrix_of_edges
     from QuantumGrav.evaluation.baselines import predict_baselines, score_baselines
-    from QuantumGrav.evaluation.ceiling import callable_sets, ceiling_counts, exact_test_predictions
-    from QuantumGrav.evaluation.kinds import kind_breakdown
+    from QuantumGrav.analyses.ceiling import callable_sets, ceiling_counts, exact_test_predictions
+    from QuantumGrav.analyses.kind_breakdown import kind_breakdown
     from QuantumGrav.evaluation.scores import classification_metrics
 
     config = QG.load_config(REPO / "configs" / "manifold_like.yaml", data_settings(args, seed))

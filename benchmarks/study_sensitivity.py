@@ -26,10 +26,10 @@ merged sets blocks of m = 4, 8, ..., 64 elements (``data.kwargs.changed_relation
   probability of manifold-like.
 
 A scored row's threshold is the one at which 5 % of the validation split's polynomial sets would be called defects
-(``evaluation.sensitivity.threshold_at_false_alarm``); the rate realised on the test split's polynomial sets is
+(``analyses.sensitivity.threshold_at_false_alarm``); the rate realised on the test split's polynomial sets is
 reported with its Wilson interval, and the detection rate per k and m on the test split with counts and intervals,
 and the smallest k (m) detected at 90 %: the crossing of that curve, with the crossings of its Wilson bounds as its
-interval (``evaluation.sensitivity``). ``pooled`` sums the counts over the seeds of each (row, N, d). Each row also
+interval (``analyses.sensitivity``). ``pooled`` sums the counts over the seeds of each (row, N, d). Each row also
 records what it cost (``costs``: generating the sets and writing the stores, reading them with their node features,
 the rival's features, fitting, per set where per set). Results are written after every row; a row already in
 ``--json`` is not run again (a stopped study continues). One process, ``--threads`` torch threads. A benchmark, not
@@ -125,7 +125,7 @@ def sensitivity_of(scores, kinds, sizes, val, test, changed_relations, threshold
     the test split."""
     import numpy as np
 
-    from QuantumGrav.evaluation.sensitivity import detection_curve, false_alarms, threshold_at_false_alarm
+    from QuantumGrav.analyses.sensitivity import detection_curve, false_alarms, threshold_at_false_alarm
 
     scores, kinds, sizes = np.asarray(scores, dtype=float), np.asarray(kinds), np.asarray(sizes, dtype=float)
     null_val = [i for i in val if kinds[i] == NULL_KIND]
@@ -263,7 +263,7 @@ def generation_rows(args: argparse.Namespace, n: int, dimension: int) -> list[di
 
 def pooled(runs: list[dict]) -> dict:
     """Per (row, N, d): the seeds, the false alarms and each kind's curve summed over them."""
-    from QuantumGrav.evaluation.sensitivity import pooled_curve, pooled_false_alarms
+    from QuantumGrav.analyses.sensitivity import pooled_curve, pooled_false_alarms
 
     groups: dict[str, list[dict]] = {}
     for run in runs:

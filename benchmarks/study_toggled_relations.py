@@ -92,8 +92,8 @@ def rivals_only(args: argparse.Namespace) -> None:
     """The rivals and the 2D ceiling on each seed's split (the module's docstring)."""
     sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
     import QuantumGrav as QG
-    from QuantumGrav.callbacks.results import by_changed_relations
-    from QuantumGrav.evaluation import dimension_repair, relation_rival
+    from QuantumGrav.analyses.relation_rival import by_changed_relations
+    from QuantumGrav.analyses import dimension_repair, relation_rival
 
     without = [name for name in relation_rival.PAIR_FEATURES if not name.startswith("violation_")]
     runs = []
@@ -151,9 +151,9 @@ def ceiling(test: list, sizes: list, repairs: list) -> dict:
     (``cheaper_explanation``: no method that takes the simplest explanation locates all their changes) or as few and
     marks other pairs (``other_equal_explanation``), the changed pairs, those that are edges of a violating cycle
     (their ends share a violating part), and those with both ends on a violation."""
-    from QuantumGrav.data.relation_targets import candidate_pairs
-    from QuantumGrav.evaluation.dimension_repair import explanation_cost
-    from QuantumGrav.evaluation.relation_rival import PAIR_FEATURES, pair_features, relation_of
+    from QuantumGrav.tasks.levels import candidate_pairs
+    from QuantumGrav.analyses.dimension_repair import explanation_cost
+    from QuantumGrav.analyses.relation_rival import PAIR_FEATURES, pair_features, relation_of
 
     found: dict = {}
     for item, k, fitted in zip(test, sizes, repairs):
@@ -186,17 +186,16 @@ def tuned_threshold(run_dir: Path, work: str) -> dict:
     rivals' are fitted on theirs), and the test metrics at it, all sets and per k."""
     sys.path.insert(0, str(REPO / "QuantumGravPy" / "src"))
     import QuantumGrav as QG
-    from QuantumGrav.callbacks.results import by_changed_relations
-    from QuantumGrav.evaluation.levels import level_of
-    from QuantumGrav.evaluation.node_rival import best_threshold
-    from QuantumGrav.evaluation.relation_task import RelationBinaryTask
+    from QuantumGrav.analyses.relation_rival import by_changed_relations
+    from QuantumGrav.analyses.node_rival import best_threshold
+    from QuantumGrav.tasks.relation import RelationBinaryTask
 
     config = QG.load_config(run_dir / "config.yaml", {"training.path": f"{work}/threshold_runs",
                                                       "training.num_epochs": 1, "training.figures": False})
     trainer = QG.Trainer(config)
     trainer.core_model.load_state_dict(torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"])
     _, val_loader, test_loader = trainer.prepare_dataloaders()
-    level = level_of(trainer.task)
+    level = trainer.task.level
 
     def scored(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:  # (probabilities, labels) per set
         found = []

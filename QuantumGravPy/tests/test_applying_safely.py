@@ -214,10 +214,10 @@ def test_a_smoke_run_whose_test_split_has_no_positive_says_what_is_undefined_and
 
 
 def test_the_recall_figure_labels_a_kind_without_test_sets_and_an_empty_panel(monkeypatch, tmp_path):
-    from QuantumGrav.evaluation import figures
+    from QuantumGrav.analyses import figures
 
     drawn = {}
-    monkeypatch.setattr(figures, "_save_figure", lambda figure, path: drawn.setdefault("figure", figure) and path)
+    monkeypatch.setattr(figures, "save_figure", lambda figure, path: drawn.setdefault("figure", figure) and path)
     by_kind = {"gnn": {"grid": {"sets": 2, "correct": 2, "recall": 1.0}}}
     figures.plot_recall_by_kind(by_kind, {}, {}, tmp_path / "r.png", absent=["polynomial"])
     bars, curves = drawn["figure"].axes
@@ -228,11 +228,11 @@ def test_the_recall_figure_labels_a_kind_without_test_sets_and_an_empty_panel(mo
 
 def test_the_recall_figure_gives_each_defect_its_panel_each_model_its_colour_and_each_bin_its_count(monkeypatch,
                                                                                                      tmp_path):
-    from QuantumGrav.evaluation import figures
-    from QuantumGrav.evaluation.kinds import kind_breakdown
+    from QuantumGrav.analyses import figures
+    from QuantumGrav.analyses.kind_breakdown import kind_breakdown
 
     drawn = {}
-    monkeypatch.setattr(figures, "_save_figure", lambda figure, path: drawn.setdefault("figure", figure) and path)
+    monkeypatch.setattr(figures, "save_figure", lambda figure, path: drawn.setdefault("figure", figure) and path)
     descriptions = ([{"kind": "destroyed", "changed_relations": size} for size in range(1, 9)]
                     + [{"kind": "merged", "block_size": size, "block_start": 0} for size in range(1, 9)]
                     + [{"kind": "polynomial"}] * 3)

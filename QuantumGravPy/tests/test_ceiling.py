@@ -1,9 +1,9 @@
-"""The ceiling (``evaluation.ceiling``): the sets no model can call and those the exact 2D-order test cannot."""
+"""The ceiling (``analyses.ceiling``): the sets no model can call and those the exact 2D-order test cannot."""
 
 import numpy as np
 
 from QuantumGrav.data import causal_sets as cs
-from QuantumGrav.evaluation.ceiling import callable_sets, ceiling_counts, exact_test_predictions, unchanged_by_its_defect
+from QuantumGrav.analyses.ceiling import callable_sets, ceiling_counts, exact_test_predictions, unchanged_by_its_defect
 
 
 def test_a_defect_that_changed_nothing_is_one_no_model_can_call():

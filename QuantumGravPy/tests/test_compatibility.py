@@ -5,13 +5,19 @@ data/run_of_release_0_1/ was written by the release before the package's regroup
 and callbacks/ (two epochs of conftest's TINY config on 30 sets, data seed 3)."""
 
 import csv
+import importlib
+import pickletools
+import re
 import shutil
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
 import QuantumGrav as QG
+from QuantumGrav.config.yaml_io import resolve_pyobject
 
 RELEASE_RUN = Path(__file__).parent / "data" / "run_of_release_0_1"
 
@@ -77,34 +83,39 @@ def test_a_run_of_the_release_is_applied_to_new_data_and_says_it_records_no_trai
     assert done.returncode == 0 and "its best.pt records no training range" in done.stdout, done.stderr
 
 
-def test_the_previous_releases_module_paths_still_import(tmp_path):
-    """Modules that moved (issue 50: the root's plumbing into common/, config's sections into config/sections/)
-    keep their old paths for what a user saved: a script's import, a pickle, a ``!pyobject`` name. Each gives
-    the same objects as the new path."""
-    import importlib
-    import pickle
+# The module paths that moved at the regrouping into common/ and config/sections/ (issue 50), which an import hook kept
+# importable until issue 62 found that nothing shipped or stored names them.
+MOVED_PATHS = ("QuantumGrav.errors", "QuantumGrav.files", "QuantumGrav.processes", "QuantumGrav.logging_utils",
+               "QuantumGrav.version", "QuantumGrav.config.section", "QuantumGrav.config.data_section",
+               "QuantumGrav.data.store_cache", "QuantumGrav.data.store_graphs", "QuantumGrav.data.store_limits",
+               "QuantumGrav.config.learning_sections", "QuantumGrav.config.training_sections")
+PYOBJECT = re.compile(r"!pyobject\s+'?(QuantumGrav(?:\.\w+)+)")
 
-    from QuantumGrav.common import errors
-    from QuantumGrav.config.sections.base import FrozenDict
-    from QuantumGrav.config.sections.training import LoopSection
-    from QuantumGrav.config.yaml_io import resolve_pyobject
 
-    assert importlib.import_module("QuantumGrav.errors") is errors
-    from QuantumGrav.errors import UserError  # as a script of the previous release wrote it
-    from QuantumGrav.config.learning_sections import ModelSection, metric_mode
-    from QuantumGrav.config.training_sections import LoadersSection, OptimizerSection
+def names_in_stored_checkpoint(path: Path) -> set[str]:
+    """The QuantumGrav names a checkpoint needs to load and run: the module paths its pickle names, and the
+    ``!pyobject`` names of the config it carries."""
+    with zipfile.ZipFile(path) as archive:
+        pickled = archive.read(next(name for name in archive.namelist() if name.endswith("data.pkl")))
+    names = {arg for _, arg, _ in pickletools.genops(pickled) if isinstance(arg, str) and arg.startswith("QuantumGrav")}
+    return names | set(PYOBJECT.findall(torch.load(path, weights_only=True).get("config_yaml", "")))
 
-    assert UserError is QG.UserError and ModelSection is QG.load_config(None).sections.model.__class__
-    assert metric_mode("val_accuracy") == "max" and {LoadersSection.__name__, OptimizerSection.__name__} == \
-        {"LoadersSection", "OptimizerSection"}
-    assert resolve_pyobject("QuantumGrav.logging_utils.get_logger") is QG.get_logger
-    # pickles written by the previous release name the old modules
-    for value, new, old in ((QG.UserError("bad data"), b"QuantumGrav.common.errors", b"QuantumGrav.errors"),
-                            (FrozenDict({"lr": 1e-3}), b"QuantumGrav.config.sections.base", b"QuantumGrav.config.section"),
-                            (LoopSection(), b"QuantumGrav.config.sections.training",
-                             b"QuantumGrav.config.training_sections")):
-        written = pickle.dumps(value, protocol=0)
-        assert new in written
-        read = pickle.loads(written.replace(new, old))
-        assert type(read) is type(value) and (read.args if isinstance(read, Exception) else read) == \
-            (value.args if isinstance(value, Exception) else value)
+
+def test_what_shipped_configs_and_stored_runs_name_imports_and_the_moved_paths_are_gone():
+    """Every QuantumGrav name a shipped config (configs/, the YAML of docs/ and benchmarks/ results) or a stored run
+    (its config.yaml, its checkpoints' pickles and configs) needs resolves in this package as it is, with no import
+    hook; so the hook for the moved paths, which none of them names, is gone, and those paths import no more."""
+    repo = RELEASE_RUN.parents[3]
+    texts = [*repo.glob("configs/*.yaml"), *repo.glob("docs/**/*.md"), *repo.glob("benchmarks/*.json"),
+             RELEASE_RUN / "config.yaml"]
+    needed = {name for path in texts for name in PYOBJECT.findall(path.read_text(encoding="utf-8"))}
+    needed |= {name for checkpoint in RELEASE_RUN.glob("checkpoints/*.pt") for name in
+               names_in_stored_checkpoint(checkpoint)}
+    assert "QuantumGrav.models.sparse_attention.SparseTransformerConv" in needed  # the default model's conv
+    for name in needed:
+        assert resolve_pyobject(name) is not None, name
+    assert not needed & set(MOVED_PATHS)
+    assert not [finder for finder in sys.meta_path if type(finder).__module__.startswith("QuantumGrav")]
+    for old in MOVED_PATHS:
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)

@@ -226,8 +226,14 @@ def test_two_processes_write_exactly_the_rows_and_metrics_of_one(node_run, tmp_p
         one = run.evaluate(data, out=tmp_path / name / "one.csv")
         two = run.evaluate(data, out=tmp_path / name / "two.csv", nproc=2)
         assert numbers_of(two) == numbers_of(one), name
-        assert read_csv(two["predictions_csv"]) == read_csv(one["predictions_csv"]), name
-        assert len(by_set(read_csv(two["predictions_csv"]))) == one["scored_sets"] > 2
+        rows_one, rows_two = read_csv(one["predictions_csv"]), read_csv(two["predictions_csv"])
+        # Every column exactly, the score to float32 rounding: a set's score is a float32 computed in a batch of other
+        # sets, and the dense products (inner dimensions of several hundred in the default attention layer) round
+        # with the batch's size.
+        assert [{**r, "score": None} for r in rows_two] == [{**r, "score": None} for r in rows_one], name
+        assert [float(r["score"]) for r in rows_two] == pytest.approx([float(r["score"]) for r in rows_one],
+                                                                      rel=1e-5, abs=1e-6), name
+        assert len(by_set(rows_two)) == one["scored_sets"] > 2
 
 
 def test_sets_outside_the_training_range_are_flagged_on_every_element_or_refused(cli_in_process, node_run, tmp_path):

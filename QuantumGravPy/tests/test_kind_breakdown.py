@@ -1,13 +1,14 @@
-"""Recall per kind and against each defect's size (``evaluation/kinds.py``), and the weighted F1 that upstream
+"""Recall per kind (``evaluation/kinds.py``) and against each defect's size (``analyses/kind_breakdown.py``), and the weighted F1 that upstream
 QuantumGrav reports, from the confusion matrix (exact under DDP) and for the baselines (scikit-learn)."""
 
 import numpy as np
 import pytest
 
-from QuantumGrav.evaluation.kinds import (BELOW_SMALLEST, NOT_REACHED, defect_size, describe_threshold,
-                                          detection_threshold, kind_breakdown, recall_by_defect_size, recall_by_kind,
-                                          wilson_interval)
-from QuantumGrav.evaluation.tasks import BinaryTask, MulticlassTask, f1_scores
+from QuantumGrav.analyses.kind_breakdown import defect_size, detection_threshold, kind_breakdown, recall_by_defect_size
+from QuantumGrav.evaluation.kinds import BELOW_SMALLEST, NOT_REACHED, describe_threshold, recall_by_kind, wilson_interval
+from QuantumGrav.tasks.binary import BinaryTask
+from QuantumGrav.tasks.classification import f1_scores
+from QuantumGrav.tasks.multiclass import MulticlassTask
 
 
 def bins_of(*recalls: float) -> list[dict]:

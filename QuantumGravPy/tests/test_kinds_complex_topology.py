@@ -4,7 +4,7 @@ curves cannot cross, checked against upstream's golden cases and physics."""
 import numpy as np
 import pytest
 
-from QuantumGrav.data.kinds.common import minkowski_relation
+from QuantumGrav.data.sprinkling import light_cone_relation
 from QuantumGrav.data.kinds.complex_topology import (ComplexTopologySettings, cut_relation, cut_segments,
                                                      draw_cut_count, draw_cuts, generate_complex_topology, near_cuts,
                                                      segments_intersect)
@@ -108,14 +108,14 @@ def test_the_relation_agrees_with_staircase_walks_around_the_cuts(seed):
     exact = cut_relation(points, branch_points, finite_cuts)
     walked = np.triu(lattice_relation(cells, cut_segments(branch_points, finite_cuts), size), k=1)
     assert not (walked & ~exact).any()
-    assert (exact & ~walked).sum() <= 1e-3 * minkowski_relation(points).sum()
-    assert exact.sum() < minkowski_relation(points).sum(), "the cuts remove some relations"
+    assert (exact & ~walked).sum() <= 1e-3 * light_cone_relation(points).sum()
+    assert exact.sum() < light_cone_relation(points).sum(), "the cuts remove some relations"
 
 
 def test_a_set_is_time_labelled_transitive_and_within_the_minkowski_order_of_its_kept_points():
     sample = generate_complex_topology(400, np.random.default_rng(11))
     points, _, _ = kept_points_and_cuts(11, 400)
-    relation, minkowski = sample.relation, minkowski_relation(points)
+    relation, minkowski = sample.relation, light_cone_relation(points)
     assert sample.kind == "complex_topology" and sample.manifold_like
     assert np.all(np.diff(points[:, 0]) >= 0) and relation.shape == (len(points), len(points))
     assert not np.tril(relation).any(), "only i < j may be related: the elements are labelled by time"
@@ -132,7 +132,7 @@ def test_every_drawn_set_is_transitive_without_a_closure(seed):
 
 def test_each_added_cut_only_removes_relations():
     points, branch_points, finite_cuts = random_cut_geometry(5)
-    previous = minkowski_relation(points)
+    previous = light_cone_relation(points)
     for count in range(1, len(finite_cuts) + 1):
         relation = cut_relation(points, branch_points[:0], finite_cuts[:count])
         assert not (relation & ~previous).any()
@@ -141,7 +141,7 @@ def test_each_added_cut_only_removes_relations():
         relation = cut_relation(points, branch_points[:count], finite_cuts)
         assert not (relation & ~previous).any()
         previous = relation
-    assert previous.sum() < minkowski_relation(points).sum()
+    assert previous.sum() < light_cone_relation(points).sum()
 
 
 def test_without_cuts_the_relation_is_exactly_the_polynomial_one():
@@ -149,8 +149,8 @@ def test_without_cuts_the_relation_is_exactly_the_polynomial_one():
     sample = generate_complex_topology(300, np.random.default_rng(7), settings)
     points, _, _ = kept_points_and_cuts(7, 300, settings)
     assert sample.n == 300 and sample.params["n_removed"] == 0
-    assert np.array_equal(sample.relation, minkowski_relation(points))
-    assert np.array_equal(cut_relation(points, np.zeros((0, 2)), np.zeros((0, 2, 2))), minkowski_relation(points))
+    assert np.array_equal(sample.relation, light_cone_relation(points))
+    assert np.array_equal(cut_relation(points, np.zeros((0, 2)), np.zeros((0, 2, 2))), light_cone_relation(points))
 
 
 def test_points_within_the_tolerance_of_a_cut_are_removed():

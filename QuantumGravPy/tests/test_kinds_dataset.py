@@ -133,7 +133,7 @@ def test_generate_writes_the_stores_and_their_cache_and_a_bad_setting_exits_2(tm
     folder, = (tmp_path / "kinds").iterdir()
     assert f"{folder}: 9 stores, 18 of 18 causal sets cached" in result.stdout
     assert sorted(p.name for p in folder.glob("*.zarr")) == sorted(f"{kind}_0.zarr" for kind in GENERATORS)
-    assert len(list(folder.glob("*.qg_features/*.pt"))) == 18
+    assert len(list(folder.glob("*.qg_features/*.shard"))) == 18
     assert len(QuantumGravJLDataset(folder, target="cset_type")) == 18, "produce_data's layout, read as such"
     bad = cli_in_process("generate", "--config", str(config), *common, "--set", "data.kwargs.kinds=[grid,pants]",
                          cwd=tmp_path)

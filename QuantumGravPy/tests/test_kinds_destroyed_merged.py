@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from QuantumGrav.data.kinds.catalogue import generate_kind
-from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_relation, sprinkle
+from QuantumGrav.data.kinds.common import conformal_coefficients
+from QuantumGrav.data.sprinkling import ConformalBox, light_cone_relation, sprinkle
 from QuantumGrav.data.kinds.destroyed import (DESTROYED_AMBIGUOUS, DestroyedSettings, destroy, destroy_exactly,
                                               draw_flip_fraction, flip_count, generate_destroyed,
                                               generate_destroyed_ambiguous, toggled_pairs)
@@ -23,7 +24,7 @@ def is_transitive(relation: np.ndarray) -> bool:
 
 
 def sprinkled_order(rng: np.random.Generator, n: int) -> np.ndarray:
-    return minkowski_relation(sprinkle(rng, n, np.ones((1, 1))))
+    return light_cone_relation(sprinkle(rng, n, ConformalBox(np.ones((1, 1)))))
 
 
 @pytest.mark.parametrize("generate", GENERATORS, ids=lambda generate: generate.__name__)
@@ -217,7 +218,7 @@ def test_a_destroyed_set_records_its_realised_defect_as_counts_of_changed_relati
         sample = generate_kind(kind, np.random.default_rng(seed), n=80)
         rng = np.random.default_rng(seed)
         coefficients, _, _ = conformal_coefficients(rng)
-        sprinkled = minkowski_relation(sprinkle(rng, 80, coefficients))
+        sprinkled = light_cone_relation(sprinkle(rng, 80, ConformalBox(coefficients)))
         added = int((sample.relation & ~sprinkled).sum())
         removed = int((sprinkled & ~sample.relation).sum())
         params = sample.params
@@ -236,7 +237,7 @@ def sprinkling_of(seed: int, n: int, dimension: int) -> np.ndarray:
     """The sprinkling a destroyed set of this seed was made from (its generator's first draws)."""
     rng = np.random.default_rng(seed)
     coefficients, _, _ = conformal_coefficients(rng, dimension=dimension)
-    return minkowski_relation(sprinkle(rng, n, coefficients))
+    return light_cone_relation(sprinkle(rng, n, ConformalBox(coefficients)))
 
 
 @pytest.mark.parametrize("dimension", [2, 3, 4])

@@ -9,7 +9,8 @@ from numpy.polynomial import chebyshev
 
 from QuantumGrav.data.invariants import myrheim_meyer_dimension, ordering_fraction_of_dimension
 from QuantumGrav.data.kinds.catalogue import DIMENSIONAL_KINDS, generate_kind, generator_options
-from QuantumGrav.data.kinds.common import conformal_coefficients, conformal_factor, minkowski_relation, sprinkle
+from QuantumGrav.data.kinds.common import conformal_coefficients
+from QuantumGrav.data.sprinkling import ConformalBox, conformal_factor, light_cone_relation, sprinkle
 from QuantumGrav.data.kinds.polynomial import generate_polynomial
 
 # The ordering fraction of a uniform sprinkling of the box [-1, 1]^d with Minkowski's light cones:
@@ -20,7 +21,7 @@ BOX_ORDERING_FRACTION = {2: 0.5, 3: math.pi / 6 - 7 / 30, 4: math.pi / 30 + 8 / 
 
 def flat_sprinklings(dimension: int, n: int, count: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [sprinkle(rng, n, np.ones((1,) * dimension)) for _ in range(count)]
+    return [sprinkle(rng, n, ConformalBox(np.ones((1,) * dimension))) for _ in range(count)]
 
 
 def is_transitive(relation: np.ndarray) -> bool:
@@ -30,7 +31,7 @@ def is_transitive(relation: np.ndarray) -> bool:
 
 @pytest.mark.parametrize("dimension", [2, 3, 4])
 def test_a_flat_box_sprinkling_relates_the_exact_fraction_of_pairs_of_its_dimension(dimension):
-    fractions = [minkowski_relation(points).sum() / (1500 * 1499 / 2)
+    fractions = [light_cone_relation(points).sum() / (1500 * 1499 / 2)
                  for points in flat_sprinklings(dimension, 1500, 5, seed=dimension)]
     assert np.mean(fractions) == pytest.approx(BOX_ORDERING_FRACTION[dimension], abs=0.01)
     others = [BOX_ORDERING_FRACTION[d] for d in BOX_ORDERING_FRACTION if d != dimension]
@@ -44,7 +45,7 @@ def test_the_causal_diamond_inside_a_flat_sprinkling_has_the_myrheim_meyer_dimen
     fractions = []
     for points in flat_sprinklings(dimension, 3000, 4, seed=10 + dimension):
         inside = np.linalg.norm(points[:, 1:], axis=1) <= 1 - np.abs(points[:, 0])
-        diamond = minkowski_relation(points[inside])
+        diamond = light_cone_relation(points[inside])
         fractions.append(diamond.sum() / (inside.sum() * (inside.sum() - 1) / 2))
     assert np.mean(fractions) == pytest.approx(ordering_fraction_of_dimension(dimension), abs=0.015)
     assert myrheim_meyer_dimension(np.mean(fractions)) == pytest.approx(dimension, abs=0.3)
@@ -58,7 +59,7 @@ def test_a_polynomial_set_is_its_points_flat_light_cone_order_whatever_the_confo
         sample = generate_polynomial(150, np.random.default_rng(seed), dimension=dimension)
         rng = np.random.default_rng(seed)
         coefficients, order, decay = conformal_coefficients(rng, dimension=dimension)
-        points = sprinkle(rng, 150, coefficients)
+        points = sprinkle(rng, 150, ConformalBox(coefficients))
         assert coefficients.shape == (order + 1,) * dimension and points.shape == (150, dimension)
         difference = points[None, :, :] - points[:, None, :]
         interval = -difference[..., 0] ** 2 + (difference[..., 1:] ** 2).sum(axis=-1)
@@ -92,7 +93,7 @@ def test_the_points_follow_the_squared_factor_along_each_coordinate(dimension):
         coefficients = np.zeros((2,) * dimension)
         coefficients[(0,) * dimension] = 1.0
         coefficients[tuple(1 if k == axis else 0 for k in range(dimension))] = 0.5
-        points = sprinkle(np.random.default_rng(axis), 6000, coefficients)
+        points = sprinkle(np.random.default_rng(axis), 6000, ConformalBox(coefficients))
         means = points.mean(axis=0)
         assert means[axis] == pytest.approx(4 / 13, abs=0.025)
         assert np.abs(np.delete(means, axis)).max() < 0.025 and np.all(np.diff(points[:, 0]) >= 0)

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from QuantumGrav.data.kinds.common import draw_n, minkowski_relation, random_pairs, sprinkle
+from QuantumGrav.data.kinds.common import draw_n, random_pairs
+from QuantumGrav.data.sprinkling import ConformalBox, light_cone_relation, sprinkle
 from QuantumGrav.data.kinds.polynomial import generate_polynomial
 
 
@@ -29,15 +30,16 @@ def test_a_polynomial_set_is_a_time_labelled_two_dimensional_order():
 
 
 def test_a_sprinkling_is_a_two_dimensional_order_sorted_by_time():
-    points = sprinkle(np.random.default_rng(2), 300, np.array([[1.0, 0.3], [0.2, 0.1]]))
+    points = sprinkle(np.random.default_rng(2), 300, ConformalBox(np.array([[1.0, 0.3], [0.2, 0.1]])))
     assert len(points) == 300 and np.all(np.diff(points[:, 0]) >= 0) and np.abs(points).max() <= 1.0
-    assert is_two_dimensional_order(minkowski_relation(points), points)
+    assert is_two_dimensional_order(light_cone_relation(points), points)
 
 
 def test_a_uniform_density_relates_half_the_pairs():
     """With f constant, dt and ds are iid, so P(|dt| >= |ds|) = 1/2 exactly."""
     rng = np.random.default_rng(3)
-    fractions = [minkowski_relation(sprinkle(rng, 400, np.ones((1, 1)))).mean() * 400 / 399 * 2 for _ in range(5)]
+    flat = ConformalBox(np.ones((1, 1)))
+    fractions = [light_cone_relation(sprinkle(rng, 400, flat)).mean() * 400 / 399 * 2 for _ in range(5)]
     assert np.mean(fractions) == pytest.approx(0.5, abs=0.01)
 
 

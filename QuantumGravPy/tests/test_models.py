@@ -15,7 +15,7 @@ import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data.derived_invariants import invariants_of_edges
 from QuantumGrav.models.gnn import BidirectionalConv
-from QuantumGrav.evaluation.tasks import MulticlassTask
+from QuantumGrav.tasks.multiclass import MulticlassTask
 from QuantumGrav.training.model_builder import build_model, check_model_forward
 from conftest import ALL_RESULTS
 

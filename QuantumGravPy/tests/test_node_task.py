@@ -16,12 +16,13 @@ from torch_geometric.data import Batch, Data
 zarr = pytest.importorskip("zarr")
 
 import QuantumGrav as QG  # noqa: E402
+from QuantumGrav.data import shards  # noqa: E402
 from QuantumGrav.data.kinds import KindsDataset  # noqa: E402
 from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, generate_kind  # noqa: E402
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
 from QuantumGrav.common.errors import UserError  # noqa: E402
-from QuantumGrav.evaluation.node_rival import SCORE_NAMES, fit_rule, rival_metrics  # noqa: E402
-from QuantumGrav.evaluation.tasks import NodeBinaryTask  # noqa: E402
+from QuantumGrav.analyses.node_rival import SCORE_NAMES, fit_rule, rival_metrics  # noqa: E402
+from QuantumGrav.tasks.node import NodeBinaryTask  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
 
 from conftest import REPO  # noqa: E402
@@ -75,16 +76,17 @@ def test_labels_read_back_are_the_generators_block(tmp_path):
 def test_one_feature_cache_serves_every_target_and_an_older_cache_file_is_rebuilt(tmp_path, collect_log):
     graph_level = KindsDataset(tmp_path, kinds=["merged"], num_per_kind=2, n_min=24, n_max=30, workers=1)
     assert [item.y.tolist() for item in graph_level] == [[0], [0]] and graph_level.task == "binary"
-    cached = sorted(graph_level.folder.glob("*.qg_features/*.pt"))
+    cached = sorted(graph_level.folder.glob("*.qg_features/*.shard"))
     node_level = KindsDataset(tmp_path, kinds=["merged"], num_per_kind=2, n_min=24, n_max=30, workers=1,
                               target="inserted_block")
     labels = [node_level[i].y for i in range(2)]
-    assert sorted(node_level.folder.glob("*.qg_features/*.pt")) == cached, "the same cache files, read"
+    assert sorted(node_level.folder.glob("*.qg_features/*.shard")) == cached, "the same cache files, read"
     assert all(0 < y.sum() < len(y) for y in labels)
-    # A cache file without the labels (as an earlier version wrote them) is not trusted: computed again.
-    stored = torch.load(cached[0], weights_only=True)
-    torch.save({key: value for key, value in stored.items() if key != "node_labels"}, cached[0])
-    warnings = collect_log("QuantumGrav.zarr_store")
+    # A cache entry without the labels (as an earlier version wrote them) is not trusted: computed again.
+    stored = shards.Shard(cached[0]).read(0)
+    shards.write_shard(cached[0], [{key: stored[key] for key in ("x", "edge_index", "invariants")}],
+                       {key: np.array([stored[key]]) for key in ("manifold_like", "cset_type", "order_problem")})
+    warnings = collect_log("QuantumGrav.shards")
     again = KindsDataset(tmp_path, kinds=["merged"], num_per_kind=2, n_min=24, n_max=30, workers=1,
                          target="inserted_block")
     assert all(torch.equal(again[i].y, labels[i]) for i in range(2))

@@ -95,8 +95,20 @@ def test_at_most_a_few_imports_point_up_a_layer():
 
 
 def test_config_is_the_ground_floor_and_models_know_no_config():
-    assert imports_of("config") <= {"common/errors"} | {f for f in GRAPH.files if f.startswith("config/")}
+    """config/ reads the task registry (the tasks and their metrics are validated where a config enters), which
+    stands below it and knows no config."""
+    tasks = {f for f in GRAPH.files if f.startswith("tasks/")}
+    assert imports_of("config") <= {"common/errors"} | tasks | {f for f in GRAPH.files if f.startswith("config/")}
+    assert imports_of("tasks") <= {"common/errors"} | tasks, "tasks/ imports only torch and common/errors"
     assert not {f for f in imports_of("models") if not f.startswith("models/")}, "models/ imports only torch and PyG"
+
+
+def test_the_analyses_stand_above_the_training_path():
+    """What a study asks of a run (QuantumGrav.analyses) is imported by no layer below the jobs: a run names the
+    analyses it switches on (a task's rivals, a config's callbacks) and loads them by that name (issue 62)."""
+    below = [f"{imp.source}:{imp.line} -> {imp.target}" for imp in GRAPH.imports if imp.target.startswith("analyses/")
+             and "/" in imp.source and imp.source.split("/")[0] not in ("analyses", "jobs", "studies")]
+    assert not below, f"imports of the analyses from below them: {below}"
 
 
 def test_the_data_layer_knows_no_processes_runs_or_models():

@@ -20,15 +20,16 @@ import QuantumGrav as QG  # noqa: E402
 from QuantumGrav.common.errors import UserError  # noqa: E402
 from QuantumGrav.data.kinds import KindsDataset  # noqa: E402
 from QuantumGrav.data.kinds.catalogue import CSET_TYPE_NUMBERS, generate_kind  # noqa: E402
-from QuantumGrav.data.kinds.common import conformal_coefficients, minkowski_relation, sprinkle  # noqa: E402
+from QuantumGrav.data.kinds.common import conformal_coefficients  # noqa: E402
+from QuantumGrav.data.sprinkling import ConformalBox, light_cone_relation, sprinkle  # noqa: E402
 from QuantumGrav.data.kinds.destroyed import generate_destroyed  # noqa: E402
-from QuantumGrav.data.relation_targets import candidate_pairs, pair_graph_index, pair_relation  # noqa: E402
+from QuantumGrav.data.relation_targets import pair_relation  # noqa: E402
+from QuantumGrav.tasks.levels import candidate_pairs, pair_graph_index  # noqa: E402
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_group, write_julia_store  # noqa: E402
 from QuantumGrav.data.order_dimension import is_two_dimensional, two_dimension_violation_parts  # noqa: E402
 from QuantumGrav.data.orders import transitive_closure, transitive_reduction  # noqa: E402
-from QuantumGrav.evaluation import dimension_repair, relation_rival  # noqa: E402
-from QuantumGrav.evaluation.tasks import RelationBinaryTask  # noqa: E402
-from QuantumGrav.evaluation.undefined import undefined_metrics  # noqa: E402
+from QuantumGrav.analyses import dimension_repair, relation_rival  # noqa: E402
+from QuantumGrav.tasks.relation import RelationBinaryTask  # noqa: E402
 from QuantumGrav.models.gnn import GNNClassifier  # noqa: E402
 from QuantumGrav.models.pair_head import ORDER_FEATURES, order_counts  # noqa: E402
 from torch_geometric.utils import to_dense_batch  # noqa: E402
@@ -71,7 +72,7 @@ def test_the_recorded_changes_turn_the_sprinkling_into_the_set(dimension, change
                                 changes=changes)
     rng = np.random.default_rng(dimension * 100 + changes)  # the draws generate_destroyed makes first
     coefficients, _, _ = conformal_coefficients(rng, dimension=dimension)
-    sprinkled = minkowski_relation(sprinkle(rng, 48, coefficients))
+    sprinkled = light_cone_relation(sprinkle(rng, 48, ConformalBox(coefficients)))
     changed = sample.relation_labels
     assert changed.dtype == bool and not np.tril(changed).any()
     assert np.array_equal(sprinkled ^ changed, sample.relation)
@@ -187,7 +188,7 @@ def test_exact_and_undefined_metrics():
     assert (right["f1"], right["all_found"], right["exact"]) == (1.0, 1.0, 1.0)
     nothing = task.metrics(task.batch_totals(torch.full((3, 1), -9.0), task.target(torch.zeros(3)), torch.tensor(0.)))
     assert math.isnan(nothing["all_found"]) and nothing["exact"] == 1.0
-    undefined = undefined_metrics(task, nothing)
+    undefined = task.undefined(nothing)
     assert set(undefined) == {"precision", "recall", "f1", "all_found"}
     assert undefined["recall"] == "no pair is toggled (recall divides by them)"
 
@@ -284,7 +285,7 @@ def test_a_removed_link_that_breaks_two_dimensionality_lies_on_a_violation():
     """A 2D sprinkling: no pair has an end on a violation. Each of its links whose removal leaves no 2D order: the
     set now has violations, and (nearly always: the conjugate the test finds need not put the cycle at the change)
     the removed pair has both ends on one and is an edge of a violating cycle, against a few percent of all pairs."""
-    R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
+    R = light_cone_relation(sprinkle(np.random.default_rng(0), 40, ConformalBox(np.ones((1, 1)))))
     columns = [relation_rival.PAIR_FEATURES.index(name)
                for name in ("violation_ends", "violation_cycle", "violation_part")]
     assert is_two_dimensional(R) and not relation_rival.pair_features(sprinkling_item(R))[:, columns].any()
@@ -306,7 +307,7 @@ def test_the_repair_finds_a_removed_link_and_an_added_toggle():
     (in the others another single toggle explains the set as well: 13 of these 48 links); with a toggle that added
     a block of relations, one toggle again, the toggled pair marked and nothing outside the block (the 2D order
     with the fewest marks among those of least cost: here one where part of the block was related before)."""
-    R = minkowski_relation(sprinkle(np.random.default_rng(0), 40, np.ones((1, 1))))
+    R = light_cone_relation(sprinkle(np.random.default_rng(0), 40, ConformalBox(np.ones((1, 1)))))
     untouched = dimension_repair.repair(R)
     assert not untouched.changed.any() and untouched.cost == 0
     exact = 0
@@ -343,7 +344,7 @@ def test_a_repair_move_is_priced_as_the_whole_fit_would_be_and_sweeps_never_rais
             for b in range(12):
                 moved = dimension_repair.dominance(dimension_repair.moved(u, x, a), dimension_repair.moved(v, x, b))
                 assert grid[a, b] - here == prices.of(moved) - total, (x, a, b)
-    R = minkowski_relation(sprinkle(np.random.default_rng(1), 30, np.ones((1, 1))))
+    R = light_cone_relation(sprinkle(np.random.default_rng(1), 30, ConformalBox(np.ones((1, 1)))))
     prices = dimension_repair.toggle_prices(R, transitive_reduction(R))
     u, v = dimension_repair.starting_orders(R)
     assert prices.of(dimension_repair.dominance(u, v)) == 0
@@ -357,7 +358,7 @@ def test_a_repair_move_is_priced_as_the_whole_fit_would_be_and_sweeps_never_rais
 
 def test_the_repair_rival_runs_on_two_dimensional_data_only(tmp_path):
     """In d >= 3 no sprinkling is a 2D order: the repair would search every set in vain, so a run leaves it out."""
-    from QuantumGrav.callbacks.results import sprinkled_in_two_dimensions
+    from QuantumGrav.analyses.relation_rival import sprinkled_in_two_dimensions
 
     drawn = {d: KindsDataset(tmp_path, kinds=["destroyed"], num_per_kind=1, n_min=24, n_max=24, workers=1,
                              dimension=d, changed_relations=[1], target="toggled_relations") for d in (2, 3)}

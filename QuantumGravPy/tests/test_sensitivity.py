@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from QuantumGrav.evaluation.kinds import BELOW_SMALLEST, CROSSING, NOT_REACHED
-from QuantumGrav.evaluation.sensitivity import (detection_curve, false_alarms, pooled_curve, pooled_false_alarms,
+from QuantumGrav.analyses.sensitivity import (detection_curve, false_alarms, pooled_curve, pooled_false_alarms,
                                                 threshold_at_false_alarm)
 
 

@@ -11,6 +11,7 @@ from torch_geometric.nn import TransformerConv
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.models.gnn import BidirectionalConv
+from QuantumGrav.models.product_counter import ProductCounter
 from QuantumGrav.models.sparse_attention import Adjacency, SparseTransformerConv
 from QuantumGrav.training.model_builder import build_model
 
@@ -76,9 +77,71 @@ def assert_same(theirs, ours, batch: Data) -> None:
 @pytest.mark.parametrize("concat", [True, False])
 @pytest.mark.parametrize("beta", [False, True])
 @pytest.mark.parametrize("root_weight", [True, False])
-def test_outputs_and_gradients_equal_pygs_transformer_conv(heads, concat, beta, root_weight):
-    theirs, ours = pair({"heads": heads, "concat": concat, "beta": beta, "root_weight": root_weight})
+@pytest.mark.parametrize("out_channels", [8, 4])  # 6 -> 8 aggregates the input first, 6 -> 4 projects it first
+def test_outputs_and_gradients_equal_pygs_transformer_conv(heads, concat, beta, root_weight, out_channels):
+    theirs, ours = pair({"heads": heads, "concat": concat, "beta": beta, "root_weight": root_weight},
+                        out_channels=out_channels)
     assert_same(theirs, ours, graphs_of_different_sizes())
+
+
+@pytest.mark.parametrize("out_channels", [8, 4])
+def test_a_layer_without_biases_equals_pygs(out_channels):
+    theirs, ours = pair({"heads": 2, "concat": False, "bias": False}, out_channels=out_channels)
+    assert_same(theirs, ours, graphs_of_different_sizes())
+
+
+def dense_products(module, *inputs) -> int:
+    """Multiply-adds of the dense products of one forward and backward pass (ProductCounter: sparse ones apart)."""
+    counter = ProductCounter()
+    with counter:
+        module(*inputs).float().sum().backward()
+    module.zero_grad()
+    return counter.dense // 2
+
+
+def test_the_default_shapes_skip_the_key_and_value_projections_and_fuse_both_directions():
+    """In 16 -> 16 (no wider in than out) both directions run one GEMM before the sparse products and one after
+    and about a third fewer multiply-adds than in PyG's order of products."""
+    torch.manual_seed(0)
+    ours = BidirectionalConv(*(SparseTransformerConv(16, 16, heads=2, concat=False) for _ in range(2)))
+    theirs = BidirectionalConv(*(TransformerConv(16, 16, heads=2, concat=False) for _ in range(2)))
+    theirs.load_state_dict(ours.state_dict())
+    edge_index = torch.tensor([[0, 0, 1, 2, 3], [1, 2, 3, 3, 4]])
+    # the products that do not grow with the graph (the weights' own) weigh little at realistic N
+    x = torch.randn(4000, 16, requires_grad=True)  # a later layer: its input has a gradient too
+    edges = torch.randint(0, 4000, (2, 8000))
+    edges = torch.unique(torch.stack([edges.min(0).values, edges.max(0).values]), dim=1)
+    ours_macs, their_macs = dense_products(ours, x, edges), dense_products(theirs, x, edges)
+    # PyG: 4 projections of 16 -> 32 (16 for the root) per direction, forward and two products backward each
+    assert their_macs == 3 * 4000 * 16 * (2 * 3 * 32 + 2 * 16)
+    # ours: x -> [A x + a, e.x + d] of every head (2 x 2 x 17) and [y_f, y_b, x] (4 x 17 + 16) -> 16
+    expected = 3 * 4000 * (16 * 2 * 2 * 17 + (4 * 17 + 16) * 16)
+    assert expected <= ours_macs < expected + 3 * 10**5  # + the [H, D, D] products of the weights
+    assert ours_macs < 0.7 * their_macs  # 0.68 at 16 wide, 0.65 at the default 128
+    torch.testing.assert_close(ours(x[:5], edge_index), theirs(x[:5], edge_index), **TOL)
+
+
+def test_the_product_counter_counts_sparse_products_by_their_nonzeros():
+    """One layer's forward on a graph of E edges and H heads: the scores' SDDMM and the aggregation's SpMM are
+    2 E H (D + 1) FLOPs each (the input and its column of ones), not products of [N H, N H] matrices."""
+    batch = graphs_of_different_sizes()
+    layer = SparseTransformerConv(6, 8, heads=2, concat=False)
+    counter = ProductCounter()
+    with counter, torch.no_grad():
+        layer(batch.x, batch.edge_index)
+    assert counter.sparse == 2 * (2 * batch.edge_index.size(1) * 2 * 7)
+    assert counter.dense > 0
+
+
+def test_a_checkpoint_of_the_default_model_written_before_the_reordering_loads_and_predicts_the_same():
+    """tests/data/default_model_44088b4.pt: the default model (16 wide) as commit 44088b4 trained and saved it
+    (tests/data/make_default_model_44088b4.py with that commit's source first on PYTHONPATH), with its logits."""
+    saved = torch.load(Path(__file__).parent / "data" / "default_model_44088b4.pt", weights_only=True)
+    model = QG.GNNClassifier(**saved["model_kwargs"])
+    model.load_state_dict(saved["state_dict"])  # strict: the same names and shapes
+    batch = Data(x=saved["x"], edge_index=saved["edge_index"], batch=saved["batch"], invariants=saved["invariants"])
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(batch), saved["logits"], **TOL)
 
 
 def test_dropout_on_the_attention_draws_pygs_mask_in_training_mode():
@@ -90,21 +153,26 @@ def test_dropout_on_the_attention_draws_pygs_mask_in_training_mode():
     assert not torch.allclose(out_eval, out_train), "dropout acts in training mode"
 
 
-def bidirectional_pair():
+def bidirectional_pair(out_channels: int = 8, **kwargs):
     """PyG's layer and ours in both directions (BidirectionalConv), with the same weights."""
     torch.manual_seed(2)
-    theirs = BidirectionalConv(TransformerConv(6, 8, heads=2, concat=False), TransformerConv(6, 8, heads=2, concat=False))
-    ours = BidirectionalConv(SparseTransformerConv(6, 8, heads=2, concat=False),
-                             SparseTransformerConv(6, 8, heads=2, concat=False))
+    kwargs = {"heads": 2, "concat": False, **kwargs}
+    theirs = BidirectionalConv(TransformerConv(6, out_channels, **kwargs), TransformerConv(6, out_channels, **kwargs))
+    ours = BidirectionalConv(SparseTransformerConv(6, out_channels, **kwargs),
+                             SparseTransformerConv(6, out_channels, **kwargs))
     ours.load_state_dict(theirs.state_dict())
     return theirs, ours
 
 
-def test_both_directions_equal_pygs_with_a_shared_adjacency():
-    theirs, ours = bidirectional_pair()
+@pytest.mark.parametrize("out_channels", [8, 4])
+@pytest.mark.parametrize("kwargs", [{}, {"heads": 1, "concat": True}, {"heads": 3, "concat": True},
+                                    {"root_weight": False}, {"dropout": 0.3}])
+def test_both_directions_equal_pygs_with_a_shared_adjacency(out_channels, kwargs):
+    theirs, ours = bidirectional_pair(out_channels, **kwargs)
     batch = graphs_of_different_sizes()
-    assert_same(theirs, ours, batch)
+    assert_same(theirs.train(), ours.train(), batch)  # dropout: both directions draw PyG's masks in its order
     adjacency = Adjacency.from_edge_index(batch.edge_index, batch.num_nodes)
+    theirs.eval(), ours.eval()
     torch.testing.assert_close(ours(batch.x, adjacency), theirs(batch.x, batch.edge_index), **TOL)
 
 

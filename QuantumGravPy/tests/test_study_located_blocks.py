@@ -49,8 +49,8 @@ def test_the_study_reproduces_what_the_run_reported_for_the_gnn_and_both_rivals(
 
 
 def test_pooled_rows_add_the_totals_of_the_seeds_before_dividing(study):
-    from QuantumGrav.evaluation.node_rival import totals_metrics
-    from QuantumGrav.evaluation.tasks import NodeBinaryTask
+    from QuantumGrav.analyses.node_rival import totals_metrics
+    from QuantumGrav.tasks.node import NodeBinaryTask
 
     (run,) = study["runs"]
     group = next(name for name in run["totals"] if name.startswith("kind="))

@@ -110,7 +110,7 @@ def test_a_flip_fraction_range_adds_the_destroyed_sets_per_flip_fraction_to_figu
 
 
 def test_destroyed_sets_are_binned_by_log_spaced_flip_fraction_edges_included():
-    from QuantumGrav.evaluation.destroyed_sets import destroyed_curves
+    from QuantumGrav.analyses.destroyed_sets import destroyed_curves
 
     fractions = np.array([0.0, 0.001, 0.0011, 0.01, 0.1, np.nan])
     correct = np.array([True, True, False, True, True, True])

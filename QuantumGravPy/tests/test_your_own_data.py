@@ -16,7 +16,8 @@ from sklearn import metrics as skm
 
 import QuantumGrav as QG
 from QuantumGrav.config.yaml_io import resolve_pyobject
-from QuantumGrav.evaluation.tasks import BinaryTask, RegressionTask
+from QuantumGrav.tasks.binary import BinaryTask
+from QuantumGrav.tasks.regression import RegressionTask
 
 import own_data_helpers  # noqa: F401 - puts notebooks/ on sys.path (my_causal_sets)
 from conftest import TINY

@@ -14,6 +14,7 @@ github.com/ssciwr/QuantumGrav, QuantumGrav.jl/:
 
 import json
 import os
+import re
 import pickle
 import shutil
 import subprocess
@@ -31,8 +32,10 @@ from torch_geometric.loader import DataLoader
 import QuantumGrav as QG
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.data import orders as qg_orders
-from QuantumGrav.evaluation import tasks
+from QuantumGrav.tasks import registry
 from QuantumGrav.data import zarr_store
+from QuantumGrav.data import shards
+from QuantumGrav.data.stores import cache_files
 from QuantumGrav.data.dataset import CausalSetDataset
 from QuantumGrav.common.errors import UserError
 from QuantumGrav.data.zarr_store import QuantumGravJLDataset, write_julia_store
@@ -146,7 +149,7 @@ def test_targets_class_names_and_a_folder_of_stores(two_stores):
 def test_features_are_cached_next_to_the_store_once_and_keyed_by_content(tmp_path, monkeypatch):
     store = write_julia_store(tmp_path / "s.zarr", sprinklings(3), [POLYNOMIAL] * 3, [True] * 3)
     first = [graph for graph in QuantumGravJLDataset(store)]
-    cached = sorted((tmp_path / "s.zarr.qg_features").glob("*.pt"))
+    cached = sorted((tmp_path / "s.zarr.qg_features").glob("*.shard"))
     assert len(cached) == 3 and not list((tmp_path / "s.zarr.qg_features").glob(".*.tmp"))
 
     def must_not_compute(*args):
@@ -159,7 +162,7 @@ def test_features_are_cached_next_to_the_store_once_and_keyed_by_content(tmp_pat
     monkeypatch.undo()
     write_julia_store(store, sprinklings(3, seed=9), [POLYNOMIAL] * 3, [True] * 3)  # new content, same path
     rewritten = QuantumGravJLDataset(store)[0]
-    assert len(list((tmp_path / "s.zarr.qg_features").glob("*.pt"))) == 4
+    assert len(list((tmp_path / "s.zarr.qg_features").glob("*.shard"))) == 4
     assert not torch.equal(rewritten.x, first[0].x) or rewritten.num_nodes != first[0].num_nodes
     _replace(store, "cset_1/manifold_like", np.array([False]))  # the labels are cached too: never stale
     assert int(QuantumGravJLDataset(store)[0].y) == 0
@@ -168,6 +171,23 @@ def test_features_are_cached_next_to_the_store_once_and_keyed_by_content(tmp_pat
     on_the_fly = write_julia_store(tmp_path / "t.zarr", sprinklings(1), [POLYNOMIAL], [True])
     QuantumGravJLDataset(on_the_fly, cache=False)[0]
     assert not (tmp_path / "t.zarr.qg_features").exists()
+
+
+def test_entries_of_the_earlier_format_are_not_read_and_named_once(tmp_path, caplog):
+    """The cache's entries were torch files (``<key>.pt``) before they were shards: they are not read (the items are
+    computed again, the same), and one warning names their folder and count so that their space can be freed."""
+    store = write_julia_store(tmp_path / "s.zarr", sprinklings(2), [POLYNOMIAL] * 2, [True] * 2)
+    folder = tmp_path / "s.zarr.qg_features"
+    folder.mkdir()
+    for name in ("0123.pt", "4567.pt"):
+        torch.save({"x": torch.zeros(3)}, folder / name)
+    with caplog.at_level("WARNING", logger="QuantumGrav.zarr_store"):
+        _assert_same_graphs(QuantumGravJLDataset(store), QuantumGravJLDataset(store, cache=False))
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert warnings == [f"QuantumGrav.jl data: {folder} hold 2 feature-cache files of an earlier format (*.pt), which "
+                        f"are no longer read (the cache is now one shard per set, *.shard): delete them to free their "
+                        f"space"]
+    assert len(list(folder.glob("*.shard"))) == 2
 
 
 def test_a_read_only_store_folder_caches_in_cache_dir_or_says_so(tmp_path, monkeypatch):
@@ -179,7 +199,7 @@ def test_a_read_only_store_folder_caches_in_cache_dir_or_says_so(tmp_path, monke
         QuantumGravJLDataset(store)
     dataset = QuantumGravJLDataset(store, cache_dir=tmp_path / "cache")
     dataset[1]  # the first group was cached at construction (read whole, so that a bad store fails there)
-    assert len(list((tmp_path / "cache").glob("s.zarr-*.qg_features/*.pt"))) == 2
+    assert len(list((tmp_path / "cache").glob("s.zarr-*.qg_features/*.shard"))) == 2
     assert len(QuantumGravJLDataset(store, cache=False)) == 2
 
 
@@ -270,14 +290,15 @@ def test_the_config_builds_the_dataset_and_the_model_runs_a_batch(two_stores):
     assert config["model"] == default["model"], "the stores train with the default model"
     dataset = config["data"]["type"](**{**config["data"]["kwargs"], "path": str(two_stores)})
     # manifold_like is learned as the generator's target of that name: a binary task, one logit, BCE.
-    task = tasks.resolve_task(QG.load_config(config).sections.task, dataset, {0: dataset[0]}, "data")
+    settings = QG.load_config(config).sections.task
+    task = registry.resolve_task(settings.type, settings.threshold, dataset, {0: dataset[0]}, "data")
     assert dataset.task == task.type == "binary" and "criterion" not in config
     model = QG.build_model(config["model"], dataset.num_node_features, task.output_width)
     assert isinstance(model, QG.GNNClassifier)
     batch = next(iter(DataLoader(dataset, batch_size=4, shuffle=True)))
     logits = model(batch)
     assert logits.shape == (4, 1) and torch.isfinite(logits).all()
-    criterion = tasks.build_criterion(None, task, torch.device("cpu"))
+    criterion = registry.build_criterion(None, task, torch.device("cpu"))
     assert criterion is torch.nn.functional.binary_cross_entropy_with_logits
     criterion(logits, task.target(batch.y)).backward()
     assert QuantumGravJLDataset(two_stores, target="cset_type").task == "multiclass"
@@ -340,7 +361,7 @@ def test_store_graphs_equal_the_reference_derivation_in_any_labelling(tmp_path, 
 
 
 def _cache_files(store: Path) -> list[Path]:
-    return sorted(store.parent.glob(f"{store.name}.qg_features/*.pt"))
+    return sorted(store.parent.glob(f"{store.name}.qg_features/*.shard"))
 
 
 def _assert_same_graphs(first, second) -> None:
@@ -349,25 +370,32 @@ def _assert_same_graphs(first, second) -> None:
         assert torch.equal(a.invariants, b.invariants) and torch.equal(a.y, b.y)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "not_a_graph"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "not_a_graph", "flipped_byte", "other_arrays"])
 def test_a_damaged_cache_file_is_computed_again_with_a_warning(tmp_path, caplog, damage):
     store = write_julia_store(tmp_path / "s.zarr", sprinklings(3), [POLYNOMIAL] * 3, [True] * 3)
     uncached = list(QuantumGravJLDataset(store, cache=False))
     list(QuantumGravJLDataset(store))
     victim = _cache_files(store)[1]
     content = victim.read_bytes()
-    if damage == "not_a_graph":
+    if damage == "not_a_graph":  # a torch file, as the cache's entries were before they were shards
         torch.save({"x": torch.zeros(3)}, victim)
+    elif damage == "flipped_byte":
+        victim.write_bytes(content[:-1] + bytes([content[-1] ^ 1]))
+    elif damage == "other_arrays":  # a whole shard, not of a set's graph
+        shards.write_shard(victim, [{"x": np.zeros((2, 2), np.float32)}], {"cset_type": np.array([1])})
     else:
         victim.write_bytes({"truncated": content[:len(content) // 2], "garbage": b"\x00junk" * 50, "empty": b""}[damage])
-    with caplog.at_level("WARNING", logger="QuantumGrav.zarr_store"):
+    with caplog.at_level("WARNING", logger="QuantumGrav.shards"):
         _assert_same_graphs(QuantumGravJLDataset(store), uncached)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 1 and str(victim) in warnings[0] and "computing it again" in warnings[0]
-    assert set(torch.load(victim, weights_only=True)) == {"x", "edge_index", "invariants", "labels", "node_labels",
-                                                               "order_problem"}
+    assert re.search(r"s\.zarr, group cset_\d: the cache file", warnings[0]), "it names the store and the group"
+    rebuilt = shards.Shard(victim)
+    assert (rebuilt.names, sorted(rebuilt.fields)) == (["x", "edge_index", "invariants", "node_labels"],
+                                                       ["cset_type", "manifold_like", "order_problem"])
+    rebuilt.close()
     caplog.clear()
-    with caplog.at_level("WARNING", logger="QuantumGrav.zarr_store"):
+    with caplog.at_level("WARNING", logger="QuantumGrav.shards"):
         _assert_same_graphs(QuantumGravJLDataset(store), uncached)
     assert not caplog.records, "the rebuilt file reads back"
 
@@ -380,7 +408,7 @@ def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
     monkeypatch.setattr(zarr_store, "graph_tensors", lambda *args: computed.append(1) or real(*args))
     list(QuantumGravJLDataset(store))
     assert not computed, "the cache is read on a second run"
-    monkeypatch.setattr(zarr_store, "STORE_CACHE_VERSION", zarr_store.STORE_CACHE_VERSION + 1)
+    monkeypatch.setattr(cache_files, "STORE_CACHE_VERSION", cache_files.STORE_CACHE_VERSION + 1)
     list(QuantumGravJLDataset(store))
     assert len(computed) == 2 and len(_cache_files(store)) == 4
 
@@ -388,6 +416,7 @@ def test_a_change_of_the_derivation_computes_again(tmp_path, monkeypatch):
 RANK_SCRIPT = """
 import sys
 from QuantumGrav.data import zarr_store
+from QuantumGrav.data.stores import cache_files
 computed = []
 real = zarr_store.graph_tensors
 zarr_store.graph_tensors = lambda *args: computed.append(1) or real(*args)

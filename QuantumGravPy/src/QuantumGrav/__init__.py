@@ -17,7 +17,6 @@ import gc as _gc
 _gc_was_enabled = _gc.isenabled()
 _gc.disable()
 try:
-    from .common import old_paths as _old_paths
     from .callbacks.base import Callback, Decision, Stop
     from .config.yaml_io import apply_overrides, dump_config, get_loader
     from .config.schema import load_config, validate_config
@@ -42,7 +41,6 @@ finally:
         _gc.enable()
 _gc.freeze()
 del _gc_was_enabled
-_old_paths.install()  # the module paths of the previous release still import
 
 
 def tune(config, trials=None, nproc=None, overrides=None):

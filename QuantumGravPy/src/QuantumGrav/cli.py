@@ -70,8 +70,9 @@ def _add_evaluate(commands) -> argparse.ArgumentParser:
                                "%(default)s)")
     evaluate.add_argument("--store-option", dest="store_options", action="append", default=[], metavar="KEY=VALUE",
                           help="how QuantumGrav.jl stores are read (repeatable): max_elements=N, "
-                               "not_partial_orders=refuse|close|skip, cache=true|false, cache_dir=PATH (default: as "
-                               "the run read its own stores)")
+                               "not_partial_orders=refuse|close|skip, cache=true|false, cache_dir=PATH, "
+                               "cset_type_encoding=produce_data|encode_csettype (default: as the run read its own "
+                               "stores)")
     return evaluate
 
 

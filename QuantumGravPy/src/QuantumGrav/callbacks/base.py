@@ -50,6 +50,9 @@ class Callback:
     """
 
     main_process_only: bool = False  # True: the hooks run on rank 0 only (writers: files, W&B, the console)
+    # True: an analysis (QuantumGrav.analyses), which reads the test's predictions and the rivals': it runs after
+    # them and before the writers, wherever it was switched on.
+    analysis: bool = False
 
     @property
     def state_key(self) -> str:

@@ -9,10 +9,10 @@ from typing import Any
 
 from ..data.sources import data_notes
 from ..evaluation.baselines import describe_baselines
-from ..evaluation.destroyed_sets import describe_curves
-from ..evaluation.undefined import describe_undefined, undefined_metrics
+from ..evaluation.undefined import describe_undefined
 from ..common.logging_utils import get_logger
 from ..runs.artifacts import MetricsCSV, write_json
+from ..runs.records import describe_curves
 from .base import Callback, Decision
 from .early_stopping import EarlyStopping
 from .state import RunState
@@ -76,7 +76,7 @@ class RunRecords(Callback):
 def test_notes(state: RunState, result: dict[str, Any]) -> list[str]:
     """What the test split could not measure: its undefined metrics and why, and the kinds it holds no set of."""
     metrics = {"confusion": result.get("confusion_matrix"), "iou": result.get("test_iou"), "r2": result.get("test_r2")}
-    undefined = undefined_metrics(state.task, metrics)
+    undefined = state.task.undefined(metrics)
     lines = [describe_undefined(undefined, f"the test split ({result['num_test']} sets)")] if undefined else []
     absent = result.get("kinds_without_test_sets")
     if absent:

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from ..common.errors import ConfigError
 from .checks import _describe, Invalid, number
 from .sections.data import MANIFOLD_CLASSES
-from .sections.task import metric_mode
+from ..tasks.registry import metric_mode
 from .sections.base import Section, lookup, section_from, yaml_tree
 from .layout import OPTIONAL_SECTIONS, schema
 

@@ -1,9 +1,10 @@
 """Causal sets generated with vectorised numpy: sprinklings, non-manifold-like orders, features.
 
 This module generates labelled data sets block by block and is the namespace of the causal-set functions:
-the relations of a causal matrix (``orders``), whether it is a 2D order (``order_dimension``), the random orders
-of each kind (``random_orders``) and what is measured on them (``invariants``, ``graph_observables``) are all
-reachable as ``causal_sets.<name>``.
+the relations of a causal matrix (``orders``), whether it is a 2D order (``order_dimension``), the sprinkler
+(``sprinkling``), the random orders of each class (``kinds.minkowski``, ``kinds.three_layers``, listed in
+``kinds.catalogue.BUILTIN_CLASSES`` beside QuantumGrav.jl's kinds) and what is measured on them (``invariants``,
+``graph_observables``) are all reachable as ``causal_sets.<name>``.
 
 A causal set is a locally finite partial order: its elements are spacetime "atoms" and
 the order is causality. Here one is a boolean *causal matrix* ``R`` (N x N) with
@@ -38,7 +39,6 @@ are sprinklings (see the flip-fraction sweep there).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -54,9 +54,11 @@ from .order_dimension import (TWO_DIMENSION_FEATURES, conjugate_order, is_two_di
                               two_dimension_violations)
 from .orders import (elements_between, longest_chains, longest_paths, natural_order, transitive_closure,
                      transitive_reduction)
-from .random_orders import (LAYER_RELATION_PROBABILITY, LAYER_WEIGHTS, SPRINKLING_DIMENSIONS,
-                            causal_matrix_from_coordinates, destroy_order, random_layered_orders, sprinkle_diamond,
-                            sprinkle_diamond_batch, sprinkled_coordinates, layered_relations)
+from .kinds.catalogue import BUILTIN_CLASSES
+from .kinds.destroyed import destroy_order
+from .kinds.minkowski import fraction_range, sprinkle_diamond, sprinkle_diamond_batch
+from .kinds.three_layers import LAYER_RELATION_PROBABILITY, LAYER_WEIGHTS, layered_relations, random_layered_orders
+from .sprinkling import light_cone_relation, sprinkle
 
 # The names of the causal-set functions, wherever they are defined: notebooks and scripts use this module as their
 # namespace (``from QuantumGrav.data import causal_sets as cs``).
@@ -65,8 +67,8 @@ __all__ = ["MANIFOLD_CLASSES", "NON_MANIFOLD_CLASSES", "CSET_TYPES", "DEFAULT_CL
            "check_generation_args", "draw_plan", "generate_block", "generate_causal_sets", "num_blocks", "plan_order",
            "elements_between", "longest_chains", "longest_paths", "natural_order", "transitive_closure",
            "transitive_reduction", "LAYER_RELATION_PROBABILITY", "LAYER_WEIGHTS", "SPRINKLING_DIMENSIONS",
-           "causal_matrix_from_coordinates", "destroy_order", "random_layered_orders", "sprinkle_diamond",
-           "sprinkle_diamond_batch", "sprinkled_coordinates", "INVARIANT_NAMES", "MAX_INTERVAL_SIZE", "NODE_FEATURES",
+           "light_cone_relation", "sprinkle", "destroy_order", "random_layered_orders", "sprinkle_diamond",
+           "sprinkle_diamond_batch", "layered_relations", "INVARIANT_NAMES", "MAX_INTERVAL_SIZE", "NODE_FEATURES",
            "NODE_INTERVAL_SIZES", "SIMPLE_INVARIANT_NAMES", "benincasa_dowker_action", "features_and_invariants",
            "interval_abundances", "myrheim_meyer_dimension", "node_features", "order_invariants",
            "ordering_fraction_of_dimension", "TWO_DIMENSION_FEATURES", "conjugate_order", "is_two_dimensional",
@@ -74,7 +76,8 @@ __all__ = ["MANIFOLD_CLASSES", "NON_MANIFOLD_CLASSES", "CSET_TYPES", "DEFAULT_CL
            "interval_size_histogram", "link_degree_histograms", "link_laplacian_extremes"]
 
 from ..config.sections.data import (CSET_TYPES, DEFAULT_CLASSES, DEFAULT_DESTROY_FRACTION, DEFAULT_DIMENSIONS,
-                                    DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, NON_MANIFOLD_CLASSES)
+                                    DEFAULT_N_MAX, DEFAULT_N_MIN, MANIFOLD_CLASSES, NON_MANIFOLD_CLASSES,
+                                    SPRINKLING_DIMENSIONS)
 
 _SET_CHUNK = 128  # sets processed together: bounds memory at N = 128 to a few tens of MB
 # Sets per generation block. Each block has a random stream of its own (seeded by the data seed and the
@@ -102,17 +105,6 @@ class CausalSetRecord:
         return self.causal_matrix.shape[0]
 
 
-def _fraction_range(destroy_fraction: float | Sequence[float]) -> tuple[float, float]:
-    """(low, high) of a flip fraction given as one number or as a [low, high] range."""
-    if isinstance(destroy_fraction, (int, float, np.integer, np.floating)):
-        return float(destroy_fraction), float(destroy_fraction)
-    values = list(destroy_fraction) if isinstance(destroy_fraction, (list, tuple)) else []
-    if len(values) != 2 or not all(isinstance(v, (int, float, np.integer, np.floating)) for v in values):
-        raise ValueError(f"destroy_fraction: expected a number in (0, 1] or a range [low, high], "
-                         f"got {destroy_fraction!r}")
-    return float(values[0]), float(values[1])
-
-
 def check_generation_args(num: int, n_min: int, n_max: int, dimensions: Sequence[int],
                           classes: Sequence[str], destroy_fraction: float | Sequence[float]) -> None:
     """Raise ValueError naming the first bad argument of ``generate_causal_sets``."""
@@ -129,21 +121,10 @@ def check_generation_args(num: int, n_min: int, n_max: int, dimensions: Sequence
     if missing:
         raise ValueError(f"classes: {missing} need their dimension in dimensions={list(dimensions)}; "
                          f"remove them from classes or add their dimension to dimensions")
-    low, high = _fraction_range(destroy_fraction)
+    low, high = fraction_range(destroy_fraction)
     if not 0.0 < low <= high <= 1.0:
         raise ValueError(f"destroy_fraction: expected a number in (0, 1] or a range [low, high] with "
                          f"0 < low <= high <= 1, got {destroy_fraction!r}")
-
-
-def _draw_flip_fractions(batch: int, destroy_fraction: float | Sequence[float],
-                         rng: np.random.Generator) -> np.ndarray:
-    """One flip fraction per set: the given number, or log-uniform in the range [low, high]
-    (so that 0.1% to 10% get equally many sets per decade). A single number draws nothing
-    from ``rng``, so a fixed fraction leaves the random stream of the rest of the generation as it is."""
-    low, high = _fraction_range(destroy_fraction)
-    if low == high:
-        return np.full(batch, low)
-    return np.exp(rng.uniform(math.log(low), math.log(high), size=batch))
 
 
 # Memory of the generator's work per pair of elements of a set (coordinate differences in float64, the
@@ -160,29 +141,16 @@ def _sets_per_part(n: int) -> int:
 
 def _generate_batch(cset_type: str, batch: int, n: int, source_dim: int,
                     destroy_fraction: float | Sequence[float], rng: np.random.Generator) -> list[CausalSetRecord]:
-    """``batch`` sets of one class and size, with links, features and invariants (one product R @ R,
-    longest chains once). The small draws (coordinates, layers, flip fractions) are made for the whole batch
-    first, then the sets are made in parts of ``_sets_per_part(n)``, each part drawing its pairs in turn:
-    the same numbers, in the same order, as one batch, in bounded memory at N in the thousands."""
-    flip_fractions = np.zeros(batch)
-    if cset_type == "layered":
-        weights = np.asarray(LAYER_WEIGHTS)
-        layer = np.sort(rng.choice(len(weights), size=(batch, n), p=weights), axis=1)
-        p = rng.uniform(*LAYER_RELATION_PROBABILITY, size=(batch, 1, 1))
-    else:
-        coords = sprinkled_coordinates(batch, n, MANIFOLD_CLASSES.get(cset_type, source_dim), rng)
-        if cset_type == "destroyed":
-            flip_fractions = _draw_flip_fractions(batch, destroy_fraction, rng)
+    """``batch`` sets of one class and size (``BUILTIN_CLASSES``), with links, features and invariants (one product
+    R @ R, longest chains once). The class's small draws (points, layers, flip fractions) are made for the whole batch
+    first, then the sets are made in parts of ``_sets_per_part(n)``, each part drawing its pairs in turn: the same
+    numbers, in the same order, as one batch, in bounded memory at N in the thousands."""
+    drawn = BUILTIN_CLASSES[cset_type].draw_batch(rng, batch, n, source_dimension=source_dim,
+                                            destroy_fraction=destroy_fraction)
     records: list[CausalSetRecord] = []
     for start in range(0, batch, _sets_per_part(n)):
         part = slice(start, min(batch, start + _sets_per_part(n)))
-        if cset_type == "layered":
-            R = layered_relations(layer[part], p[part], rng)
-        else:
-            R = causal_matrix_from_coordinates(coords[part])
-            if cset_type == "destroyed":
-                R = destroy_order(R, flip_fractions[part], rng)
-        records += _records(R, cset_type, flip_fractions[part])
+        records += _records(drawn.relations(rng, part), cset_type, drawn.flip_fractions[part])
     return records
 
 

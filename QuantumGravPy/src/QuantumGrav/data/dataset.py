@@ -5,9 +5,10 @@ Each causal set becomes a directed graph: nodes are its elements (features
 Hasse diagram, ``edges="links"``) or along all of its relations (``edges="relations"``).
 The set is generated once and cached under ``root`` in a folder named by a hash of all
 generation parameters, so changing any of them regenerates and the same ones reload.
-The cache is a shard per generation block (``shards``), made by a pool of ``workers``
-processes and, under DDP, shared out over the ranks (``generate_share``); ``storage="memory"`` loads
-it whole, ``storage="disk"`` reads each item from its shard when asked.
+The cache is the data cache's (``shards``, which QuantumGrav.jl's stores are cached in too): a shard per generation
+block, made by a pool of ``workers`` processes and, under DDP, shared out over the ranks (``generate_share``); a
+block found damaged is made again. ``storage="memory"`` loads it whole, ``storage="disk"`` reads each item from its
+shard when asked.
 """
 
 from __future__ import annotations
@@ -30,14 +31,18 @@ from .causal_sets import (CSET_TYPES, INVARIANT_NAMES, MANIFOLD_CLASSES, NODE_FE
                           check_generation_args, draw_plan, generate_block, plan_order)
 from ..config.sections.data import DATA_DEFAULTS, VALID_CLASSES, VALID_EDGES, VALID_STORAGE, VALID_TARGETS  # noqa: F401
 from ..common.processes import cores_per_process, map_in_workers
+from ..tasks.registry import BinaryTask, MulticlassTask, RegressionTask
 
-# The task each target is learned as (QuantumGrav.evaluation.tasks); task.type: auto reads it from the dataset.
-TARGET_TASKS: dict[str, str] = {"cset_type": "multiclass", "manifold_like": "binary", "dimension": "multiclass",
-                                "myrheim_meyer_dimension": "regression"}
+# The task each target is learned as (QuantumGrav.tasks); task.type: auto reads it from the dataset.
+TARGET_TASKS: dict[str, str] = {"cset_type": MulticlassTask.type, "manifold_like": BinaryTask.type,
+                                "dimension": MulticlassTask.type, "myrheim_meyer_dimension": RegressionTask.type}
 _SPLIT_KEYS = ("split", "split_seed")  # read by the caller, not generation parameters
 _OTHER_SOURCE_KEYS = ("type", "kwargs")  # the config's user-dataset source (sources), not the generator's
 CACHE_FORMAT_VERSION = 4  # bump when the generator or the stored Data change: old caches are then ignored
 MANIFOLD_LIKE_NAMES = ["non_manifold_like", "manifold_like"]
+# What a block's shard holds per set: its arrays, and its fields (its index in the data set and its labels).
+SHARD_CONTENTS = (("x", "edge_index", "invariants"),
+                  ("index", "y", "manifold_like", "dimension", "cset_type", "flip_fraction"))
 
 
 def _generation_params(num_samples: int, n_min: int, n_max: int, dimensions: Sequence[int],
@@ -69,7 +74,7 @@ def _json_fraction(destroy_fraction: float | Sequence[float]) -> float | list[fl
 
 
 def _cache_key(params: dict[str, Any]) -> str:
-    text = json.dumps({**params, "format_version": CACHE_FORMAT_VERSION,
+    text = json.dumps({**params, "format_version": CACHE_FORMAT_VERSION, "shard_format": data_shards.FORMAT_VERSION,
                        "block_size": causal_sets.GENERATION_BLOCK_SIZE}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -145,7 +150,7 @@ def _plan(params_json: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def generate_block_files(directory: str, params: dict[str, Any], block: int, block_size: int) -> int:
-    """Generate one block of the data set and write its shard and index; return its number of sets.
+    """Generate one block of the data set and write its shard; return its number of sets.
     A module-level function of picklable arguments: a pool's worker processes run it."""
     plan, order = _plan(json.dumps(params, sort_keys=True))
     members, records = generate_block(plan, order, block, classes=_generated_classes(params),
@@ -161,8 +166,13 @@ def generate_block_files(directory: str, params: dict[str, Any], block: int, blo
                "dimension": np.asarray([record.dimension for record in records], dtype=np.int64),
                "cset_type": np.asarray([CSET_TYPES.index(record.cset_type) for record in records], dtype=np.int64),
                "flip_fraction": np.asarray([record.flip_fraction for record in records], dtype=np.float64)}
-    data_shards.write_block(Path(directory), block, items, per_set)
+    data_shards.write_shard(data_shards.shard_path(Path(directory), block), items, per_set, narrow=("edge_index",))
     return len(records)
+
+
+def remake_block(directory: str, params: dict[str, Any], block: int) -> None:
+    """Make block ``block`` of a generated folder again (its shard was missing or damaged): the same bytes."""
+    generate_block_files(directory, params, block, causal_sets.GENERATION_BLOCK_SIZE)
 
 
 def generate_blocks(directory: Path, params: dict[str, Any], blocks: Sequence[int], workers: int) -> int:
@@ -238,14 +248,16 @@ class CausalSetDataset(InMemoryDataset):
                                           destroy_fraction, edges, target, seed)
         _check_access(storage, workers)
         self._cache_key = _cache_key(self._params)
-        self._reader: data_shards.ShardReader | None = None
+        self._reader: data_shards.BlockReader | None = None
         super().__init__(str(root), transform=transform, log=log)
         directory = Path(self.processed_dir)
+        make_block = functools.partial(remake_block, str(directory), self._params)  # picklable: loader workers
         if not data_shards.is_complete(directory):
-            self.generated_sets = self._generate_and_cache(directory, generation_workers(workers, self._params))
+            self.generated_sets = self._generate_and_cache(directory, generation_workers(workers, self._params),
+                                                           make_block)
         else:
             self.generated_sets = 0  # how many sets this construction generated (the rest were cached)
-        self._reader = data_shards.ShardReader(directory, len(NODE_FEATURES), len(INVARIANT_NAMES))
+        self._reader = data_shards.BlockReader(directory, make_block)
         if storage == "memory":
             self._data, self.slices = self.collate([self._read(i) for i in range(len(self._reader))])
             self._reader = None
@@ -280,8 +292,8 @@ class CausalSetDataset(InMemoryDataset):
         return self._read(idx) if self._reader is not None else super().get(idx)
 
     def _read(self, i: int) -> Data:
-        item = self._reader.read(i)
-        y_type = torch.float32 if self.task == "regression" else torch.long
+        item = self._reader.read(i, SHARD_CONTENTS)
+        y_type = torch.float32 if self.task == RegressionTask.type else torch.long
         return Data(x=torch.from_numpy(item["x"]), edge_index=torch.from_numpy(item["edge_index"]),
                     y=torch.tensor([item["y"]], dtype=y_type),
                     manifold_like=torch.tensor([bool(item["manifold_like"])]),
@@ -289,7 +301,7 @@ class CausalSetDataset(InMemoryDataset):
                     cset_type=torch.tensor([int(item["cset_type"])], dtype=torch.long),
                     invariants=torch.from_numpy(item["invariants"]).reshape(1, -1),
                     flip_fraction=torch.tensor([float(item["flip_fraction"])], dtype=torch.float32),
-                    num_nodes=int(item["num_nodes"]))
+                    num_nodes=int(item["x"].shape[0]))
 
     def graph_sizes(self) -> np.ndarray:
         """(nodes, edges) of every set, int64 [len, 2], read from the cache's index: no graph is loaded
@@ -308,7 +320,7 @@ class CausalSetDataset(InMemoryDataset):
 
     @property
     def task(self) -> str:
-        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.evaluation.tasks``)."""
+        """How ``y`` is learned: multiclass, binary or regression (``QuantumGrav.tasks``)."""
         return TARGET_TASKS[self._params["target"]]
 
     @property
@@ -327,7 +339,7 @@ class CausalSetDataset(InMemoryDataset):
         return len(self.class_names)
 
     # ------------------------------------------------------------------ generation
-    def _generate_and_cache(self, directory: Path, workers: int) -> int:
+    def _generate_and_cache(self, directory: Path, workers: int, make_block: Callable[[int], None]) -> int:
         params = self._params
         if self.log:
             print(f"Generating {params['num_samples']} causal sets into {directory} ({workers} processes)",
@@ -338,7 +350,7 @@ class CausalSetDataset(InMemoryDataset):
                     "block_size": causal_sets.GENERATION_BLOCK_SIZE, "num_blocks": len(blocks),
                     "num_sets": params["num_samples"], "node_features": list(NODE_FEATURES),
                     "invariants": list(INVARIANT_NAMES)}
-        data_shards.finalise(directory, len(blocks), manifest)
+        data_shards.finalise(directory, len(blocks), manifest, make_block)
         return generated
 
 

@@ -20,11 +20,12 @@ import numpy as np
 import torch
 
 from ..common.errors import UserError
+from ..tasks.registry import NodeBinaryTask
 from .relation_targets import RELATION_LABELS_ARRAY, RELATION_TARGET_TASKS
 
 NODE_LABELS_ARRAY = "node_labels"
 # Each per-element target, the task it is learned as, and its two classes (0, 1).
-NODE_TARGET_TASKS: dict[str, str] = {"inserted_block": "node_binary"}
+NODE_TARGET_TASKS: dict[str, str] = {"inserted_block": NodeBinaryTask.type}
 NODE_TARGET_CLASS_NAMES: dict[str, list[str]] = {"inserted_block": ["outside_block", "inserted_block"]}
 # The kinds (QuantumGrav.jl's names) whose sets have what each target asks about, so must record their labels.
 LABELLED_KINDS: dict[str, tuple[str, ...]] = {"inserted_block": ("merged", "merged_ambiguous")}

@@ -16,8 +16,8 @@ them, and unordered:
 
 * a removed relation is absent from the input, so the pairs the input relates cannot be the candidates: an
   unrelated pair may be one whose relation was removed;
-* a strict partial order relates a pair in one direction at most, so a pair has three input states (``PAIR_STATES``:
-  unrelated, related but not a link, a link) and "changed" is well defined without a direction;
+* a strict partial order relates a pair in one direction at most, so a pair has three input states (``PAIR_STATES``
+  of ``tasks.relation``: unrelated, related but not a link, a link) and "changed" is well defined without a direction;
 * in a natural labelling (every generated set: the sprinkling is sorted by time and toggles draw i < j) every
   relation, added or removed, goes from the lower index to the higher, so these are exactly the pairs a toggle
   can touch, and a related pair's state says its direction too. A set in another labelling is refused
@@ -35,29 +35,16 @@ import numpy as np
 import torch
 
 from ..common.errors import UserError
+from ..tasks.registry import RelationBinaryTask
 from .order_dimension import two_dimension_violation_parts
 from .orders import transitive_reduction
 
 RELATION_LABELS_ARRAY = "relation_labels"
 # Each per-pair target, the task it is learned as, and its two classes (0, 1).
-RELATION_TARGET_TASKS: dict[str, str] = {"toggled_relations": "relation_binary"}
+RELATION_TARGET_TASKS: dict[str, str] = {"toggled_relations": RelationBinaryTask.type}
 RELATION_TARGET_CLASS_NAMES: dict[str, list[str]] = {"toggled_relations": ["unchanged", "toggled"]}
 # The kinds (QuantumGrav.jl's names) whose sets have what each target asks about, so must record their labels.
 LABELLED_KINDS: dict[str, tuple[str, ...]] = {"toggled_relations": ("destroyed", "destroyed_ambiguous")}
-# A pair's state in the input (``pair_relation``): what the model and the rivals see of it.
-PAIR_STATES: tuple[str, ...] = ("unrelated", "related", "link")
-
-
-def candidate_pairs(num_elements: int, device: torch.device | None = None) -> torch.Tensor:
-    """[2, N (N - 1) / 2] long: the candidate pairs (i, j), i < j, row by row (the module's docstring says why)."""
-    return torch.triu_indices(num_elements, num_elements, 1, device=device)
-
-
-def num_pairs(num_elements: torch.Tensor | int) -> torch.Tensor | int:
-    """The candidate pairs of sets of ``num_elements``."""
-    return num_elements * (num_elements - 1) // 2
-
-
 def pair_relation(R: np.ndarray, links: np.ndarray | None = None) -> torch.Tensor:
     """uint8 per candidate pair: its ``PAIR_STATES`` index in the causal matrix ``R`` (related either way; a link
     when ``links``, else the transitive reduction of ``R``, relates it)."""
@@ -118,13 +105,6 @@ def unlabelled_relation_stores(target: str, first_groups: Sequence[Path], kinds:
         check_relation_labels(target, first_groups, kinds)
     return [group.parent.name for group, kind in zip(first_groups, kinds)
             if relation_labels_missing(target, kind, group)]
-
-
-def pair_graph_index(node_graph: torch.Tensor, num_graphs: int) -> torch.Tensor:
-    """Each candidate pair's graph, for the elements' graphs ``node_graph`` (a PyG batch's ``batch``): graph g's
-    n_g (n_g - 1) / 2 pairs in turn, as the pair head and the data list them."""
-    sizes = torch.bincount(node_graph, minlength=num_graphs)
-    return torch.repeat_interleave(torch.arange(num_graphs, device=node_graph.device), num_pairs(sizes))
 
 
 def read_relation_labels(group: Any, num_elements: int, format_error: Callable[[str], Exception]) -> np.ndarray:

@@ -14,7 +14,7 @@ extremes that a finite training split happened to draw more often than not, and 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -42,12 +42,16 @@ def known_counts_and_invariants(dataset: Any, indices: list[int], sizes: np.ndar
     return _element_counts(dataset, indices, sizes), _stored_invariants(dataset, indices) if with_invariants else None
 
 
-def counts_and_invariants(items: list[Any], with_invariants: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The element counts and invariant rows [items, K] (empty without ``with_invariants``) of ``items``, read."""
-    counts = np.array([int(item.num_nodes) for item in items], dtype=np.int64)
-    rows = (torch.cat([item.invariants.reshape(1, -1).double() for item in items]).numpy()
-            if with_invariants and items else np.zeros((0, len(INVARIANT_NAMES))))
-    return counts, rows
+def counts_and_invariants(items: Iterable[Any], with_invariants: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The element counts and invariant rows [items, K] (empty without ``with_invariants``) of ``items``, read one
+    at a time: given a generator, one item is held at once (a list of a large split's graphs read from disk held
+    them all, and the process kept that memory)."""
+    counts, rows = [], []
+    for item in items:
+        counts.append(int(item.num_nodes))
+        if with_invariants:
+            rows.append(item.invariants.reshape(-1).double().numpy())
+    return np.array(counts, dtype=np.int64), (np.stack(rows) if rows else np.zeros((0, len(INVARIANT_NAMES))))
 
 
 def _element_counts(dataset: Any, indices: list[int], sizes: np.ndarray | None) -> np.ndarray | None:

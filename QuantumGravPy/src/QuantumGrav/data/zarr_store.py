@@ -8,7 +8,12 @@ The layout, read from the Julia sources in github.com/ssciwr/QuantumGrav (``Quan
   group holds one group ``cset_{i}`` per causal set, i = 1..num_datapoints.
 * ``examples/produce_data.jl`` (``make_cset_data``): each group holds ``adj`` =
   ``make_adj(cset, type=Matrix, eltype=UInt8)``, ``manifold_like`` (Bool: polynomial or
-  complex_topology) and ``cset_type``, an Int64 code of ``cset_type_encoder`` (``JULIA_CSET_TYPES``).
+  complex_topology) and ``cset_type``, an Int64 code of ``cset_type_encoder`` (``JULIA_CSET_TYPES``; stores
+  numbered by ``src/cset_factories.jl``'s ``encode_csettype`` instead are read with ``cset_type_encoding``, and
+  every code is checked against the kind in its store's name: ``stores.kind_codes``). A group may hold its links
+  alone instead of ``adj``: ``linkmat``, the transitive reduction in the same layout (as upstream's own notebooks
+  read it, with the link degrees ``in_degrees_link`` and ``out_degrees_link``); its relation is then the
+  transitive closure of the links (``stores.graphs.relation_of_links``).
 * ``src/save_data.jl`` (``dict_to_zarr``, ``write_arraylike_to_zarr``): every value is an array,
   scalars as one-element arrays, Blosc-compressed (lz4, clevel 9, bit-shuffle), Zarr format 2.
 * ``src/graph_utils.jl`` (``make_adj``): ``adj = transpose(hcat(c.future_relations...))``, so in
@@ -26,9 +31,7 @@ sprinkling read from a store gives the graph the generator gives for the same ca
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -37,105 +40,40 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from .invariants import INVARIANT_NAMES, NODE_FEATURES
-from .orders import transitive_closure
-from .dataset import CACHE_FORMAT_VERSION, MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
+from .invariants import NODE_FEATURES
+from .orders import transitive_closure, transitive_reduction
+from .dataset import MANIFOLD_LIKE_NAMES, TARGET_TASKS, VALID_EDGES
 from .node_targets import (MISSING_LABELS, NODE_TARGET_CLASS_NAMES, NODE_TARGET_TASKS, node_target,
                            read_node_labels, unlabelled_stores)
 from .relation_targets import (RELATION_LABELS_ARRAY, RELATION_TARGET_CLASS_NAMES, RELATION_TARGET_TASKS,
                                pair_target, relation_labels_missing, unlabelled_relation_stores)
-from .stores.graphs import (NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK, NotAPartialOrder, causal_matrix,
-                            describe_order_repairs, graph_tensors, order_error)
-from .stores.cache_files import compacted, expanded, feature_cache_dir
+from .stores.graphs import (LINK_DEGREE_ARRAYS, NOT_PARTIAL_ORDERS, ORDER_CLOSED, ORDER_CYCLE, ORDER_OK,
+                            NotAPartialOrder, causal_matrix, describe_order_repairs, graph_tensors, order_error,
+                            relation_of_links)
+from .stores.kind_codes import ENCODINGS, ITEM_CODES, KIND_NAMES, PRODUCE_DATA, StoreKinds
+from .shards import ShardFiles
+from .stores.cache_files import (ENTRY_CONTENTS, announce_earlier_entries, feature_cache_dir, graph_of_entry,
+                                 group_cache_key, write_entry)
+from .stores.layout import find_stores, import_zarr, list_groups, read_array, read_group, read_scalar
 from .stores.limits import DEFAULT_MAX_ELEMENTS, check_max_elements, checked_size, store_error, usable_memory
 from ..common.errors import UserError
-from ..common.files import atomic_replace
-from ..common.logging_utils import get_logger
+from ..common.logging_utils import get_logger, rank_zero_warn
 from ..common.processes import use_one_thread, worker_context
 
 logger = get_logger("zarr_store")
 
-# cset_type_encoder in QuantumGrav.jl/examples/produce_data.jl (code -> name).
-JULIA_CSET_TYPES: dict[int, str] = {
-    1: "polynomial", 2: "complex_topology", 3: "destroyed", 4: "merged", 5: "grid", 6: "layered",
-    7: "random", 8: "merged_ambiguous", 9: "destroyed_ambiguous", 10: "minkowski_kr_insertion",
-}
+# cset_type_encoder in QuantumGrav.jl/examples/produce_data.jl (code -> name), and code 10 (``stores.kind_codes``): the
+# codes items carry as ``julia_cset_type``, whichever numbering the store was written in.
+JULIA_CSET_TYPES: dict[int, str] = ENCODINGS[PRODUCE_DATA]
 VALID_TARGETS: tuple[str, ...] = ("manifold_like", "cset_type", *NODE_TARGET_TASKS, *RELATION_TARGET_TASKS)
 DEFAULT_TARGET, DEFAULT_EDGES = "manifold_like", "links"  # as upstream trains
-ARRAYS: tuple[str, ...] = ("adj", "manifold_like", "cset_type")
 # The classes of the per-element and per-pair targets (node_targets, relation_targets: 1 inside the defect).
 LOCATED_CLASS_NAMES: dict[str, list[str]] = {**NODE_TARGET_CLASS_NAMES, **RELATION_TARGET_CLASS_NAMES}
-# Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
-# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32. 4: the per-element
-# labels (node_targets) too, whatever the target, so that one cache serves every target.
-STORE_CACHE_VERSION = 4
-ZARR_EXTRA_HINT = "install the optional extra: pip install 'QuantumGrav[zarr]'"
-_GROUP_NAME = re.compile(r"^cset_(\d+)$")
-
-
-def import_zarr():
-    """The zarr module, or one UserError naming the extra to install."""
-    try:
-        import zarr
-    except ImportError as err:
-        raise UserError(f"Reading QuantumGrav.jl's Zarr stores needs the package zarr: {ZARR_EXTRA_HINT}") from err
-    return zarr
-
-
-def _is_store(path: Path) -> bool:
-    return path.is_dir() and ((path / ".zgroup").is_file() or (path / "zarr.json").is_file())
-
-
-def find_stores(path: str | os.PathLike) -> list[Path]:
-    """``path`` itself if it is a store, else the stores directly inside the folder ``path``, by name."""
-    path = Path(path).expanduser()
-    if _is_store(path):
-        return [path]
-    if not path.is_dir():
-        raise UserError(f"QuantumGrav.jl data path {path}: no such folder (expected a Zarr store written by "
-                        f"QuantumGrav.jl's produce_data, or a folder of such stores)")
-    stores = sorted(child for child in path.iterdir() if _is_store(child))
-    if not stores:
-        raise UserError(f"QuantumGrav.jl data path {path}: not a Zarr store (no .zgroup or zarr.json) and no store "
-                        f"inside; expected a store written by QuantumGrav.jl's produce_data or a folder of them")
-    return stores
-
-
-def list_groups(store: Path) -> list[str]:
-    """The ``cset_{i}`` groups of a directory store, by i (a listing, no data read)."""
-    found = [(int(match.group(1)), entry.name) for entry in os.scandir(store)
-             if entry.is_dir() and (match := _GROUP_NAME.match(entry.name))]
-    if not found:
-        raise UserError(f"QuantumGrav.jl store {store}: no cset_{{i}} groups; expected one group per causal set "
-                        f"as produce_data writes them")
-    return [name for _, name in sorted(found)]
-
-
-def _scalar(value: np.ndarray, name: str, store: Path, group: str) -> Any:
-    if value.shape != (1,):
-        raise store_error(store, group, f"'{name}' has shape {value.shape}; expected a one-element array "
-                                          f"(how save_data.jl writes a scalar)")
-    return value[0].item()
-
-
 def _check_choices(**given: tuple[str, Sequence[str]]) -> None:
     """One UserError for the first keyword argument whose value is not among its choices."""
     for name, (value, choices) in given.items():
         if value not in choices:
             raise UserError(f"{name}: expected one of {choices}, got {value!r}")
-
-
-def group_cache_key(folder: Path, edges: str) -> str:
-    """The feature cache's key of a store's group (its ``folder``): a hash of every file of the group as stored
-    (compressed chunks and metadata: its content, read without zarr, which costs more than the bytes), the edge
-    kind and the feature version."""
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
-                  f"invariants={','.join(INVARIANT_NAMES)} edges={edges}".encode())
-    for file in sorted(path for path in folder.rglob("*") if path.is_file()):
-        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
 
 
 def unlabelled_of_target(target: str, first_groups: Sequence[Path], kinds: Sequence[str],
@@ -144,6 +82,19 @@ def unlabelled_of_target(target: str, first_groups: Sequence[Path], kinds: Seque
     ``relation_targets``; none for a per-set target), or under ``missing_labels`` ``refuse`` one UserError."""
     return [*unlabelled_stores(target, first_groups, kinds, missing_labels),
             *unlabelled_relation_stores(target, first_groups, kinds, missing_labels)]
+
+
+def announce_links(stores: Sequence[Path], arrays_and_sizes: list[list[tuple[str, int]]]) -> None:
+    """One log line, once per process and on rank 0 only, naming the stores whose sets hold their links alone
+    (``linkmat``)."""
+    names = [store.name for store, groups in zip(stores, arrays_and_sizes)
+             if any(array == "linkmat" for array, _ in groups)]
+    if not names:
+        return
+    more = f" and {len(names) - 3} more stores" if len(names) > 3 else ""
+    line = (f"QuantumGrav.jl data: the sets of {', '.join(names[:3])}{more} hold their links alone ('linkmat', "
+            f"no 'adj'): each causal relation is derived as the transitive closure of the links")
+    rank_zero_warn(logger, line)  # a warning: the trainer builds its data before its log has an INFO console
 
 
 class QuantumGravJLDataset(Dataset):
@@ -158,11 +109,13 @@ class QuantumGravJLDataset(Dataset):
       store is how produce_data writes them), ordered by code. ``target="inserted_block"``: y holds one 0/1
       per element, 1 inside a merged set's inserted block (``node_targets``), learned as ``node_binary``.
       ``"toggled_relations"``: one 0/1 per pair and its input state ``pair_relation`` (``relation_binary``).
+    * ``cset_type_encoding``: the numbering of the stores' ``cset_type`` codes, ``"produce_data"`` (None: the
+      default) or ``"encode_csettype"``; each set's kind is checked against its store's name (``stores.kind_codes``).
     * ``edges``: ``"links"`` (transitive reduction) or ``"relations"``, past to future.
-    * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal set and cached in a
-      folder next to each store (``<store>.qg_features``), keyed by the group's stored bytes, the
-      edges and the feature version; where that folder cannot be written, under ``cache_dir``.
-      ``cache=False`` computes them on the fly at every read.
+    * ``cache=True``: features, edges, invariants and labels (the per-element ones too) are computed once per causal
+      set and cached in the data cache (``shards``: a shard per set) in a folder next to each store
+      (``<store>.qg_features``), keyed by the group's stored bytes, the edges and the feature version; where that
+      folder cannot be written, under ``cache_dir``. ``cache=False`` computes them on the fly at every read.
     * ``max_elements``: the most elements a set may have. Every group's ``adj`` is judged by its declared shape before
       anything is read (``stores.limits``: also against the memory this process may use); a set too large is one
       UserError naming store, group and shape, with nothing written.
@@ -174,18 +127,19 @@ class QuantumGravJLDataset(Dataset):
       ``"refuse"`` (the default) or ``"unknown"``, y of NaN, for ``evaluate`` to score (``node_targets``); the
       stores whose first set lacks them are ``unlabelled_stores``.
 
-    Nothing is read at construction but the folder listings, each group's ``adj`` metadata and the first group of
-    each store (checked, so that a wrong path or format fails before training). Stores are opened lazily in
-    each process (DataLoader workers included). Each item is ``Data(x, edge_index, y, invariants)``, the
-    invariants a float row [1, K] (``causal_sets.INVARIANT_NAMES``) as the generator's items carry, and
-    ``julia_cset_type``, the set's cset_type code (``JULIA_CSET_TYPES``: what kind of set it is, whatever the target).
+    Nothing is read at construction but the folder listings, each group's ``adj`` (or ``linkmat``: the links alone,
+    whose transitive closure is then read, as one log line says) metadata and the first group of each store (checked,
+    so that a wrong path or format fails before training). Stores are opened lazily in each process (DataLoader
+    workers included). Each item is ``Data(x, edge_index, y, invariants)``, the invariants a float row [1, K]
+    (``causal_sets.INVARIANT_NAMES``) as the generator's items carry, and ``julia_cset_type``, the set's kind as a
+    code of ``JULIA_CSET_TYPES`` (whichever numbering the store has): what kind of set it is, whatever the target.
     """
 
     def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], *, target: str = DEFAULT_TARGET, edges: str = DEFAULT_EDGES,
                  cache: bool = True, cache_dir: str | os.PathLike | None = None,
                  cset_types: Sequence[str] | None = None, max_elements: int = DEFAULT_MAX_ELEMENTS,
                  not_partial_orders: str = "refuse", missing_labels: str = "refuse",
-                 transform: Callable | None = None):
+                 cset_type_encoding: str | None = None, transform: Callable | None = None):
         import_zarr()
         _check_choices(target=(target, VALID_TARGETS), edges=(edges, VALID_EDGES), not_partial_orders=(
             not_partial_orders, NOT_PARTIAL_ORDERS), missing_labels=(missing_labels, MISSING_LABELS))
@@ -197,16 +151,26 @@ class QuantumGravJLDataset(Dataset):
         # Every set's size as its adj declares it, judged before anything is read or written: a hostile or oversized
         # store is one line here, not a 37 GiB allocation later.
         memory = usable_memory()
-        self._sizes = [[checked_size(store, group, self.max_elements, memory) for group in groups]
-                       for store, groups in zip(self.stores, self.groups)]
+        arrays_and_sizes = [[checked_size(store, group, self.max_elements, memory) for group in groups]
+                            for store, groups in zip(self.stores, self.groups)]
+        self._sizes = [[size for _, size in store_sizes] for store_sizes in arrays_and_sizes]
         self._handles, self._handles_pid = {}, os.getpid()  # this process's open stores (``_open``)
+        # The kind each store's name gives, and the first set's code checked against it, before anything is written.
+        self.kinds = StoreKinds(self.stores, cset_type_encoding)
+        for k, groups in enumerate(self.groups):
+            root = self._open(k)
+            self.kinds.kind(k, groups[0], read_scalar(read_array(root, self.stores[k], groups[0], "cset_type"),
+                                                      "cset_type", self.stores[k], groups[0]))
         self._cache_dirs = [feature_cache_dir(store, cache_dir) for store in self.stores] if self.cache else []
+        self._entries = ShardFiles(max_open=4)  # a set's entry is read once an epoch: few worth keeping open
+        announce_earlier_entries(self._cache_dirs)
         # The first group of each store is read whole (order checked, features cached), so that a wrong format
         # fails here, before training.
         firsts = [self._stored_graph(k, groups[0]) for k, groups in enumerate(self.groups)]
-        first_codes = [int(graph["labels"][1]) for graph in firsts]
+        first_kinds = [self.kinds.kind(k, self.groups[k][0], int(graph["labels"][1])) for k, graph in enumerate(firsts)]
         self.unlabelled_stores = unlabelled_of_target(target, [store / groups[0] for store, groups in zip(
-            self.stores, self.groups)], [JULIA_CSET_TYPES[code] for code in first_codes], missing_labels)
+            self.stores, self.groups)], first_kinds, missing_labels)
+        announce_links(self.stores, arrays_and_sizes)
         self.order_repairs: dict[str, list[str]] = {"closed": [], "skipped": []}
         if not_partial_orders == "refuse":
             for k, graph in enumerate(firsts):
@@ -220,7 +184,7 @@ class QuantumGravJLDataset(Dataset):
         if self.order_repairs_line():
             logger.warning(self.order_repairs_line())
         # The types of the stores, by code: each store's first group's (produce_data writes one type per store).
-        self.found_cset_types = [JULIA_CSET_TYPES[code] for code in sorted(set(first_codes))]
+        self.found_cset_types = sorted(set(first_kinds), key=ITEM_CODES.__getitem__)
         self._cset_types = self._choose_cset_types(cset_types, self.found_cset_types)
         super().__init__(root=None, transform=transform)
 
@@ -229,9 +193,9 @@ class QuantumGravJLDataset(Dataset):
     def _choose_cset_types(cset_types: Sequence[str] | None, found: list[str]) -> list[str]:
         if cset_types is None:
             return found
-        unknown = [name for name in cset_types if name not in JULIA_CSET_TYPES.values()]
+        unknown = [name for name in cset_types if name not in KIND_NAMES]
         if unknown or not cset_types or len(set(cset_types)) != len(cset_types):
-            raise UserError(f"cset_types: expected distinct names from {list(JULIA_CSET_TYPES.values())}, "
+            raise UserError(f"cset_types: expected distinct names from {list(KIND_NAMES)}, "
                             f"got {list(cset_types)!r}")
         return list(cset_types)
 
@@ -271,31 +235,21 @@ class QuantumGravJLDataset(Dataset):
         return {**self.__dict__, "_handles": {}}  # open stores stay in their process
 
     def _read_arrays(self, store_index: int, group: str) -> dict[str, np.ndarray]:
-        """The arrays of one group, opened by path from the root with the format given: zarr 3 then skips
-        metadata probes that cost more than these small reads (about half the time per group, measured)."""
-        root, arrays = self._open(store_index), {}
-        for name in ARRAYS:
-            try:
-                array = root[f"{group}/{name}"]
-            except KeyError:
-                array = None
-            if not isinstance(array, import_zarr().Array):
-                raise store_error(self.stores[store_index], group, f"array '{name}' is missing; produce_data "
-                                                                     f"writes {', '.join(ARRAYS)} in every group")
-            arrays[name] = np.asarray(array[...])
-        return arrays
+        return read_group(self._open(store_index), self.stores[store_index], group)
 
     def _read_checked(self, store_index: int, group: str) -> tuple[np.ndarray, bool, int]:
-        """The causal matrix, manifold_like and cset_type code of one group, each checked."""
+        """The causal matrix, manifold_like and cset_type code of one group, each checked: the relation is ``adj``,
+        or the transitive closure of ``linkmat`` (``relation_of_links``)."""
         store, arrays = self.stores[store_index], self._read_arrays(store_index, group)
-        manifold_like = _scalar(arrays["manifold_like"], "manifold_like", store, group)
-        code = _scalar(arrays["cset_type"], "cset_type", store, group)
+        manifold_like = read_scalar(arrays["manifold_like"], "manifold_like", store, group)
+        code = read_scalar(arrays["cset_type"], "cset_type", store, group)
         if manifold_like not in (0, 1):
             raise store_error(store, group, f"'manifold_like' is {manifold_like!r}; expected a Bool")
-        if type(code) is not int or code not in JULIA_CSET_TYPES:  # not a bool or a float 1.0
-            raise store_error(store, group, f"unknown cset_type code {code!r}; expected one of "
-                                              f"{JULIA_CSET_TYPES} (cset_type_encoder in produce_data.jl)")
-        return causal_matrix(arrays["adj"], store, group), bool(manifold_like), code
+        self.kinds.kind(store_index, group, code)
+        if "adj" in arrays:
+            return causal_matrix(arrays["adj"], store, group), bool(manifold_like), code
+        degrees = {name: arrays[name] for name in LINK_DEGREE_ARRAYS if name in arrays}
+        return relation_of_links(arrays["linkmat"], degrees, store, group), bool(manifold_like), code
 
     def _read_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
         """The group's graph, whatever ``not_partial_orders`` says (``_allowed`` judges it): the graph of the
@@ -343,16 +297,14 @@ class QuantumGravJLDataset(Dataset):
         """One line saying how many sets were closed or left out (``not_partial_orders``), naming the first few."""
         return describe_order_repairs(self.order_repairs, self.len(), self.not_partial_orders)
 
-    def _label(self, store_index: int, group: str, labels: torch.Tensor) -> int:
-        manifold_like, code = (int(value) for value in labels)
+    def _label(self, store_index: int, group: str, manifold_like: int, kind: str) -> int:
         if self.target == "manifold_like":
             return manifold_like
-        name = JULIA_CSET_TYPES[code]
-        if name not in self._cset_types:
+        if kind not in self._cset_types:
             raise store_error(self.stores[store_index], group,
-                                f"cset_type '{name}' (code {code}) is not among the classes {self._cset_types}; "
-                                f"pass every type of the data in cset_types")
-        return self._cset_types.index(name)
+                              f"cset_type '{kind}' (code {ITEM_CODES[kind]}) is not among the classes "
+                              f"{self._cset_types}; pass every type of the data in cset_types")
+        return self._cset_types.index(kind)
 
     def _locate(self, idx: int) -> tuple[int, str]:
         """The store (its index) and group of item ``idx``."""
@@ -367,23 +319,23 @@ class QuantumGravJLDataset(Dataset):
     def get(self, idx: int) -> Data:
         store_index, group = self._locate(idx)
         graph = self._graph(store_index, group)
-        extra = {}
+        kind, extra = self.kinds.kind(store_index, group, int(graph["labels"][1])), {}
         if self.target in NODE_TARGET_TASKS:
-            y = node_target(graph["node_labels"], self.target, JULIA_CSET_TYPES[int(graph["labels"][1])],
-                            self.stores[store_index] / group, self.missing_labels)
+            y = node_target(graph["node_labels"], self.target, kind, self.stores[store_index] / group,
+                            self.missing_labels)
         elif self.target in RELATION_TARGET_TASKS:
-            y, extra["pair_relation"], extra["violation_part"] = self._pair_target(store_index, group, graph)
+            y, extra["pair_relation"], extra["violation_part"] = self._pair_target(store_index, group, graph, kind)
         else:
-            y = torch.tensor([self._label(store_index, group, graph["labels"])], dtype=torch.long)
+            y = torch.tensor([self._label(store_index, group, int(graph["labels"][0]), kind)], dtype=torch.long)
         return Data(x=graph["x"], edge_index=graph["edge_index"], y=y, invariants=graph["invariants"],
-                    julia_cset_type=graph["labels"][1:].long(), num_nodes=graph["x"].shape[0], **extra)
+                    julia_cset_type=torch.tensor([ITEM_CODES[kind]]), num_nodes=graph["x"].shape[0], **extra)
 
-    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    def _pair_target(self, store_index: int, group: str, graph: dict[str, Any], kind: str) -> tuple[torch.Tensor, ...]:
         """The group's per-pair labels and states (read, not cached) and violating parts: ``pair_target``."""
         R, _, _ = self._read_checked(store_index, group)
         R = transitive_closure(R) if int(graph["order_problem"]) == ORDER_CLOSED else R  # what the graph was built from
         unknown = self.missing_labels == "unknown" and relation_labels_missing(
-            self.target, JULIA_CSET_TYPES[int(graph["labels"][1])], self.stores[store_index] / group)
+            self.target, kind, self.stores[store_index] / group)
         return pair_target(R, graph["edge_index"] if self.edges == "links" else None, self._open(store_index)[group],
                            lambda problem: store_error(self.stores[store_index], group, problem), unknown)
 
@@ -392,9 +344,9 @@ class QuantumGravJLDataset(Dataset):
         attributes our generator records with each set (the drawn parameters that make it hard to recognise,
         ``data.kinds``); produce_data's own stores have none."""
         store_index, group = self._locate(idx)
-        code = int(self._graph(store_index, group)["labels"][1])
+        kind = self.kinds.kind(store_index, group, int(self._graph(store_index, group)["labels"][1]))
         attributes = dict(self._open(store_index)[group].attrs)
-        return {"store": self.stores[store_index].name, "group": group, "kind": JULIA_CSET_TYPES[code], **attributes}
+        return {"store": self.stores[store_index].name, "group": group, "kind": kind, **attributes}
 
     # ------------------------------------------------------------------ feature cache
     def _stored_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
@@ -408,21 +360,16 @@ class QuantumGravJLDataset(Dataset):
         return np.array([size for sizes in self._sizes for size in sizes], dtype=np.int64)
 
     def _cached_graph(self, store_index: int, group: str) -> dict[str, torch.Tensor]:
-        """The group's graph from its cache file, else computed and cached. Several processes (DataLoader workers,
-        the ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a
-        temporary name and renames it, so a reader sees no file or a whole one, never a mix. A file that cannot
-        be read back (damaged on disk, not written by this code) is computed again and replaced, with a warning."""
-        path = self._cache_dirs[store_index] / f"{group_cache_key(self.stores[store_index] / group, self.edges)}.pt"
-        if path.is_file():
-            try:
-                return expanded(torch.load(path, weights_only=True))
-            except Exception as err:  # noqa: BLE001 - any unreadable file is rebuilt; the warning names why
-                logger.warning("feature cache file %s (store %s, group %s) cannot be read (%s: %s); computing it "
-                               "again and replacing it", path, self.stores[store_index], group,
-                               type(err).__name__, err)
-        graph = self._read_graph(store_index, group)
-        atomic_replace(path, lambda tmp: torch.save(compacted(graph), tmp))
-        return graph
+        """The group's graph from its entry in the data cache (``data.shards``: one shard per set, named by the
+        group's content), computed and written first where it is missing. Several processes (DataLoader workers, the
+        ranks of a job, two jobs) may compute the same group at once: each writes the same bytes under a temporary
+        name and renames it, so a reader sees no file or a whole one. An entry that fails its checks (damaged on
+        disk, not written by this code) is computed again and replaced, with a warning."""
+        store = self.stores[store_index]
+        path = self._cache_dirs[store_index] / f"{group_cache_key(store / group, self.edges)}.shard"
+        entry = self._entries.read(path, 0, lambda: write_entry(path, self._read_graph(store_index, group)),
+                                   f"QuantumGrav.jl store {store}, group {group}", ENTRY_CONTENTS)
+        return graph_of_entry(entry)
 
     def build_cache(self, *, workers: int = 1, rank: int = 0, world_size: int = 1) -> int:
         """Compute and cache the graphs of items ``rank``, ``rank + world_size``, ... (this process's share when
@@ -449,26 +396,29 @@ class QuantumGravJLDataset(Dataset):
 
 
 def write_julia_store(path: str | os.PathLike, causal_matrices: Sequence[np.ndarray], cset_type_codes: Sequence[int],
-                      manifold_like: Sequence[bool], *, zarr_format: int = 2) -> Path:
+                      manifold_like: Sequence[bool], *, zarr_format: int = 2, links_only: bool = False) -> Path:
     """Write causal sets with zarr-python exactly as QuantumGrav.jl's produce_data writes them (for tests,
     examples and benchmarks): groups ``cset_1``.. with ``adj`` (UInt8, stored as Zarr.jl stores Julia's
     ``make_adj``: the transpose of R), ``manifold_like`` (Bool) and ``cset_type`` (Int64) as one-element
     arrays, Blosc lz4 clevel 9 bit-shuffle and chunks as save_data.jl's defaults (``default_chunks``:
     1000 x 1000 for UInt8 matrices), Zarr format 2 as Zarr.jl 0.9 (QuantumGrav.jl's compat) writes it.
-    ``zarr_format=3`` writes what a newer Zarr.jl writes in format 3 (dimensions also reversed, C order)."""
+    ``zarr_format=3`` writes what a newer Zarr.jl writes in format 3 (dimensions also reversed, C order).
+    ``links_only``: each group holds the links instead of ``adj`` (``write_julia_group``)."""
     root = import_zarr().open_group(str(path), mode="w", zarr_format=zarr_format)
     for i, (R, code, manifold) in enumerate(zip(causal_matrices, cset_type_codes, manifold_like, strict=True), 1):
-        write_julia_group(root, i, R, code, manifold)
+        write_julia_group(root, i, R, code, manifold, links_only=links_only)
     return Path(path)
 
 
 def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_type_code: int, manifold_like: bool,
                       *, attributes: dict[str, Any] | None = None, node_labels: np.ndarray | None = None,
-                      relation_labels: np.ndarray | None = None) -> None:
+                      relation_labels: np.ndarray | None = None, links_only: bool = False) -> None:
     """Group ``cset_<index>`` of an open store, as ``write_julia_store`` writes it; ``attributes`` (the group's
     JSON attributes), ``node_labels`` (an array of one 0/1 per element) and ``relation_labels`` (an N x N 0/1
     matrix like ``causal_matrix``, written in ``adj``'s layout: transposed) are what our generator adds, and
-    readers of produce_data's keys pass over them."""
+    readers of produce_data's keys pass over them. ``links_only``: instead of ``adj``, the links of the (closed)
+    ``causal_matrix`` as ``linkmat`` in ``adj``'s layout, with their degrees ``in_degrees_link`` and
+    ``out_degrees_link`` (Int64), the keys upstream's own notebooks read."""
     zarr_format = root.metadata.zarr_format
     if zarr_format == 2:
         from numcodecs import Blosc
@@ -476,8 +426,13 @@ def write_julia_group(root: Any, index: int, causal_matrix: np.ndarray, cset_typ
     else:
         blosc = import_zarr().codecs.BloscCodec(cname="lz4", clevel=9, shuffle="bitshuffle")
     group = root.create_group(f"cset_{index}", attributes=attributes or {})
-    values = {"adj": np.asarray(causal_matrix, dtype=np.uint8).T,
-              "manifold_like": np.array([manifold_like], dtype=bool), "cset_type": np.array([cset_type_code], dtype="<i8")}
+    if links_only:
+        links = transitive_reduction(np.asarray(causal_matrix, dtype=bool))
+        values = {"linkmat": links.astype(np.uint8).T, "in_degrees_link": links.sum(axis=0).astype("<i8"),
+                  "out_degrees_link": links.sum(axis=1).astype("<i8")}
+    else:
+        values = {"adj": np.asarray(causal_matrix, dtype=np.uint8).T}
+    values.update(manifold_like=np.array([manifold_like], dtype=bool), cset_type=np.array([cset_type_code], dtype="<i8"))
     if node_labels is not None:
         values["node_labels"] = np.asarray(node_labels, dtype=np.uint8)
     if relation_labels is not None:

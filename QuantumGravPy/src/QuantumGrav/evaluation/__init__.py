@@ -1,4 +1,5 @@
-"""What is learned and how well: the task that turns outputs into losses and metrics (``tasks``), the exact
-evaluation pass over a split (``evaluator``), the classical baselines on the causal-set invariants
-(``baselines``), accuracy on destroyed sets (``destroyed_sets``), detection against a defect's exact size at a
-fixed false-alarm rate (``sensitivity``) and the run's figures (``figures``)."""
+"""How well a model does: the exact evaluation pass over a split (``evaluator``), an applied run's predictions
+(``predictions``), the classical baselines on the causal-set invariants that every run fits beside its model
+(``baselines``), the classifier's vocabulary (``scores``), recall per kind (``kinds``), what the sets cannot measure
+(``undefined``) and the run's own figures (``figures``). What is learned is the task's (``QuantumGrav.tasks``); what a
+study asks beyond it is an analysis (``QuantumGrav.analyses``)."""

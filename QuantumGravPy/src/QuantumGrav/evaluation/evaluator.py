@@ -1,7 +1,7 @@
 """Evaluation whose numbers are exact under DDP: sums and counts reduced over ranks, then divided.
 
 ``validation.mode: sharded``: every rank evaluates its shard (disjoint, no padding) and the task's totals
-(loss sum, count, confusion matrix or error sums, ``tasks``) are summed over ranks, then turned into metrics
+(loss sum, count, confusion matrix or error sums, ``QuantumGrav.tasks``) are summed over ranks, then turned into metrics
 once: never an average of per-rank means. ``rank0``: rank 0 evaluates the whole split, the others get None.
 Either way the numbers equal one process evaluating the split.
 """
@@ -14,20 +14,20 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from . import tasks
-from .levels import level_of
 from ..distributed.runtime import Runtime
+from ..tasks.base import Task
+from ..tasks.levels import ELEMENT, PAIR, SET
 
 
 class Evaluator:
     """Evaluates the plain (unwrapped) model on a loader: DDP's forward would broadcast buffers, a
     collective that hangs when ranks hold different numbers of evaluation batches."""
 
-    def __init__(self, model: torch.nn.Module, task: tasks.Task, criterion: Callable, runtime: Runtime,
+    def __init__(self, model: torch.nn.Module, task: Task, criterion: Callable, runtime: Runtime,
                  mode: str, autocast: Callable[[], Any]):
         self.model, self.task, self.criterion, self.runtime = model, task, criterion, runtime
         self.mode, self.autocast = mode, autocast
-        self.level = level_of(task)
+        self.level = task.level
 
     def evaluate(self, loader) -> dict[str, Any] | None:
         """The task's metrics (loss, count and the task's) of the current model on ``loader``."""
@@ -48,11 +48,12 @@ class Evaluator:
             # A task with several output rows per set (the node task's block IoU) totals per set: it needs each
             # row's graph.
             totals += (self.task.batch_totals(outputs, target, loss, self.level.row_graphs(batch))
-                       if self.level.unit != "set" else self.task.batch_totals(outputs, target, loss))
+                       if self.level is not SET else self.task.batch_totals(outputs, target, loss))
             if predictions is not None:
                 predictions += self._per_graph(outputs, target, batch)
-            if scores is not None and isinstance(self.task, tasks.BinaryTask):
-                scores += torch.sigmoid(outputs.view(-1)).tolist()
+            positive = self.task.positive_scores(outputs) if scores is not None else None
+            if positive is not None:
+                scores += positive.tolist()
         return totals
 
     def outputs(self, loader) -> Iterator[tuple[torch.Tensor, torch.Tensor, Any]]:
@@ -76,18 +77,17 @@ class Evaluator:
         output for regression, the list of predicted and of true 0/1 labels of its elements for a node task; the
         flip fraction is NaN for data without one; for a relation task the candidate pairs (their positions in the
         set's list, ``data.relation_targets``) it marks and those that changed, since all its pairs are N^2 / 2."""
-        if self.level.unit == "pair":
+        if self.level is PAIR:
             starts = torch.cumsum(torch.bincount(self.level.row_graphs(batch), minlength=batch.num_graphs), 0).tolist()
             predicted, true = self.task.predict(outputs).bool(), target.view(-1) > 0.5
             return [(torch.nonzero(predicted[a:b]).view(-1).tolist(), torch.nonzero(true[a:b]).view(-1).tolist(),
                      math.nan) for a, b in zip([0, *starts[:-1]], starts)]
-        if self.task.node_level:
+        if self.level is ELEMENT:
             sizes = torch.bincount(batch.batch, minlength=batch.num_graphs).tolist()
             predicted = self.task.predict(outputs).split(sizes)
             true = target.view(-1).long().split(sizes)
             return [(p.tolist(), t.tolist(), math.nan) for p, t in zip(predicted, true)]
-        classification = isinstance(self.task, tasks.ClassificationTask)
-        predicted = self.task.predict(outputs) if classification else outputs.view(-1)
+        predicted = self.task.predicted(outputs)
         fractions = batch.flip_fraction.view(-1).tolist() if "flip_fraction" in batch else [math.nan] * len(predicted)
         return list(zip(predicted.tolist(), target.view(-1).tolist(), fractions))
 

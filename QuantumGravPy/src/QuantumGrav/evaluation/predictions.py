@@ -2,7 +2,7 @@
 
 Each rank predicts its shard of the sets; the shards are gathered to rank 0 and put back in the data's order
 (``Predictions.merged``), and every number is computed there, once, from all of them: so one process and N give the
-same metrics, the counts exactly. The task's own metrics come from ``tasks`` (the code the run's test used); the F1
+same metrics, the counts exactly. The task's own metrics come from the task (``QuantumGrav.tasks``) (the code the run's test used); the F1
 per class and weighted by support with them (from the confusion matrix), and the recall per kind of causal set from
 the same predictions.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +19,12 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from . import tasks
 from .kinds import describe_threshold, mean_by_kind, recall_by_kind
-from .levels import level_of
 from .scores import classification_metrics
-from .undefined import undefined_metrics, unlabelled_metrics, with_undefined_as_none
-from ..config.sections.task import TASK_METRICS
+from .undefined import unlabelled_metrics, with_undefined_as_none
+from ..tasks.base import Task
+from ..tasks.classification import ClassificationTask
+from ..tasks.registry import task_class
 from ..data.causal_sets import CSET_TYPES
 from ..data.zarr_store import JULIA_CSET_TYPES
 from ..common.files import atomic_replace, atomic_write_text
@@ -33,7 +32,7 @@ from ..common.files import atomic_replace, atomic_write_text
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor, Any]]  # (outputs, target, batch): Evaluator.outputs
 
 
-def kinds_of(batch, target: torch.Tensor, task: tasks.Task) -> list[str]:
+def kinds_of(batch, target: torch.Tensor, task: Task) -> list[str]:
     """What kind of causal set each graph of ``batch`` is: QuantumGrav.jl's cset_type name for a store's sets, the
     generator's cset type for its own, else its true class (classification) or ``all`` (regression), so that
     every prediction has a kind to be counted under."""
@@ -41,7 +40,7 @@ def kinds_of(batch, target: torch.Tensor, task: tasks.Task) -> list[str]:
         return [JULIA_CSET_TYPES[code] for code in batch.julia_cset_type.view(-1).tolist()]
     if "cset_type" in batch:
         return [CSET_TYPES[code] for code in batch.cset_type.view(-1).tolist()]
-    if isinstance(task, tasks.ClassificationTask):
+    if isinstance(task, ClassificationTask):
         return [task.class_names[int(value)] for value in target.view(-1).tolist()]
     return ["all"] * batch.num_graphs
 
@@ -49,7 +48,7 @@ def kinds_of(batch, target: torch.Tensor, task: tasks.Task) -> list[str]:
 @dataclass
 class Predictions:
     """The model's outputs on some sets of the data, one row per output row of the model (per set, or per element
-    of each set: the task's ``levels.OutputLevel``): ``sets`` their indices in the data, ``kinds`` what kind each
+    of each set: the task's ``tasks.levels.OutputLevel``): ``sets`` their indices in the data, ``kinds`` what kind each
     is, ``outputs`` [rows, output width] and ``targets`` in the task's form (``Task.target``; NaN where a set's
     truth is unknown), each set's rows consecutive and ``rows_per_set`` of them, ``row_ids`` [rows, id columns]
     (what names each row within its set: ``OutputLevel.row_ids``); each set's ``num_elements`` and, where the sets
@@ -65,9 +64,9 @@ class Predictions:
     row_ids: torch.Tensor | None = None
 
     @classmethod
-    def from_batches(cls, batches: Batches, sets: Sequence[int], task: tasks.Task) -> "Predictions":
+    def from_batches(cls, batches: Batches, sets: Sequence[int], task: Task) -> "Predictions":
         """``batches`` of the sets ``sets``, in that order (a loader over them, not shuffled)."""
-        level = level_of(task)
+        level = task.level
         outputs, targets, kinds, sizes, invariants, rows, ids = [], [], [], [], [], [], []
         for output, target, batch in batches:
             outputs.append(output.cpu())
@@ -122,7 +121,7 @@ class Predictions:
                            self.invariants[keep] if self.invariants is not None else None,
                            [self.rows_per_set[i] for i in positions], self.row_ids[rows])
 
-    def metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
+    def metrics(self, task: Task, criterion: Callable) -> dict[str, Any]:
         """The task's metrics over the sets whose truth is known (as the run's test reports them, its loss the mean
         over all of them), with ``unit`` (what a row is about), ``scored_sets``, ``rows`` and ``unlabelled_sets``
         (scored, truth unknown). Per kind, for one row per set: sets and recall (classification) or mean absolute
@@ -131,7 +130,7 @@ class Predictions:
         rows predicted positive (``marked_share``), labels or not. A metric that the sets cannot define (a precision
         without any set predicted positive, the F1 of a class with no set, neither true nor predicted, every metric
         where no set records its truth) is None, and ``undefined`` says why (``evaluation.undefined``)."""
-        level, labelled = level_of(task), self.labelled()
+        level, labelled = task.level, self.labelled()
         counted = {"unit": level.unit, "scored_sets": len(self.sets), "rows": int(self.outputs.size(0)),
                    "unlabelled_sets": int((~labelled).sum())}
         measured = self if bool(labelled.all()) else self.subset(labelled)
@@ -143,17 +142,17 @@ class Predictions:
                     "undefined": undefined}
         if level.unit != "set":
             result = measured._task_metrics(task, criterion)
-            undefined = undefined_metrics(task, result)
+            undefined = task.undefined(result)
             return {**with_undefined_as_none(result, undefined), **counted,
                     "per_kind": self._per_kind_of_rows(task, criterion), "undefined": undefined}
         return {**measured._set_metrics(task, criterion), **counted}
 
-    def _task_metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
+    def _task_metrics(self, task: Task, criterion: Callable) -> dict[str, Any]:
         """``task.metrics`` of every row at once, totalled per set as the run's evaluation totals them."""
         loss = criterion(self.outputs, self.targets)
         return task.metrics(task.batch_totals(self.outputs, self.targets, loss, self.set_of_rows()))
 
-    def _per_kind_of_rows(self, task: tasks.Task, criterion: Callable) -> dict[str, dict[str, Any]]:
+    def _per_kind_of_rows(self, task: Task, criterion: Callable) -> dict[str, dict[str, Any]]:
         """Per kind (sorted by name): its sets, the share of its rows predicted positive, and the task's metrics
         (but the loss) over those of its sets whose truth is known (None where none is, or where undefined)."""
         found, labelled = {}, self.labelled()
@@ -161,13 +160,13 @@ class Predictions:
             of_kind = torch.tensor([k == kind for k in self.kinds])
             part, measured = self.subset(of_kind), self.subset(of_kind & labelled)
             result = measured._task_metrics(task, criterion) if measured.sets else {}
-            result = with_undefined_as_none(result, undefined_metrics(task, result)) if result else {}
+            result = with_undefined_as_none(result, task.undefined(result)) if result else {}
             shown = {name: result.get(name) for name in task.metric_names if name != "loss"}
             found[kind] = {"sets": len(part.sets), **shown,
                            "marked_share": float(task.predict(part.outputs).double().mean())}
         return found
 
-    def metrics_by_size(self, task: tasks.Task, criterion: Callable, sizes: Sequence[int | None]
+    def metrics_by_size(self, task: Task, criterion: Callable, sizes: Sequence[int | None]
                         ) -> dict[str, dict[str, Any]]:
         """The task's metrics (but the loss) over the sets whose truth is known, in bins of their defect's size
         (``sizes``, one per set, e.g. a merged set's ``block_size``; None for a set without one): powers of two,
@@ -178,42 +177,43 @@ class Predictions:
         for low in sorted({bins[i] for i in torch.nonzero(known).view(-1).tolist()}):
             part = self.subset(known & torch.tensor([b == low for b in bins], dtype=torch.bool))
             result = part._task_metrics(task, criterion)
-            result = with_undefined_as_none(result, undefined_metrics(task, result))
+            result = with_undefined_as_none(result, task.undefined(result))
             found[f"{2 ** low}-{2 ** (low + 1) - 1}"] = {
                 "sets": len(part.sets), **{name: result[name] for name in task.metric_names if name != "loss"}}
         return found
 
-    def _set_metrics(self, task: tasks.Task, criterion: Callable) -> dict[str, Any]:
+    def _set_metrics(self, task: Task, criterion: Callable) -> dict[str, Any]:
         """The metrics of a task with one row per set (see ``metrics``)."""
         totals = task.batch_totals(self.outputs, self.targets, criterion(self.outputs, self.targets))
         result = task.metrics(totals)
-        if not isinstance(task, tasks.ClassificationTask):
+        if not isinstance(task, ClassificationTask):
             errors = (self.outputs.double().view(-1) - self.targets.double().view(-1)).abs().tolist()
             return {**result, "per_kind": mean_by_kind(self.kinds, errors, "mae"),
-                    "undefined": undefined_metrics(task, result)}
+                    "undefined": task.undefined(result)}
         true, predicted = self.targets.view(-1).long().tolist(), task.predict(self.outputs).tolist()
         correct = [float(t == p) for t, p in zip(true, predicted)]
-        positive = torch.sigmoid(self.outputs.view(-1)).numpy() if isinstance(task, tasks.BinaryTask) else None
+        positive = task.positive_scores(self.outputs)
+        positive = positive.numpy() if positive is not None else None
         ranking = classification_metrics(np.array(true, dtype=np.int64), np.array(predicted, dtype=np.int64),
                                          task.num_classes, positive) if true else {}
-        undefined = undefined_metrics(task, result)
+        undefined = task.undefined(result)
         result = {**result, "per_class_f1": dict(zip(task.class_names, result["per_class_f1"])),
                   **{key: ranking[key] for key in ("balanced_accuracy", "roc_auc") if key in ranking},
                   "per_kind": recall_by_kind(self.kinds, correct)}
         return {**with_undefined_as_none(result, undefined), "undefined": undefined}
 
-    def constant_prediction(self, task: tasks.Task) -> str | None:
+    def constant_prediction(self, task: Task) -> str | None:
         """The class a classifier predicted for every set, if it predicted one only (None otherwise)."""
-        if not isinstance(task, tasks.ClassificationTask) or not self.sets:
+        if not isinstance(task, ClassificationTask) or not self.sets:
             return None
         predicted = set(task.predict(self.outputs).tolist())
         return task.class_names[predicted.pop()] if len(predicted) == 1 else None
 
-    def rows(self, task: tasks.Task, describe_set: Callable[[int], dict[str, Any]],
+    def rows(self, task: Task, describe_set: Callable[[int], dict[str, Any]],
              outside: list[list[str]] | None = None,
              parameters: Callable[[int], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """One row per output row (per set, per element of each set, or per pair of elements that is marked or truly
-        changed: ``levels``): what identifies its set
+        changed: ``tasks.levels``): what identifies its set
         (``describe_set(index)``: its index in the data, and for a store's sets the store and group), what names
         the row within its set (``element``: its element, row and column of the set's ``adj``; ``from_element`` and
         ``to_element`` for a pair), the set's kind and
@@ -223,9 +223,9 @@ class Predictions:
         what of the set lies outside the range the run was trained on (``outside``: names per set; empty inside
         it, ``unknown`` for a run that does not record it); then the set's own parameters where the data records
         them (``parameters(index)``: a store's ``describe``)."""
-        level = level_of(task)
+        level = task.level
         kept = level.kept_rows(task, self.outputs, self.targets)  # all rows, but for pairs
-        scored, row_ids = _scored(task, self.outputs[kept], self.targets[kept]), self.row_ids[kept].tolist()
+        scored, row_ids = task.scored_rows(self.outputs[kept], self.targets[kept]), self.row_ids[kept].tolist()
         flags = [";".join(names) for names in outside] if outside is not None else ["unknown"] * len(self.sets)
         sizes = self.num_elements or [None] * len(self.sets)
         kept_per_set = torch.zeros(len(self.sets), dtype=torch.long).index_add_(0, self.set_of_rows(), kept.long())
@@ -238,24 +238,6 @@ class Predictions:
                 found.append({**ids, **dict(zip(level.id_columns, row_ids[row])), **of_set, **scored[row], **after})
             start += int(kept_per_set[position])
         return found
-
-
-def _scored(task: tasks.Task, outputs: torch.Tensor, targets: torch.Tensor) -> list[dict[str, Any]]:
-    """Each output row's truth (left out where unknown) and score: the value (regression), the predicted class and
-    its softmax probability (multiclass), else the prediction and the probability of the positive class (one
-    logit per row: binary, per set or per element)."""
-    if isinstance(task, tasks.RegressionTask):
-        return [{**({"truth": truth} if not math.isnan(truth) else {}), "score": value}
-                for truth, value in zip(targets.view(-1).tolist(), outputs.view(-1).tolist())]
-    if isinstance(task, tasks.MulticlassTask):
-        scores = torch.softmax(outputs, dim=-1).max(dim=-1).values
-        truths = targets.view(-1).tolist()
-    else:
-        scores = torch.sigmoid(outputs.float().view(-1))
-        truths = targets.double().view(-1).tolist()
-    names = task.class_names if len(task.class_names) >= 2 else ["0", "1"]
-    return [{**({"truth": names[int(truth)]} if not math.isnan(truth) else {}), "predicted": names[predicted],
-             "score": score} for truth, predicted, score in zip(truths, task.predict(outputs).tolist(), scores.tolist())]
 
 
 def write_predictions(csv_path: Path, rows: list[dict[str, Any]], json_path: Path, metrics: dict[str, Any]) -> None:
@@ -297,7 +279,7 @@ def describe_evaluation(result: dict[str, Any]) -> str:
     (or mean absolute error; for rows per element, the task's metrics and the share of elements marked), the
     detection thresholds with how to read them, what is undefined and why, the notes (sets outside the training
     range, sets closed or left out, sets whose truth is unknown), and where the files are."""
-    shown = [m for m in TASK_METRICS[result["task"]] if m != "loss"]
+    shown = [m for m in task_class(result["task"]).reports if m != "loss"]
     scores = "  ".join(f"{m} {_number(result[m])}" for m in shown)
     ranking = [m for m in ("balanced_accuracy", "roc_auc") if m in result]
     scores += "".join(f"  {m} {_number(result[m])}" for m in ranking)

@@ -23,14 +23,15 @@ from ..data.zarr_store import (DEFAULT_EDGES, DEFAULT_TARGET, JULIA_CSET_TYPES,
                                QuantumGravJLDataset)
 from ..distributed.runtime import Runtime
 from ..common.errors import UserError
-from ..evaluation import tasks
 from ..training.loaders import load_dataset
+from ..tasks.base import Task
+from ..tasks.classification import ClassificationTask
 
 SPLITS = ("all", "test")
 DataPaths = str | os.PathLike | Sequence[str | os.PathLike]
 # How stores are read, whatever is asked of their sets: what evaluate's store_options (--store-option) may set. A run
 # trained on stores passes its own on (its data.kwargs), so that new stores are read as it read its own.
-STORE_OPTIONS = ("max_elements", "not_partial_orders", "cache", "cache_dir")
+STORE_OPTIONS = ("max_elements", "not_partial_orders", "cache", "cache_dir", "cset_type_encoding")
 
 
 @dataclass
@@ -48,7 +49,7 @@ class AppliedData:
     set_parameters: Callable[[int], dict[str, Any]] | None = None
 
 
-def open_data(data: DataPaths, split: str, run: ConfigSections, task: tasks.Task, in_channels: int,
+def open_data(data: DataPaths, split: str, run: ConfigSections, task: Task, in_channels: int,
               runtime: Runtime, store_options: dict[str, Any] | None = None) -> AppliedData:
     """``data`` (a YAML config, or stores and folders of stores) as the run ``run`` (its config's sections), trained
     for ``task`` on items of ``in_channels`` node features, reads it; ``split``: ``all`` or ``test`` (the test part
@@ -118,7 +119,7 @@ def _reads_stores(data_type: Any) -> bool:
     return isinstance(data_type, type) and issubclass(data_type, QuantumGravJLDataset)
 
 
-def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks.Task,
+def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: Task,
                       store_options: dict[str, Any]) -> dict[str, Any]:
     """A config's ``data:`` section made into the graphs and labels the run learned: the generator's or the stores'
     target and edges are the run's (the config chooses the sets, the run what is asked of them)."""
@@ -140,7 +141,7 @@ def _as_the_run_reads(data_cfg: dict[str, Any], run: ConfigSections, task: tasks
     return data_cfg
 
 
-def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: tasks.Task) -> dict[str, Any]:
+def _store_kwargs(kwargs: dict[str, Any], run: ConfigSections, task: Task) -> dict[str, Any]:
     """``QuantumGravJLDataset``'s keyword arguments for reading stores as the run learned: its target and edges,
     and for ``cset_type`` its classes in its order (so that y indexes the model's outputs)."""
     target, edges = _learned(run)
@@ -178,7 +179,7 @@ def _checked_store_options(options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def _check_store_kinds(dataset: QuantumGravJLDataset, task: tasks.Task, source: str) -> None:
+def _check_store_kinds(dataset: QuantumGravJLDataset, task: Task, source: str) -> None:
     """Stores read by cset_type hold only kinds the run learned: another kind has no output of the model."""
     unknown = [name for name in dataset.found_cset_types if name not in task.class_names]
     if dataset.target == "cset_type" and unknown:
@@ -186,7 +187,7 @@ def _check_store_kinds(dataset: QuantumGravJLDataset, task: tasks.Task, source: 
                         f"{', '.join(task.class_names)}); leave those stores out, or apply a run trained on them")
 
 
-def _check_fits(dataset: Any, task: tasks.Task, in_channels: int, source: str) -> Any:
+def _check_fits(dataset: Any, task: Task, in_channels: int, source: str) -> Any:
     """The first, middle and last sets have the run's node features and labels of its task, and the dataset's task
     and classes (where it declares them) are the run's; returns the first set."""
     if len(dataset) == 0:
@@ -196,7 +197,7 @@ def _check_fits(dataset: Any, task: tasks.Task, in_channels: int, source: str) -
         raise UserError(f"{source}: its sets are labelled for a {declared_task} task, but the run learned a "
                         f"{task.type} task; apply the run to data labelled as its training data was")
     declared_classes = getattr(dataset, "class_names", None)
-    if isinstance(task, tasks.ClassificationTask) and declared_classes and list(declared_classes) != task.class_names:
+    if isinstance(task, ClassificationTask) and declared_classes and list(declared_classes) != task.class_names:
         raise UserError(f"{source}: its classes are {list(declared_classes)}, but the run learned "
                         f"{task.class_names}; choose data of the run's classes, in its order")
     for position in sorted({0, len(dataset) // 2, len(dataset) - 1}):

@@ -7,7 +7,7 @@ as the run read its own (its edges, target and classes) and checked against it f
 
 A run of any task applies: one output per set (multiclass, binary, regression), per element (``node_binary``,
 ``configs/inserted_block.yaml``) or per pair of elements (``relation_binary``, ``configs/toggled_relations.yaml``);
-``evaluation.levels`` says which, and the predictions CSV has one row per output (for pairs: those marked or
+``tasks.levels`` says which, and the predictions CSV has one row per output (for pairs: those marked or
 truly changed), its set's columns on every row. Where the data records no truth of a set (QuantumGrav.jl's stores hold no
 ``node_labels``), the set is scored and left out of the metrics (``applied_data``).
 
@@ -34,10 +34,10 @@ from ..distributed.environment import launched_by_torchrun, resolve_device
 from ..distributed.lifeline import stop_when_the_agent_dies
 from ..distributed.runtime import Runtime
 from ..common.errors import ConfigError, UserError
-from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
-from ..evaluation.kinds import kind_breakdown
 from ..evaluation.predictions import Predictions, write_predictions
+from ..tasks.classification import ClassificationTask
+from ..tasks.registry import build_criterion, model_io, task_of_model_io
 from ..runs.artifacts import CHECKPOINT_DIR
 from ..runs.checkpoint_files import load_best_checkpoint
 from ..training.loaders import load_run_data, make_loader
@@ -54,9 +54,6 @@ from .launcher import launch_processes
 
 logger = get_logger("evaluate")
 OUT_OF_RANGE = ("flag", "refuse")  # what evaluate does with sets outside the range the run was trained on
-# The parameter that gives the size of a set's defect, per task with rows per element (describe(i)'s key): its
-# metrics are also reported in bins of that size.
-DEFECT_SIZES = {"node_binary": "block_size"}
 
 
 def load_run(run_dir: str | os.PathLike) -> "AppliedRun":
@@ -119,14 +116,14 @@ class AppliedRun:
         self.sections = s = config.sections
         self.runtime = (Runtime.in_process_group(s.loop.device) if dist.is_available() and dist.is_initialized()
                         else Runtime(device=resolve_device(s.loop.device)))
-        model_io = checkpoint.get("model_io") or _model_io_of_the_runs_data(s, self.runtime)
-        self.in_channels = model_io["in_channels"]
-        self.task = tasks.task_of_model_io(model_io, s.task.threshold)
+        recorded = checkpoint.get("model_io") or _model_io_of_the_runs_data(s, self.runtime)
+        self.in_channels = recorded["in_channels"]
+        self.task = task_of_model_io(recorded, s.task.threshold)
         # The readout as training chose it (model.readout: auto is per element for a node task).
         self.model = build_configured_model(s.model, self.in_channels, self.task)
         self.model.load_state_dict(checkpoint["model"])
         self.model.to(self.runtime.device).eval()
-        self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.runtime.device)
+        self.criterion = build_criterion(s.task.criterion, self.task, self.runtime.device)
         # The training split's range of N and of the head's invariants; None for a best.pt written before it was
         # recorded (its sets are then not judged against it).
         self.training_range: dict[str, Any] | None = checkpoint.get("training_range")
@@ -244,17 +241,20 @@ class AppliedRun:
 
     def _by_defect_size(self, applied: AppliedData, predictions: Predictions) -> dict[str, Any]:
         """For a classifier on sets that describe their defect (``KindsDataset``'s): the recall against each
-        defect's size and the smallest defect recognised at 90 % recall (``evaluation.kinds``); else nothing."""
-        if not isinstance(self.task, tasks.ClassificationTask) or not hasattr(applied.dataset, "describe"):
+        defect's size and the smallest defect recognised at 90 % recall (``analyses.kind_breakdown``); else nothing."""
+        if not isinstance(self.task, ClassificationTask) or not hasattr(applied.dataset, "describe"):
             return {}
+        # An analysis: loaded here, for data that describe their sets, so that no other job loads it.
+        from ..analyses.kind_breakdown import kind_breakdown
+
         correct = self.task.predict(predictions.outputs) == predictions.targets.view(-1).long()
         descriptions = [applied.dataset.describe(index) for index in predictions.sets]
         return {"by_defect_size": kind_breakdown(descriptions, {"model": correct.numpy()})["by_defect_size"]}
 
     def _by_size_of_defect(self, applied: AppliedData, predictions: Predictions) -> dict[str, Any]:
-        """For a task with rows per element on sets that describe their defect's size (``DEFECT_SIZES``: a merged
+        """For a task that declares its sets' defect size (``Task.defect_size``: the node task's, a merged
         set's ``block_size``): ``by_<size>``, its metrics in bins of that size (``Predictions.metrics_by_size``)."""
-        key = DEFECT_SIZES.get(self.task.type)
+        key = self.task.defect_size
         if key is None or applied.set_parameters is None:
             return {}
         sizes = [applied.set_parameters(index).get(key) for index in predictions.sets]
@@ -286,7 +286,7 @@ def _model_io_of_the_runs_data(sections: ConfigSections, runtime: Runtime) -> di
     """For checkpoints written before they recorded ``model_io``: the run's own data, built as training built it,
     says what the model was built for."""
     data = load_run_data(sections, runtime)
-    return tasks.model_io(data.first.x.size(1), data.task)
+    return model_io(data.first.x.size(1), data.task)
 
 
 @dataclass(frozen=True)

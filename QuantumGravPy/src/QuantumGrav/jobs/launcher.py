@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..callbacks.base import Callback
-from ..config.schema import ResolvedConfig, resolve_config, with_world_size
+from ..config.schema import ResolvedConfig, resolve_config
 from ..config.yaml_io import find_unimportable
 from ..common.processes import check_main_guard, cores_per_process, worker_context
 from ..distributed.environment import (check_devices, choose_backend, configured_device_type, find_free_port,
@@ -185,6 +185,8 @@ def launch_processes(config: ResolvedConfig, nproc: int, job: Callable[..., Any]
     calls ``report(result, error)`` when its work ends (``entry.run_in_group`` does): ``Training``, or an
     applied run's evaluation. What the workers import by name (the config's objects, ``callbacks``' classes) is
     checked first (``check_spawnable``); the caller checks that it is importable itself (``check_main_guard``).
+    ``config`` goes to them as resolved here: each worker's trainer records the process group's world size in it
+    (``TrainerDDP``), the one place a job's config gets it, whoever started the processes.
 
     Raises:
         UserError: more processes than GPUs, or bad input found by a worker (then an unfinished run directory
@@ -193,7 +195,6 @@ def launch_processes(config: ResolvedConfig, nproc: int, job: Callable[..., Any]
     """
     check_spawnable(config, callbacks)
     check_devices(config.sections.loop.device, nproc)
-    config = with_world_size(config, nproc)
     port = port or config.sections.parallel.master_port or find_free_port()
     context = worker_context()
     results, run_dirs, lifeline = context.Queue(), context.SimpleQueue(), Lifeline(context)
@@ -294,9 +295,8 @@ def _stop(processes: list, grace_s: float = 5.0) -> None:
 
 def run_from_entry_point(config: dict | str | Path, nproc: int | None = None) -> dict[str, Any] | None:
     """What scripts and the CLI call: one torchrun worker if torchrun started us, else ``launch``."""
-    config = resolve_config(config)
     if not launched_by_torchrun():
-        return launch(config, nproc)
+        return launch(config, nproc)  # resolves the config, once
     # torchrun started one copy of us per process and exported RANK, WORLD_SIZE, ...
     stop_when_the_agent_dies()
-    return run_process(config, int(os.environ["RANK"]))
+    return run_process(resolve_config(config), int(os.environ["RANK"]))

@@ -16,7 +16,7 @@ from torch import nn
 from torch_geometric import nn as pyg_nn
 
 from .pair_head import PairScorer
-from .sparse_attention import Adjacency, SparseTransformerConv
+from .sparse_attention import Adjacency, SparseTransformerConv, as_adjacency, shares_projections, summed_attention
 
 # GNNClassifier's defaults are the default job's model: the config's model section reads them from here by name
 # (this one and the signature's), so that GNNClassifier(in_channels, num_classes) is that model.
@@ -49,7 +49,9 @@ class BidirectionalConv(nn.Module):
     """Two message-passing layers, one along the edges (past -> future) and one against them, summed.
 
     Past and future of an element are different (a cone and its dual), so each direction gets
-    its own weights instead of treating the graph as undirected.
+    its own weights instead of treating the graph as undirected. Two ``SparseTransformerConv`` of one shape (the
+    default model's) run as one layer: both directions' projections are one GEMM before the sparse products and
+    one after (``sparse_attention.summed_attention``), the same sum with fewer, larger products.
     """
 
     def __init__(self, forward_conv: nn.Module, backward_conv: nn.Module):
@@ -57,6 +59,10 @@ class BidirectionalConv(nn.Module):
         self.forward_conv, self.backward_conv = forward_conv, backward_conv
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor | Adjacency) -> torch.Tensor:
+        convs = (self.forward_conv, self.backward_conv)
+        if shares_projections(convs):
+            adjacency = as_adjacency(edge_index, x.size(0))
+            return summed_attention(convs, x, (adjacency, adjacency.flip()))[0]
         return self.forward_conv(x, edge_index) + self.backward_conv(x, reverse_edges(edge_index))
 
 

@@ -23,7 +23,7 @@ before an MLP's hidden layer). The products cost ``3 G n_max^3`` multiply-adds (
 Each set's logits are offset by ``-log(pairs of the set)``: the log-odds of one change among its pairs, so that a
 fresh model predicts a handful of changes per set whatever its size (the question is a few toggled relations among
 N^2 / 2 pairs), and the plain BCE's negatives start with a summed gradient of about the positives' count instead of
-drowning them (``evaluation.tasks.RelationBinaryTask``).
+drowning them (``tasks.relation.RelationBinaryTask``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch_geometric.utils import to_dense_batch
 
-NUM_PAIR_STATES = 3  # data.relation_targets.PAIR_STATES: unrelated, related, link
+NUM_PAIR_STATES = 3  # tasks.relation.PAIR_STATES: unrelated, related, link
 ORDER_FEATURES = ("interval", "common_past", "common_future", "past_first", "future_first", "past_second",
                   "future_second", "nesting_defect", "violation_ends", "violation_cycle")
 ORDER_HIDDEN = 16

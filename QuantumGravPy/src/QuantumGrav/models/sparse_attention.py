@@ -10,6 +10,12 @@ product (``HeadBlocks``: [N * heads, channels] against a block-diagonal adjacenc
 per-head slices or copies remain. The CSR kernels run on CPU (MKL) and CUDA (cuSPARSE) alike. It subclasses
 ``TransformerConv``: same parameters and ``state_dict``, so checkpoints load into either and a seed gives the
 same weights.
+
+The dense products are ordered by shape (``summed_attention``): where a layer is no wider in than out (the
+default model's), the keys and values are never projected: the scores are the input against the queries mapped
+back through the keys' weights, and the values' projection runs after the aggregation, on the aggregated input.
+All dense products of a layer before the sparse ones are one GEMM, and all after them another, for both
+directions of ``BidirectionalConv`` together. Same function, same parameters; about a third fewer multiply-adds.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.nn import TransformerConv
 from torch_geometric.utils import softmax
@@ -56,6 +63,7 @@ class Adjacency:
     _derived: dict = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
+    @torch.compiler.disable  # sorts and counts of data-dependent sizes: run eagerly under torch.compile
     def from_edge_index(edge_index: Tensor, num_nodes: int) -> Adjacency:
         src, dst = edge_index[0], edge_index[1]
         order = _sort_by(dst, src, num_nodes)
@@ -67,6 +75,7 @@ class Adjacency:
         return Adjacency(num_nodes, _rowptr(dst, num_nodes), src[order], order, _rowptr(src, num_nodes), dst[order_t],
                          position[order_t], order_t, edge_index)
 
+    @torch.compiler.disable
     def flip(self) -> Adjacency:
         """The reversed edges i -> j: CSR and transposed CSR swap roles (built once, then the same object)."""
         if "flipped" not in self._derived:
@@ -225,7 +234,8 @@ class SparseTransformerConv(TransformerConv):
     Same arguments, parameters and results as PyG's class (``heads``, ``concat``, ``beta``, ``dropout`` on the
     attention weights, ``root_weight``, ``bias``; outputs and gradients equal to float32 rounding, dropout
     included for the same random state), for graphs without edge features (``edge_dim`` is not supported).
-    ``edge_index`` may be a [2, E] tensor or an ``Adjacency`` built once for several layers.
+    ``edge_index`` may be a [2, E] tensor or an ``Adjacency`` built once for several layers. The products are
+    ordered by shape (``summed_attention``): the state_dict is PyG's whichever order runs.
     """
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True, beta: bool = False,
@@ -244,32 +254,13 @@ class SparseTransformerConv(TransformerConv):
                 return_attention_weights: bool | None = None):
         if edge_attr is not None:
             raise ValueError("SparseTransformerConv: edge_attr is not supported (no edge_dim)")
-        adjacency = (edge_index if isinstance(edge_index, Adjacency)
-                     else Adjacency.from_edge_index(edge_index, x.size(0)))
-        heads, channels = self.heads, self.out_channels
-        # under autocast the projections come out in half precision; the sparse kernels take float32 on
-        # every device (cuSPARSE's SDDMM has no bfloat16), and the scores' softmax wants it anyway
-        query, key, value = (_at_least_float32(lin(x).view(-1, heads, channels))
-                             for lin in (self.lin_query, self.lin_key, self.lin_value))
-
-        blocks = adjacency.blocks(heads)
-        scores = _SampledDot.apply(query, key, blocks) / math.sqrt(channels)
-        alpha = softmax(scores, ptr=blocks.rowptr)  # per block row: one node's incoming edges, one head
-        weights = self._dropout_in_caller_order(alpha, blocks)
-        out = _Aggregate.apply(weights, value, blocks)
-
-        out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
-        if self.root_weight:
-            x_r = self.lin_skip(x)
-            if self.lin_beta is not None:
-                beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
-                out = beta * x_r + (1 - beta) * out
-            else:
-                out = out + x_r
+        adjacency = as_adjacency(edge_index, x.size(0))
+        out, (alpha,) = summed_attention((self,), x, (adjacency,))
         if isinstance(return_attention_weights, bool):
+            blocks = adjacency.blocks(self.heads)
             alpha_in_caller_order = torch.empty_like(alpha)
             alpha_in_caller_order[blocks.caller] = alpha
-            return out, (adjacency.edge_index, alpha_in_caller_order.view(-1, heads))
+            return out, (adjacency.edge_index, alpha_in_caller_order.view(-1, self.heads))
         return out
 
     def _dropout_in_caller_order(self, alpha: Tensor, blocks: HeadBlocks) -> Tensor:
@@ -279,3 +270,127 @@ class SparseTransformerConv(TransformerConv):
             return alpha
         keep = F.dropout(alpha.new_ones(alpha.numel() // blocks.heads, blocks.heads), p=self.dropout, training=True)
         return alpha * keep.view(-1)[blocks.caller]
+
+
+def as_adjacency(edge_index: Tensor | Adjacency, num_nodes: int) -> Adjacency:
+    return edge_index if isinstance(edge_index, Adjacency) else Adjacency.from_edge_index(edge_index, num_nodes)
+
+
+def shares_projections(convs: Sequence[nn.Module]) -> bool:
+    """Whether ``summed_attention`` computes the sum of these layers on one input (``BidirectionalConv``'s two
+    directions): SparseTransformerConvs of the same shape whose outputs are plain sums (no ``beta`` gate)."""
+    first = convs[0]
+    return all(isinstance(conv, SparseTransformerConv) and conv.lin_beta is None
+               and (conv.in_channels, conv.out_channels, conv.heads, conv.concat, conv.root_weight)
+               == (first.in_channels, first.out_channels, first.heads, first.concat, first.root_weight)
+               for conv in convs)
+
+
+def summed_attention(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencies: Sequence[Adjacency]
+                     ) -> tuple[Tensor, list[Tensor]]:
+    """The sum over ``convs`` of each layer on ``x`` over its adjacency (one layer, or the layers of
+    ``shares_projections``), and each layer's attention weights (block order).
+
+    Every dense product of all the layers before the sparse ones is one GEMM, and so is every one after them: the
+    root weights of all the layers are one projection (their sum). Which products run is chosen by shape:
+    ``_aggregate_first`` where a layer is no wider in than out (the default model: 10 -> 128, then 128 -> 128), which
+    never projects the keys, ``_project_first`` (PyG's order) otherwise.
+    """
+    first = convs[0]
+    if first.lin_beta is None and (not first.concat or first.heads == 1) and x.size(1) <= first.out_channels:
+        return _aggregate_first(convs, x, adjacencies)
+    return _project_first(convs, x, adjacencies)
+
+
+def _bias(linear: nn.Module) -> Tensor:
+    return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.weight.size(0))
+
+
+@torch.compiler.disable  # CSR tensors: torch.compile's graphs cannot hold them; the dense products around compile
+def _attend(conv: SparseTransformerConv, left: Tensor, right: Tensor, values: Tensor, blocks: HeadBlocks
+            ) -> tuple[Tensor, Tensor]:
+    """softmax over each node's incoming edges of <left_i, right_j> (per head), dropout, times values_j: the
+    aggregate [N, H, width of values] and the attention weights (block order)."""
+    alpha = softmax(_SampledDot.apply(left, right, blocks), ptr=blocks.rowptr)  # per block row: one node, one head
+    return _Aggregate.apply(conv._dropout_in_caller_order(alpha, blocks), values, blocks), alpha
+
+
+def _project_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencies: Sequence[Adjacency]
+                   ) -> tuple[Tensor, list[Tensor]]:
+    """PyG's order: query, key and value of every layer and the summed root weight, one GEMM; the scores of the
+    projections; the aggregation of the values."""
+    first = convs[0]
+    heads, channels = first.heads, first.out_channels
+    width = heads * channels
+    scale = 1.0 / math.sqrt(channels)  # the scores' scale, on the queries
+    weights, biases = [], []
+    for conv in convs:
+        weights += [conv.lin_query.weight * scale, conv.lin_key.weight, conv.lin_value.weight]
+        biases += [_bias(conv.lin_query) * scale, _bias(conv.lin_key), _bias(conv.lin_value)]
+    if first.root_weight:
+        weights.append(sum(conv.lin_skip.weight for conv in convs))
+        biases.append(sum(_bias(conv.lin_skip) for conv in convs))
+    # under autocast the projections come out in half precision; the sparse kernels take float32 on every device
+    # (cuSPARSE's SDDMM has no bfloat16), and the scores' softmax wants it anyway
+    projected = F.linear(x, torch.cat(weights), torch.cat(biases))
+    out, alphas = 0, []
+    for index, (conv, adjacency) in enumerate(zip(convs, adjacencies)):
+        query, key, value = (_at_least_float32(projected[:, (3 * index + part) * width:(3 * index + part + 1) * width]
+                                               .reshape(-1, heads, channels)) for part in range(3))
+        aggregated, alpha = _attend(conv, query, key, value, adjacency.blocks(heads))
+        out = out + (aggregated.reshape(-1, width) if first.concat else aggregated.mean(dim=1))
+        alphas.append(alpha)
+    if first.root_weight:
+        x_r = projected[:, 3 * len(convs) * width:]
+        if first.lin_beta is not None:  # one layer (shares_projections): its gate between messages and root
+            beta = first.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
+            out = beta * x_r + (1 - beta) * out
+        else:
+            out = out + x_r
+    return out, alphas
+
+
+def _aggregate_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencies: Sequence[Adjacency]
+                     ) -> tuple[Tensor, list[Tensor]]:
+    """The same function with fewer products where the layer is no wider in (D) than out (C): keys and values are
+    never projected.
+
+    Scores: <q_i, k_j> = <(W_q x_i + b_q) / sqrt(C), W_k x_j + b_k> = <[A x_i + a, e.x_i + d], [x_j, 1]> per
+    head, with A = W_k^T W_q / sqrt(C) ([D, D]), a = W_k^T b_q / sqrt(C), e = W_q^T b_k / sqrt(C) and d = <b_q,
+    b_k> / sqrt(C), built from the weights at each call: one GEMM gives the left operands of every head and
+    layer, and the right operand is the input itself. Messages: sum_j w_ij (W_v x_j + b_v) = [W_v, b_v] y_i with
+    y_i = sum_j w_ij [x_j, 1], the attention weights w applied to the input, so one GEMM after the aggregation
+    gives every layer's mean over heads and the summed root weight. Per node and head that is D (D + 1) + (D + 1) C
+    multiply-adds instead of 3 D C, and sparse products D + 1 wide instead of C.
+    """
+    first = convs[0]
+    heads, channels, width = first.heads, first.out_channels, x.size(1)
+    scale = 1.0 / math.sqrt(channels)
+    lefts, left_biases, after = [], [], []
+    for conv in convs:
+        w_q = conv.lin_query.weight.view(heads, channels, width) * scale
+        b_q = _bias(conv.lin_query).view(heads, channels, 1) * scale
+        w_k, b_k = conv.lin_key.weight.view(heads, channels, width), _bias(conv.lin_key).view(heads, channels, 1)
+        w_kt = w_k.transpose(1, 2)
+        lefts.append(torch.cat([w_kt @ w_q, (w_q.transpose(1, 2) @ b_k).transpose(1, 2)], dim=1))  # [H, D + 1, D]
+        left_biases.append(torch.cat([w_kt @ b_q, (b_q * b_k).sum(1, keepdim=True)], dim=1))      # [H, D + 1, 1]
+        w_v, b_v = conv.lin_value.weight.view(heads, channels, width), _bias(conv.lin_value).view(heads, channels, 1)
+        after.append(torch.cat([w_v, b_v], dim=2).transpose(0, 1).reshape(channels, -1) / heads)  # mean over heads
+    # [layers, N, H (D + 1)]: one batched GEMM whose per-layer results are contiguous, so that the sparse products
+    # take them as they are (unbind, not slices: a slice's backward fills a zero gradient of the whole first)
+    lefts = torch.stack(lefts).view(len(convs), heads * (width + 1), width).transpose(1, 2)
+    left = torch.baddbmm(torch.stack(left_biases).view(len(convs), 1, -1), x.expand(len(convs), -1, -1), lefts)
+    right = _at_least_float32(torch.cat([x, x.new_ones(x.size(0), 1)], dim=1))
+    right = right.unsqueeze(1).expand(-1, heads, -1).contiguous()  # [N, H, D + 1]: every head's operand, one copy
+    aggregated, alphas = [], []
+    for conv, adjacency, left_of_conv in zip(convs, adjacencies, _at_least_float32(left).unbind(0)):
+        y, alpha = _attend(conv, left_of_conv.view(-1, heads, width + 1), right, right, adjacency.blocks(heads))
+        aggregated.append(y.reshape(-1, heads * (width + 1)))
+        alphas.append(alpha)
+    bias = None
+    if first.root_weight:
+        aggregated.append(x)
+        after.append(sum(conv.lin_skip.weight for conv in convs))
+        bias = sum(_bias(conv.lin_skip) for conv in convs)
+    return F.linear(torch.cat(aggregated, dim=1), torch.cat(after, dim=1), bias), alphas
+

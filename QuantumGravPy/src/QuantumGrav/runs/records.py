@@ -1,5 +1,6 @@
 """What a run writes about itself (rank 0): its resolved config.yaml, metrics.csv (a row per epoch),
-summary.json, the log's epoch and test lines, and the one-screen summary the CLI prints."""
+summary.json, the log's epoch and test lines, and the one-screen summary the CLI prints (with the lines of the
+results the analyses add: they compute them, the run's records say them)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import Any
 
 from ..evaluation.baselines import describe_baselines
 from ..config.yaml_io import dump_config
-from ..evaluation.destroyed_sets import MODEL_LABELS, describe_curves
-from ..evaluation.kinds import describe_recall_by_kind
 from ..common.logging_utils import get_logger
 from ..common.files import atomic_write_text
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")
+# How the summary, the log and the figures name each model of a result (the analyses' rows included).
+MODEL_LABELS = {"gnn": "GNN", "simple_baseline": "simple baseline", "strong_baseline": "strong baseline",
+                "strongest_baseline": "strongest rival", "exact_test": "exact 2D-order test"}
 
 
 def write_resolved_config(run_dir: Path, config: dict[str, Any], derived: dict[str, Any]) -> None:
@@ -60,4 +62,22 @@ def summarise_run(result: dict[str, Any]) -> str:
     run_dir = Path(str(summary.get("run_dir")))
     files = [name for name in RUN_FILES if (run_dir / name).exists()]  # figures/ only when training.figures
     lines.append(f"files           {', '.join(files)}")
+    return "\n".join(lines)
+
+
+def describe_curves(curves: dict[str, Any]) -> str:
+    """One line of the destroyed-set curves (``analyses.destroyed_sets``): the share recognised per bin, per model."""
+    edges = curves["bin_edges"]
+    shares = "; ".join(f"{MODEL_LABELS.get(name, name)} " + " ".join("-" if s is None else f"{s:.2f}" for s in row)
+                       for name, row in curves["share"].items())
+    return (f"destroyed test sets recognised per flip-fraction bin ({edges[0]:.2g}..{edges[-1]:.2g}, "
+            f"{len(edges) - 1} log-spaced bins, {curves['destroyed_sets']} sets): {shares}")
+
+
+def describe_recall_by_kind(by_kind: dict[str, dict[str, dict[str, Any]]], labels: dict[str, str]) -> str:
+    """Lines of the recall per kind (``analyses.kind_breakdown``): each model's."""
+    lines = []
+    for name, kinds in by_kind.items():
+        recalls = "  ".join(f"{kind} {row['recall']:.2f}" for kind, row in kinds.items())
+        lines.append(f"recall per kind, {labels.get(name, name)}: {recalls}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..config.checks import Invalid, choice, integer, mapping, plain_name, string
+from ..config.checks import Invalid, integer, mapping, plain_name, string
 from ..config.schema import load_config, validate_config
 from ..config.sections.base import PyObjectName, Section, setting, thaw
 from ..config.validation import validate_section
@@ -27,7 +27,8 @@ from ..config.yaml_io import (UnresolvedPyObject, apply_overrides, merge_configs
 from ..common.errors import ConfigError, UserError
 from .search_space import SearchSpace
 from ..config.smoke_test import cap_file_epochs, cap_file_trials
-from ..config.sections.task import EARLY_STOPPING_METRICS, TASK_METRICS, metric_mode
+from ..config.sections.task import early_stopping_metric
+from ..tasks.registry import TASKS, metric_mode
 
 OPTUNA_EXTRA = "pip install 'QuantumGrav[tune]'"
 
@@ -93,7 +94,7 @@ class TuneSection(Section):
     storage: str | None = setting(None, string, "null: a journal file in the study folder; else an Optuna storage "
                                   "URL (sqlite:///..., postgresql://...) or the path of a journal file", nullable=True)
     trials: int = setting(20, integer(1), "finished trials (COMPLETE or PRUNED) the study ends with")
-    metric: str | None = setting(None, choice(*EARLY_STOPPING_METRICS),
+    metric: str | None = setting(None, early_stopping_metric,
                                  "null: early_stopping.metric; the direction follows the metric", nullable=True)
     sampler_type: type = setting(PyObjectName("optuna.samplers.TPESampler"),
                                  _optuna_class("optuna.samplers.BaseSampler", "an Optuna sampler class"),
@@ -197,7 +198,7 @@ def task_of(config: dict[str, Any]) -> str | None:
 
 def _metric_problems(settings: StudySettings, base: dict[str, Any]) -> list[str]:
     task = task_of(base)
-    reported = [f"val_{m}" for m in TASK_METRICS.get(task, ())]
+    reported = [f"val_{m}" for m in (TASKS[task].reports if task in TASKS else ())]
     if task is None or settings.metric in reported:
         return []
     which = "tune.metric" if settings.metric != base["early_stopping"]["metric"] else \

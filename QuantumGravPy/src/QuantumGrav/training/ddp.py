@@ -69,7 +69,8 @@ class TrainerDDP(Trainer):
         release_before_teardown(self)  # cleanup_ddp() frees our DDP wrapper before the process group
 
     def _config_for_this_job(self, config: ResolvedConfig) -> ResolvedConfig:
-        """The config with the process group's world size, which the run's config.yaml then records."""
+        """The config with the process group's world size, which the run's config.yaml then records: the one place
+        a job's config gets it (QG.launch's workers, torchrun's, a script's), once per process."""
         configured, world_size = config.sections.parallel.world_size, dist.get_world_size()
         if configured not in (1, world_size):
             rank_zero_warn(logger, f"parallel.world_size is {configured} but the job has {world_size} processes; "

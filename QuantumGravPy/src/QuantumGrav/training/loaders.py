@@ -26,16 +26,19 @@ from ..data.sources import (DistributedClassBalancedSampler, ShardSampler, build
                             make_train_sampler, naming_the_cache_folder, source_name, subset)
 from ..distributed.runtime import Runtime
 from ..common.errors import ConfigError
-from ..evaluation import tasks
 from ..common.processes import dataloader_workers
+from ..tasks import registry
+from ..tasks.base import Task
+from ..tasks.classification import ClassificationTask
+from ..tasks.levels import SET
 
 
 @dataclass
 class RunData:
-    """A run's data: the dataset, what is learned from it (``tasks``), its split, and its first item."""
+    """A run's data: the dataset, what is learned from it (its task), its split, and its first item."""
 
     dataset: Any
-    task: tasks.Task
+    task: Task
     split: dict[str, list[int]]
     first: Any
 
@@ -51,18 +54,18 @@ def load_run_data(sections: ConfigSections, runtime: Runtime, dataset: Any = Non
     # Items without the order invariants that the model or the baselines need get them from edge_index.
     loaded = with_order_invariants(loaded, needed, source)
     samples = check_samples(loaded, source)
-    task = tasks.resolve_task(sections.task, loaded, samples, source)
-    tasks.check_metric(sections.early_stopping.metric, task)
+    task = registry.resolve_task(sections.task.type, sections.task.threshold, loaded, samples, source)
+    registry.check_metric(sections.early_stopping.metric, task)
     check_sampler(sections.loaders.training, task)
     split = dict(zip(("train", "val", "test"), split_indices(len(loaded), data_cfg["split"], data_cfg["split_seed"])))
     return RunData(loaded, task, split, samples[0])
 
 
-def check_sampler(training: TrainingLoaderSection, task: tasks.Task) -> None:
+def check_sampler(training: TrainingLoaderSection, task: Task) -> None:
     """``training.sampler: class_balanced`` needs one class per set, and draws its own items (no batch budget)."""
     if training.sampler != "class_balanced":
         return
-    if not isinstance(task, tasks.ClassificationTask) or task.level != "graph":
+    if not isinstance(task, ClassificationTask) or task.level is not SET:
         raise ConfigError(f"training.sampler: class_balanced draws sets by their class, but the {task.type} task has "
                           f"no class per set; use training.sampler: uniform")
     if training.batch_budget is not None:

@@ -12,9 +12,10 @@ from torch_geometric.data import Batch
 from ..config.sections.model import ModelSection
 from ..config.yaml_io import pyobject_path
 from ..data.causal_sets import INVARIANT_NAMES
-from ..data.relation_targets import num_pairs
 from ..common.errors import ConfigError
 from ..models.gnn import GNNClassifier, make_conv
+from ..tasks.levels import LEVELS, SET
+from ..tasks.registry import tasks_at
 from .optimization import build_named
 
 
@@ -34,9 +35,9 @@ def build_model(model_cfg: Mapping[str, Any] | ModelSection, in_channels: int,
         in_channels: node features per element.
         out_channels: outputs per graph (per element for a node task, per pair for a relation task), the task's
             width: the number of classes, or 1 for binary, regression, node_binary and relation_binary tasks.
-        level: what the task asks about (``task.level``): ``"graph"``, ``"node"`` (each element) or ``"pair"``
-            (each pair of elements); ``model.readout: auto`` is that level's readout, and an explicit
-            ``model.readout`` must fit it.
+        level: what the task asks about, as its level's readout (``task.level.readout``): ``"graph"``, ``"node"``
+            (each element) or ``"pair"`` (each pair of elements); ``model.readout: auto`` is that level's readout,
+            and an explicit ``model.readout`` must fit it.
 
     Returns:
         The model (a ``GNNClassifier`` unless ``model.type`` names another ``nn.Module``).
@@ -68,19 +69,19 @@ def build_configured_model(section: ModelSection, in_channels: int, task: Any) -
     the model rejects reported as the config's key (``model.kwargs`` for a named ``model.type``, else ``model``):
     training, the preflight and an applied run build the same model this way."""
     key = "model.kwargs" if section.type is not None else "model"
-    return build_named(key, build_model, section, in_channels, task.output_width, level=task.level)
+    return build_named(key, build_model, section, in_channels, task.output_width, level=task.level.readout)
 
 
-_LEVEL_TASKS = {"graph": "a task with one y per causal set", "node": "a node-level task (task.type node_binary)",
-                "pair": "a pair-level task (task.type relation_binary)"}
-_READOUT_UNITS = {"graph": "set", "node": "element", "pair": "pair of elements"}
+_LEVEL_OF_READOUT = {level.readout: level for level in LEVELS}
 
 
 def _readout(readout: str, level: str) -> str:
     """model.readout resolved for the task: auto follows it, an explicit one that does not fit is the key's error."""
     if readout not in ("auto", level):
-        raise ConfigError(f"model.readout: {readout} gives outputs per {_READOUT_UNITS[readout]}, but the run learns "
-                          f"{_LEVEL_TASKS[level]}; set model.readout to {level} or auto")
+        learns = ("a task with one y per causal set" if _LEVEL_OF_READOUT[level] is SET else
+                  f"a {level}-level task (task.type {' or '.join(tasks_at(_LEVEL_OF_READOUT[level]))})")
+        raise ConfigError(f"model.readout: {readout} gives outputs per {_LEVEL_OF_READOUT[readout].row_text}, but the "
+                          f"run learns {learns}; set model.readout to {level} or auto")
     return level
 
 
@@ -155,10 +156,9 @@ def check_model_forward(model: nn.Module, item, task, model_cfg: dict[str, Any],
                           f"{needs}") from err  # Python callers keep the model's own traceback
     finally:
         model.train(was_training)
-    rows_of = {"graph": 1, "node": item.num_nodes, "pair": num_pairs(int(item.num_nodes))}
-    expected = [rows_of[task.level], task.output_width]
+    expected = [task.level.rows(int(item.num_nodes)), task.output_width]
     if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
         got = f"shape {list(outputs.shape)}" if isinstance(outputs, torch.Tensor) else type(outputs).__name__
-        rows = {"graph": "graphs", "node": "elements", "pair": "pairs of elements"}[task.level]
+        rows = task.level.rows_text
         raise ConfigError(f"{name}: expected outputs of shape {expected} ({rows} x outputs of the {task.type} task) "
                           f"for one causal set, got {got}; the model is built with out_channels={task.output_width}")

@@ -31,7 +31,15 @@ class ResumePoint:
     train_totals: list[float] | None = None
 
 
-def read_resume_state(run_dir: Path, config: dict[str, Any], device: torch.device) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ResumeState:
+    """What a run continues from: its last checkpoint, and the config that wrote it (validated)."""
+
+    checkpoint: dict[str, Any]
+    stored: dict[str, Any]
+
+
+def read_resume_state(run_dir: Path, config: dict[str, Any], device: torch.device) -> ResumeState:
     """The last checkpoint of the run to continue (every rank reads it from the shared run directory), after
     checking that ``config`` trains the same model on the same data for the same task."""
     state, _ = load_resume_checkpoint(run_dir, device)  # last.pt, or previous.pt if it is damaged
@@ -49,18 +57,17 @@ def read_resume_state(run_dir: Path, config: dict[str, Any], device: torch.devic
                           f"continued ({run_dir}); a resumed run trains the same model on the same data for "
                           f"the same task. Resume with the run's own config (--config {run_dir / 'config.yaml'} "
                           "--resume ...) or start a new run (another training.run_name)")
-    return state
+    return ResumeState(state, stored)
 
 
-def restore(run: RunState, optimization: Optimization, callbacks: CallbackList,
-            checkpoint: dict[str, Any]) -> ResumePoint:
+def restore(run: RunState, optimization: Optimization, callbacks: CallbackList, resume: ResumeState) -> ResumePoint:
     """Continue a run from its last checkpoint: weights, optimizer and schedule, callbacks, epoch, records."""
+    checkpoint = resume.checkpoint
     run.model.load_state_dict(checkpoint["model"])
     old_world = checkpoint.get("world_size", run.runtime.world_size)
     optimization.load_state_dict(
         checkpoint, world_size=old_world, derived=checkpoint.get("derived") or {},
-        completed_epochs=checkpoint["epoch"] + 1,
-        planned_epochs=load_yaml_text(checkpoint["config_yaml"])["training"]["num_epochs"])
+        completed_epochs=checkpoint["epoch"] + 1, planned_epochs=resume.stored["training"]["num_epochs"])
     # Checkpoints written before callbacks had states of their own kept these two at the top level.
     legacy = {"early_stopping": checkpoint.get("early_stopping"),
               "wandb": {"run_id": checkpoint.get("wandb_run_id") or None}}

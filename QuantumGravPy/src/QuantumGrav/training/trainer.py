@@ -28,13 +28,14 @@ from ..distributed.environment import resolve_device
 from ..distributed.preemption import sigterm_requests_a_stop
 from ..distributed.runtime import Runtime, names_stalled_ranks
 from ..common.errors import Preempted
-from ..evaluation import tasks
 from ..evaluation.evaluator import Evaluator
 from ..common.logging_utils import close_run_log, get_logger
 from ..runs.records import write_resolved_config
 from ..runs.resume import find_run_to_continue, job_token
+from ..tasks.registry import build_criterion
 from . import components, loaders
 from .batch_norm import recompute_batch_norm_statistics
+from .compilation import CompileTime, compiled_for_training
 from .memory import MemoryMonitor
 from .optimization import check_unused_parameters
 from .progress import Progress
@@ -121,16 +122,17 @@ class Trainer:
         self.training_range = components.training_range(data, s, self.sizes, self.runtime)
         self.memory_estimate = components.preflight(self.core_model, data, self.sizes, self.train_batches, s,
                                                     self.runtime)
-        self.model = self._wrap_model(self.core_model)
+        self.model = self._wrap_model(compiled_for_training(self.core_model, s.loop.compile))  # training steps only
         self.optimization = components.build_optimization(self.core_model, s, self.runtime, len(data.split["train"]),
                                                           self.train_batches)
         self.memory = MemoryMonitor(self.device, s.memory.limit_mb, logger)
         self.progress = Progress(self.runtime, s, self.memory)
-        self.criterion = tasks.build_criterion(s.task.criterion, self.task, self.device)
+        self.criterion = build_criterion(s.task.criterion, self.task, self.device)
         self.evaluator = Evaluator(self.core_model, self.task, self.criterion, self.runtime, s.loaders.validation.mode,
                                    lambda: self.optimization.autocast(self.device.type))
         self.early_stopping = EarlyStopping.from_section(s.early_stopping)
         from_config = configured_callbacks(self.config["callbacks"])  # built here: constructors may refuse kwargs
+        declared = components.declared_analyses(s, self.task, data.dataset)
         # Only now, with data, model and optimizer built, is there a run to write: bad input found above leaves
         # nothing on disk.
         self.run_dir, self._run_lock = components.open_run(s.checkpoint, self.runtime, self.job_token, continued)
@@ -139,8 +141,8 @@ class Trainer:
         self.state = components.run_state(self.config, self.runtime, self.run_dir, self.core_model,
                                           self.optimization, data, self.training_range)
         self.checkpointing = Checkpointing(self._checkpoint_contents, self.early_stopping, s.checkpoint, self.job_token)
-        self.callbacks = CallbackList(components.run_callbacks(s, self.task, self.run_dir, self.early_stopping,
-                                                               self.checkpointing, [*from_config, *callbacks]),
+        self.callbacks = CallbackList(components.run_callbacks(s, self.run_dir, self.early_stopping, self.checkpointing,
+                                                               declared, [*from_config, *callbacks]),
                                       self.runtime.is_main)
         self._checked_unused_parameters = False
         self.resume_point = restore(self.state, self.optimization, self.callbacks, resume_state) \
@@ -207,6 +209,7 @@ class Trainer:
         self.callbacks.call("on_fit_start", self.state)
         loop = self.sections.loop
         decision, self._interrupt_votes = Decision(reason=f"completed {loop.num_epochs} epochs"), []
+        compile_time = CompileTime(loop.compile)
         with sigterm_requests_a_stop() as self._sigterm, \
                 self.runtime.step_votes(self.sections.parallel.timeout_s) as self._step_votes:
             for epoch in range(self.start_epoch, loop.num_epochs):
@@ -218,6 +221,7 @@ class Trainer:
                                                     lambda: self.optimization.autocast(self.device.type),
                                                     self.sections.loaders.validation.recompute_batch_norm_sets)
                 record = self._epoch_record(epoch, train, self.evaluate(val_loader), time.perf_counter() - started)
+                compile_time.report(time.perf_counter() - started)
                 voted = self._end_epoch(record)
                 if voted.stop:  # the same on every rank: the votes of every rank were gathered
                     decision = voted

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...tasks import registry
 from ..checks import boolean, choice, integer, number
 from .base import Section, setting
-from .task import EARLY_STOPPING_METRICS
+from .task import early_stopping_metric
 
 
 @dataclass(frozen=True)
@@ -17,17 +18,9 @@ class EarlyStoppingSection(Section):
     yaml: ClassVar[str] = "early_stopping"
 
     enabled: bool = setting(True, boolean, "false: train all num_epochs")
-    metric: str = setting("val_loss", choice(*EARLY_STOPPING_METRICS),
-                          "one the task reports: multiclass val_loss, val_accuracy, val_weighted_f1 (F1 of each class "
-                          "weighted by its sets, as upstream QuantumGrav stops on); binary also val_precision, "
-                          "val_recall, val_f1 (of the positive class); regression val_loss, val_mae, val_rmse, val_r2; "
-                          "node_binary val_loss, val_accuracy, val_precision, val_recall, val_f1, val_iou; "
-                          "relation_binary val_loss, val_f1, val_precision, val_recall, val_all_found, val_exact")
+    metric: str = setting("val_loss", early_stopping_metric, registry.metrics_text())
     # Resolved to metric_mode(metric) when null: a resolved config's mode is never null.
-    mode: str | None = setting(None, choice("min", "max"), nullable=True,
-                               doc="default: max for accuracy, precision, recall, f1, weighted_f1, r2, iou, all_found, "
-                                   "exact; min for "
-                                   "loss, mae, rmse")
+    mode: str | None = setting(None, choice("min", "max"), nullable=True, doc=registry.modes_text())
     patience: int = setting(10, integer(1), "epochs without improvement before the run stops")
     min_delta: float = setting(0.0, number(0.0), "the least change of the metric that counts as an improvement")
     window: int = setting(3, integer(1), "judge the metric's mean over the last window epochs, so that one lucky "

@@ -35,6 +35,12 @@ class LoopSection(Section):
         "code changed it)")
     grad_clip_norm: float | None = setting(None, _POSITIVE, "clip the global gradient norm to this value",
                                            nullable=True)
+    compile: bool = setting(
+        False, boolean,
+        "train with the model compiled by torch.compile (dynamic shapes; the inner module, before DDP; checkpoints "
+        "and evaluation use the plain model): compiling takes the first steps of the first epoch, counted in its "
+        "time. Needs inductor's compiler (a C++ compiler on CPU, Triton on CUDA). Off by default: on 2 CPU cores it "
+        "made the default job's epoch slower (docs/training.md, \"Compiled training\")")
 
 
 

@@ -1,5 +1,13 @@
-"""The nine kinds by QuantumGrav.jl's names: their generators, their ``cset_type`` codes as its produce_data
-encodes them, and which are manifold-like (``cset_type in [polynomial, complex_topology]``)."""
+"""The catalogue of every generator of causal sets in the library.
+
+* ``GENERATORS``: QuantumGrav.jl's nine kinds by its names, one set at a time, with their ``cset_type`` codes as its
+  produce_data encodes them and which are manifold-like (``cset_type in [polynomial, complex_topology]``): what
+  ``KindsDataset`` writes as stores.
+* ``BUILTIN_CLASSES``: the built-in generator's classes by the config's names (``data.classes``: the Minkowski
+  diamonds' sprinklings, ``destroyed``, ``layered``), a batch of equal sets at a time: what ``CausalSetDataset``
+  makes (``causal_sets.generate_block``).
+
+A new kind of causal set is a module beside these and one entry here."""
 
 from __future__ import annotations
 
@@ -7,15 +15,19 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..zarr_store import JULIA_CSET_TYPES
-from .common import DEFAULT_N_RANGE, KindSample, SetRefused, check_dimension, draw_n
+from ...config.sections.data import MANIFOLD_CLASSES
+from ..stores.kind_codes import ITEM_CODES
+from ..sprinkling import check_dimension
+from .common import DEFAULT_N_RANGE, KindSample, SetRefused, draw_n
 from .complex_topology import generate_complex_topology
 from .destroyed import generate_destroyed, generate_destroyed_ambiguous
 from .grid import generate_grid
 from .layered import generate_layered
 from .merged import generate_merged, generate_merged_ambiguous
+from .minkowski import DestroyedSprinklings, MinkowskiSprinklings
 from .polynomial import generate_polynomial
 from .random_order import generate_random_order
+from .three_layers import ThreeLayerOrders
 
 GENERATORS: dict[str, Callable[..., KindSample]] = {
     "polynomial": generate_polynomial,
@@ -29,7 +41,10 @@ GENERATORS: dict[str, Callable[..., KindSample]] = {
     "destroyed_ambiguous": generate_destroyed_ambiguous,
 }
 # produce_data's encoder, as the store reader knows it (polynomial 1, ..., destroyed_ambiguous 9).
-CSET_TYPE_NUMBERS: dict[str, int] = {kind: code for code, kind in JULIA_CSET_TYPES.items() if kind in GENERATORS}
+CSET_TYPE_NUMBERS: dict[str, int] = {kind: code for kind, code in ITEM_CODES.items() if kind in GENERATORS}
+# The built-in generator's classes, in the config's order (``config.sections.data.CSET_TYPES``).
+BUILTIN_CLASSES = {**{name: MinkowskiSprinklings(dimension) for name, dimension in MANIFOLD_CLASSES.items()},
+                   "destroyed": DestroyedSprinklings(), "layered": ThreeLayerOrders()}
 MANIFOLD_LIKE_KINDS = frozenset({"polynomial", "complex_topology"})
 # The kinds sprinkled in d = 2, 3 or 4 dimensions (a sprinkling, or one with a defect). grid stays a 2D lattice and
 # layered and random have no dimension; complex_topology's cuts exist in 2D only (QuantumGrav.jl's geometry).

@@ -1,6 +1,7 @@
 """What QuantumGrav.jl's generators share (its source, main 69d44eb: csetgeneration.jl, cset_factories.jl):
-a sample's record, the random polynomial conformal factor, sprinkling with its density, the flat light cone,
-and the random pair draw of destroyed and random orders.
+a sample's record, the random polynomial conformal factor (building block A) and the random pair draw of destroyed
+and random orders (building block C). Building block B, sprinkling with the factor's density and the flat light cone,
+is the library's one sprinkler (``data.sprinkling``: ``ConformalBox``).
 
 Generators work in conformal coordinates (t, x_1, .., x_{d-1}) on the box [-1, 1]^d: every kind is 2-dimensional
 as QuantumGrav.jl's factory draws it, and ``polynomial`` and the kinds built on it take d = 3 and 4 as its
@@ -16,15 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.polynomial import chebyshev
+
+from ..sprinkling import ConformalBox, light_cone_relation
+from .. import sprinkling
 
 # QuantumGrav.jl's default element count per set: DiscreteUniform(64, 128), inclusive (createdata_default.yaml).
 DEFAULT_N_RANGE = (64, 128)
 # The conformal factor's order o ~ DiscreteUniform(5, 15) and decay r ~ Uniform(2, 8) (the `polynomial` anchor).
 ORDER_RANGE = (5, 15)
 DECAY_RANGE = (2.0, 8.0)
-# The spacetime dimensions of the kinds that take one (polynomial, destroyed, merged and their ambiguous ends).
-DIMENSIONS = (2, 3, 4)
 
 
 class SetRefused(RuntimeError):
@@ -63,11 +64,6 @@ def draw_n(rng: np.random.Generator, n_range: tuple[int, int] = DEFAULT_N_RANGE)
     return int(rng.integers(n_range[0], n_range[1] + 1))
 
 
-def check_dimension(dimension: int) -> None:
-    if isinstance(dimension, bool) or dimension not in DIMENSIONS:
-        raise ValueError(f"dimension: expected one of {', '.join(map(str, DIMENSIONS))}, got {dimension!r}")
-
-
 def conformal_coefficients(rng: np.random.Generator, truncated: bool = False,
                            order_range: tuple[int, int] = ORDER_RANGE,
                            decay_range: tuple[float, float] = DECAY_RANGE,
@@ -87,55 +83,13 @@ def conformal_coefficients(rng: np.random.Generator, truncated: bool = False,
     return coefficients, order, decay
 
 
-def conformal_factor(points: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
-    """f at each of ``points`` (m, d): the Chebyshev series of the rank-d ``coefficients``. In d > 2 the sum over
-    o^d terms is one matrix product: the basis of the first half of the coordinates against that of the rest."""
-    if coefficients.ndim == 2:  # numpy's own 2D evaluation, so that the stored 2D draws stay what they were
-        return chebyshev.chebval2d(points[:, 0], points[:, 1], coefficients)
-    split = coefficients.ndim // 2
-    left, right = (chebyshev_basis(points[:, axes], coefficients.shape[0] - 1)
-                   for axes in (slice(0, split), slice(split, None)))
-    return np.einsum("mi,ij,mj->m", left, coefficients.reshape(left.shape[1], right.shape[1]), right, optimize=True)
+def sprinkle(rng: np.random.Generator, n: int, coefficients: np.ndarray) -> np.ndarray:
+    """``n`` time-sorted points sprinkled into the box with density f^2 of ``coefficients``: the one sprinkler's
+    ``ConformalBox`` (kept under this name for notebook 10 and scripts that call it so)."""
+    return sprinkling.sprinkle(rng, n, ConformalBox(coefficients))
 
 
-def chebyshev_basis(coordinates: np.ndarray, order: int) -> np.ndarray:
-    """(m, (order + 1)^k): every product T_a1(x_1) .. T_ak(x_k) at each row of ``coordinates`` (m, k), the
-    first coordinate's degree varying slowest (as a C-order reshape of the coefficients)."""
-    basis = np.ones((len(coordinates), 1))
-    for column in coordinates.T:
-        basis = (basis[:, :, None] * chebyshev.chebvander(column, order)[:, None, :]).reshape(len(coordinates), -1)
-    return basis
-
-
-def sprinkle(rng: np.random.Generator, n: int, coefficients: np.ndarray, batch: int = 4096) -> np.ndarray:
-    """Exactly ``n`` points (t, x_1, ..) on [-1, 1]^d (d: the coefficients' rank), iid with density proportional
-    to f^2 (building block B), sorted by time: rejection sampling against the bound (sum |c|)^2, which holds
-    because |T_k| <= 1."""
-    bound = float(np.abs(coefficients).sum()) ** 2
-    kept: list[np.ndarray] = []
-    found = 0
-    while found < n:
-        points = rng.uniform(-1.0, 1.0, size=(batch, coefficients.ndim))
-        density = conformal_factor(points, coefficients) ** 2
-        accepted = points[rng.uniform(0.0, bound, size=batch) < density]
-        kept.append(accepted)
-        found += len(accepted)
-    points = np.concatenate(kept)[:n]
-    return points[np.argsort(points[:, 0], kind="stable")]
-
-
-def minkowski_relation(points: np.ndarray) -> np.ndarray:
-    """i precedes j iff t_j - t_i >= |x_j - x_i| (the flat light cone, which a conformal factor keeps in any
-    dimension), for the time-sorted ``points`` (n, d): strictly upper triangular and transitive."""
-    dt = points[None, :, 0] - points[:, None, 0]
-    if points.shape[1] == 2:  # |ds| itself, so that the stored 2D draws stay what they were
-        distance = np.abs(points[None, :, 1] - points[:, None, 1])
-    else:  # summed one coordinate at a time: n x n arrays only (N = 2,048 in 4D), the same sums in the same order
-        squared = np.zeros_like(dt)
-        for column in points[:, 1:].T:
-            squared += (column[None, :] - column[:, None]) ** 2
-        distance = np.sqrt(squared)
-    return np.triu(dt >= distance, k=1)
+minkowski_relation = light_cone_relation  # the one light-cone order, under the name notebook 10 and scripts use
 
 
 def random_pairs(rng: np.random.Generator, n: int, count: int) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import KindSample, minkowski_relation
+from ..sprinkling import light_cone_relation
+from .common import KindSample
 from .polynomial import polynomial_points
 
 # Far above the box [-1, 1]^2: a vertical cut is a ray to the future boundary, so its top is never walked around.
@@ -181,7 +182,7 @@ def cut_relation(points: np.ndarray, branch_points: np.ndarray, finite_cuts: np.
     ``points`` (none on a cut): straight, or bent at cut endpoints that the curve reaches in causal order.
     ``minkowski``: the points' flat relation, when the caller already has it."""
     cuts = cut_segments(np.asarray(branch_points, float).reshape(-1, 2), np.asarray(finite_cuts, float))
-    relation = _direct_relation(points, cuts, minkowski_relation(points) if minkowski is None else minkowski)
+    relation = _direct_relation(points, cuts, light_cone_relation(points) if minkowski is None else minkowski)
     corners = np.concatenate([cuts[:len(finite_cuts)].reshape(-1, 2), np.asarray(branch_points, float).reshape(-1, 2)])
     if not len(corners):
         return relation
@@ -211,7 +212,7 @@ def generate_complex_topology(n: int, rng: np.random.Generator,
     points, params = polynomial_points(rng, n, truncated=True)
     branch_points, finite_cuts = draw_cuts(rng, n_vertical, n_finite, settings.tolerance)
     kept = points[~near_cuts(points, branch_points, finite_cuts, settings.tolerance)]
-    minkowski = minkowski_relation(kept)
+    minkowski = light_cone_relation(kept)
     relation = cut_relation(kept, branch_points, finite_cuts, minkowski)
     minkowski_count = int(minkowski.sum())
     params.update(n_vertical_cuts=n_vertical, n_finite_cuts=n_finite, n_sprinkled=n,

@@ -16,6 +16,9 @@ with the order of magnitude of phi, not with phi). Both ends are settings (``Des
 drawn again while the closed result is the sprinkling itself (``require_change``): with one or two toggles that
 remove relations the closure restores, one set in ten was a sprinkling labelled not manifold-like, an error no
 method can avoid (measured on 1,000 sets of seed 1).
+
+``destroy`` (flip the toggled pairs, close) is the library's one destroyer: the built-in generator's ``destroyed``
+class (``kinds.minkowski``) draws its toggles otherwise, each pair i < j with a probability (``destroy_order``).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..orders import transitive_closure
-from .common import (DECAY_RANGE, ORDER_RANGE, KindSample, SetRefused, check_dimension, conformal_coefficients,
-                     minkowski_relation, random_pairs, sprinkle)
+from ..orders import as_batch, transitive_closure
+from ..sprinkling import ConformalBox, check_dimension, light_cone_relation, sprinkle
+from .common import DECAY_RANGE, ORDER_RANGE, KindSample, SetRefused, conformal_coefficients, random_pairs
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,28 @@ def toggled_pairs(rng: np.random.Generator, n: int, flips: int) -> np.ndarray:
 
 
 def destroy(relation: np.ndarray, toggled: np.ndarray) -> np.ndarray:
-    """The transitive closure of ``relation`` with the ``toggled`` pairs flipped."""
+    """The transitive closure of ``relation`` with the ``toggled`` pairs flipped: the library's one destroyer, for one
+    set or a batch (B, n, n), whichever way the toggles were drawn (QuantumGrav.jl's pair draws here, each pair
+    flipped with a probability in the built-in generator's ``destroy_order``)."""
     return transitive_closure(relation ^ toggled)
+
+
+def destroy_order(R: np.ndarray, fraction: float | np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Flip each pair i < j of the natural labelling with probability ``fraction``, then close (``destroy``): the
+    built-in generator's ``destroyed`` sets (``kinds.minkowski``). For a batch, ``fraction`` may also hold one
+    probability per set.
+
+    Flipping only pairs with i < j keeps the relation acyclic (strictly upper triangular), so the closure is again a
+    partial order; a few random relations already destroy the local light-cone structure of a sprinkling.
+    """
+    probability = np.asarray(fraction, dtype=float)
+    if probability.ndim > 1 or np.any((probability < 0) | (probability > 1) | np.isnan(probability)):
+        raise ValueError(f"fraction: expected a number in [0, 1] or one per set, got {fraction!r}")
+    batch, single = as_batch(R)
+    n = batch.shape[-1]
+    upper = np.triu(np.ones((n, n), dtype=bool), k=1)
+    closed = destroy(batch.astype(bool), upper & (rng.random(batch.shape) < probability.reshape(-1, 1, 1)))
+    return closed[0] if single else closed
 
 
 def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSettings = DestroyedSettings(),
@@ -93,7 +116,7 @@ def generate_destroyed(n: int, rng: np.random.Generator, settings: DestroyedSett
     check_dimension(dimension)
     coefficients, order, decay = conformal_coefficients(rng, order_range=settings.order_range,
                                                         decay_range=settings.decay_range, dimension=dimension)
-    sprinkled = minkowski_relation(sprinkle(rng, n, coefficients))
+    sprinkled = light_cone_relation(sprinkle(rng, n, ConformalBox(coefficients)))
     params = {"conformal_order": order, "conformal_decay": decay, "dimension": dimension}
     if changes is None:
         relation, drawn = destroy_by_fraction(rng, sprinkled, settings)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import KindSample, minkowski_relation
+from ..sprinkling import light_cone_relation
+from .common import KindSample
 
 # Upstream's lattice lookup, drawn by DiscreteUniform(1, 6); hexagonal and triangular are the same lattice there.
 LATTICES = ("quadratic", "rectangular", "rhombic", "hexagonal", "triangular", "oblique")
@@ -75,4 +76,4 @@ def generate_grid(n: int, rng: np.random.Generator, settings: GridSettings = Gri
     ratio = 1.0 if lattice == "quadratic" else float(rng.uniform(*settings.segment_ratio_range))
     points, _ = grid_points(n, edge_vectors(lattice, ratio, angle), rotation)
     params = {"lattice": lattice, "rotation_deg": rotation, "segment_ratio": ratio, "oblique_angle_deg": angle}
-    return KindSample("grid", minkowski_relation(points), False, params)
+    return KindSample("grid", light_cone_relation(points), False, params)

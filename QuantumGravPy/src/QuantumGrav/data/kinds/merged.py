@@ -29,8 +29,8 @@ import numpy as np
 
 from ..orders import transitive_closure
 from .layered import close_layers, consecutive_layer_edges, layer_sizes
-from .common import (DECAY_RANGE, ORDER_RANGE, KindSample, check_dimension, conformal_coefficients,
-                     minkowski_relation, sprinkle)
+from ..sprinkling import ConformalBox, check_dimension, light_cone_relation, sprinkle
+from .common import DECAY_RANGE, ORDER_RANGE, KindSample, conformal_coefficients
 
 # QuantumGrav.jl's inserted block: create_random_layered_causet(n2, 3; p), whose layer sizes scatter around
 # equal thirds with standard deviation 0.1 n2 / 3 (layeredgeneration.jl).
@@ -104,7 +104,7 @@ def generate_merged(n: int, rng: np.random.Generator, settings: MergedSettings =
     cross_link = float(rng.uniform(*settings.cross_link_range))
     block_link = float(rng.uniform(*settings.block_link_range))
     n1 = n - n2
-    sprinkled = minkowski_relation(sprinkle(rng, n1, coefficients))
+    sprinkled = light_cone_relation(sprinkle(rng, n1, ConformalBox(coefficients)))
     block, sizes = layered_block(rng, n2, block_link)
     position = int(rng.integers(0, n1 + 1))
     into_block = rng.random((position, n2)) < cross_link

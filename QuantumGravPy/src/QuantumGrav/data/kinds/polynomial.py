@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import KindSample, check_dimension, conformal_coefficients, minkowski_relation, sprinkle
+from ..sprinkling import ConformalBox, check_dimension, light_cone_relation, sprinkle
+from .common import KindSample, conformal_coefficients
 
 
 def polynomial_points(rng: np.random.Generator, n: int, truncated: bool = False,
@@ -16,11 +17,11 @@ def polynomial_points(rng: np.random.Generator, n: int, truncated: bool = False,
     and decay."""
     check_dimension(dimension)
     coefficients, order, decay = conformal_coefficients(rng, truncated=truncated, dimension=dimension)
-    return sprinkle(rng, n, coefficients), {"conformal_order": order, "conformal_decay": decay}
+    return sprinkle(rng, n, ConformalBox(coefficients)), {"conformal_order": order, "conformal_decay": decay}
 
 
 def generate_polynomial(n: int, rng: np.random.Generator, dimension: int = 2) -> KindSample:
     """A ``polynomial`` set of ``n`` elements in ``dimension`` dimensions; its params are the conformal factor's
     order and decay and the dimension."""
     points, params = polynomial_points(rng, n, dimension=dimension)
-    return KindSample("polynomial", minkowski_relation(points), True, {**params, "dimension": dimension})
+    return KindSample("polynomial", light_cone_relation(points), True, {**params, "dimension": dimension})

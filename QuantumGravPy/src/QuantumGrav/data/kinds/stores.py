@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...common.processes import map_in_workers
-from ..zarr_store import import_zarr, write_julia_group
+from ..stores.layout import import_zarr
+from ..zarr_store import write_julia_group
 from .catalogue import CSET_TYPE_NUMBERS, GENERATORS, generate_kind
 from .common import DEFAULT_N_RANGE
 

@@ -1,5 +1,5 @@
-"""The files of the feature cache of QuantumGrav.jl's stores (``QuantumGravJLDataset``'s ``cache``): the folder they
-go to, and each cached graph's compact form on disk."""
+"""The feature cache of QuantumGrav.jl's stores (``QuantumGravJLDataset``'s ``cache``) in the data cache
+(``data.shards``): the folder it goes to, the key of a set's entry, and a set's graph as an entry."""
 
 from __future__ import annotations
 
@@ -8,13 +8,36 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ...common.errors import UserError
-from ...common.logging_utils import get_logger
+from ...common.logging_utils import get_logger, rank_zero_warn
+from .. import shards
+from ..dataset import CACHE_FORMAT_VERSION
+from ..invariants import INVARIANT_NAMES, NODE_FEATURES
 from .graphs import ORDER_CYCLE
 
 logger = get_logger("zarr_store")  # the store reader's channel: its warnings name the store
+
+# Bump when what is cached per causal set changes; the features' own version is CACHE_FORMAT_VERSION.
+# 2: the order invariants are cached with the features. 3: edge indices stored as int16/int32. 4: the per-element
+# labels (node_targets) too, whatever the target, so that one cache serves every target. The shards' format version
+# is in the key too (a set's entry was a torch file before it, ``<key>.pt``, which is no longer read).
+STORE_CACHE_VERSION = 4
+
+
+def group_cache_key(folder: Path, edges: str) -> str:
+    """The feature cache's key of a store's group (its ``folder``): a hash of every file of the group as stored
+    (compressed chunks and metadata: its content, read without zarr, which costs more than the bytes), the edge
+    kind and the feature version."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"store_cache={STORE_CACHE_VERSION} features={CACHE_FORMAT_VERSION}:{','.join(NODE_FEATURES)} "
+                  f"invariants={','.join(INVARIANT_NAMES)} edges={edges} shard={shards.FORMAT_VERSION}".encode())
+    for file in sorted(path for path in folder.rglob("*") if path.is_file()):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
 def feature_cache_dir(store: Path, cache_dir: str | os.PathLike | None) -> Path:
@@ -34,29 +57,48 @@ def feature_cache_dir(store: Path, cache_dir: str | os.PathLike | None) -> Path:
     return elsewhere
 
 
-# Cached tensors are stored compactly: node indices in the smallest integer type that holds them (int16 up to
-# 32,767 elements: a quarter of int64's disk and page cache), expanded back to what the model reads on load.
-def compacted(graph: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    if "x" not in graph:  # a cycle's labels only
-        return graph
-    num_nodes = graph["x"].shape[0]
-    small = torch.int16 if num_nodes <= torch.iinfo(torch.int16).max else torch.int32
-    return {**graph, "edge_index": graph["edge_index"].to(small)}
+# What a set's shard (``data.shards``) holds: its graph, and as fields its labels and what kind of order it is
+# (``graphs.ORDER_*``); a set with a cycle has no graph (empty arrays), only its labels. Node indices are stored in the
+# smallest integer type that holds them (int16 up to 32,767 elements) and widened on reading.
+ENTRY_CONTENTS = (("x", "edge_index", "invariants", "node_labels"), ("manifold_like", "cset_type", "order_problem"))
 
 
-def expanded(stored: Any) -> dict[str, torch.Tensor]:
-    """A cache file's graph, its edge index as int64; ValueError if it is not one this code wrote."""
-    if isinstance(stored, dict) and set(stored) == {"labels", "order_problem"} and \
-            int(stored["order_problem"]) == ORDER_CYCLE and stored["labels"].shape == (2,):
-        return stored
-    names = ("x", "edge_index", "invariants", "labels", "node_labels")
-    if not isinstance(stored, dict) or any(not isinstance(stored.get(name), torch.Tensor) for name in names):
-        raise ValueError(f"expected a dict of the tensors {names}")
-    x, edge_index = stored["x"], stored["edge_index"]
-    if x.dim() != 2 or edge_index.dim() != 2 or edge_index.shape[0] != 2 or stored["labels"].shape != (2,) \
-            or stored["node_labels"].shape != (x.shape[0],):
-        raise ValueError("tensors of unexpected shapes")
-    return {**stored, "edge_index": edge_index.long()}
+def write_entry(path: Path, graph: dict[str, torch.Tensor]) -> None:
+    """Write a set's graph (``QuantumGravJLDataset._read_graph``) as its cache entry: one shard of one set."""
+    if "x" in graph:
+        arrays = {name: graph[name].numpy() for name in ENTRY_CONTENTS[0]}
+    else:  # a cycle: the labels alone
+        arrays = {"x": np.zeros((0, len(NODE_FEATURES)), np.float32), "edge_index": np.zeros((2, 0), np.int64),
+                  "invariants": np.zeros((1, 0), np.float32), "node_labels": np.zeros(0, np.uint8)}
+    labels = graph["labels"].tolist()
+    fields = {"manifold_like": np.array([labels[0]], np.int64), "cset_type": np.array([labels[1]], np.int64),
+              "order_problem": np.array([int(graph["order_problem"])], np.int64)}
+    shards.write_shard(path, [arrays], fields, narrow=("edge_index",))
+
+
+def graph_of_entry(entry: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A cache entry read back (``ShardFiles.read``) as the graph that was written."""
+    labels = torch.tensor([int(entry["manifold_like"]), int(entry["cset_type"])])
+    problem = int(entry["order_problem"])
+    if problem == ORDER_CYCLE:
+        return {"labels": labels, "order_problem": torch.tensor(ORDER_CYCLE)}
+    return {**{name: torch.from_numpy(entry[name]) for name in ENTRY_CONTENTS[0]}, "labels": labels,
+            "order_problem": torch.tensor(problem)}
+
+
+def announce_earlier_entries(cache_dirs: list[Path]) -> None:
+    """One warning, on rank 0, naming the cache folders that hold entries of the cache's earlier format (torch files,
+    ``<key>.pt``), which are no longer read: their space is the user's to free."""
+    counts = {}
+    for folder in cache_dirs:
+        with os.scandir(folder) as entries:
+            counts[folder] = sum(1 for entry in entries if entry.name.endswith(".pt") and entry.is_file())
+    stale = {folder: count for folder, count in counts.items() if count}
+    if stale:
+        rank_zero_warn(logger, f"QuantumGrav.jl data: {', '.join(str(folder) for folder in stale)} hold "
+                               f"{sum(stale.values()):,} feature-cache files of an earlier format (*.pt), which are no "
+                               f"longer read (the cache is now one shard per set, *.shard): delete them to free their "
+                               f"space")
 
 
 def _writable_folder(folder: Path) -> bool:

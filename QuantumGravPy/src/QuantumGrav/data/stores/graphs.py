@@ -22,17 +22,58 @@ NOT_PARTIAL_ORDERS: tuple[str, ...] = ("refuse", "close", "skip")
 # A cached graph's order_problem: none, a relation that missed implied relations (the graph is its closure's), a cycle
 # (no graph: only the labels are cached).
 ORDER_OK, ORDER_CLOSED, ORDER_CYCLE = 0, 1, 2
-def causal_matrix(stored_adj: np.ndarray, store: Path, group: str) -> np.ndarray:
+def causal_matrix(stored_adj: np.ndarray, store: Path, group: str, array: str = "adj") -> np.ndarray:
     """The causal matrix R (bool, R[i, j]: i precedes j) of an ``adj`` as numpy reads it from the store:
     the transpose (Zarr.jl reverses Julia's dimensions; Julia's adj[i, j] means i precedes j). Only its
     shape and entries are checked here; that it is a strict partial order is checked by ``graph_tensors``,
-    with the product that the features need anyway."""
+    with the product that the features need anyway. ``array``: the stored array's name (``linkmat``, the links in
+    the same layout), for messages."""
     if stored_adj.ndim != 2 or stored_adj.shape[0] != stored_adj.shape[1] or stored_adj.shape[0] == 0:
-        raise store_error(store, group, f"'adj' has shape {stored_adj.shape}; expected a non-empty square "
-                                          f"N x N causal matrix")
+        raise store_error(store, group, f"'{array}' has shape {stored_adj.shape}; expected a non-empty square "
+                                          f"N x N {'causal' if array == 'adj' else 'link'} matrix")
     if stored_adj.dtype.kind not in "biu" or ((stored_adj != 0) & (stored_adj != 1)).any():
-        raise store_error(store, group, f"'adj' ({stored_adj.dtype}) has entries other than 0 and 1")
+        raise store_error(store, group, f"'{array}' ({stored_adj.dtype}) has entries other than 0 and 1")
     return np.ascontiguousarray(stored_adj.T.astype(bool))
+
+
+# What a group that holds its links alone (``linkmat``) may hold beside them, as upstream's notebooks read them: each
+# element's number of links from its past and to its future.
+LINK_DEGREE_ARRAYS = ("in_degrees_link", "out_degrees_link")
+
+
+def relation_of_links(stored_links: np.ndarray, degrees: dict[str, np.ndarray], store: Path, group: str) -> np.ndarray:
+    """The causal matrix of a group that stores its links alone: the transitive closure of ``linkmat`` (read as
+    ``adj`` is: transposed), checked against what the group says of them: its link degrees where stored
+    (``LINK_DEGREE_ARRAYS``), and that no stored link is implied by a chain of others (then it would be no link,
+    and the links read back from the relation would not be those stored). A cycle is left to ``graph_tensors``."""
+    links = causal_matrix(stored_links, store, group, "linkmat")
+    counted = {"in_degrees_link": links.sum(axis=0), "out_degrees_link": links.sum(axis=1)}
+    for name, stored in degrees.items():
+        _check_degrees(name, np.asarray(stored).ravel(), counted, store, group)
+    relation = transitive_closure(links)
+    if not relation.diagonal().any():
+        implied = int((links & (elements_between(relation) > 0)).sum())
+        if implied:
+            raise store_error(store, group, f"'linkmat' holds {implied:,} relations that chains of its other links "
+                                              f"already imply, so it is not the links (the transitive reduction "
+                                              f"QuantumGrav.jl's transitive_reduction! writes); store the links, or "
+                                              f"the whole causal matrix as 'adj'")
+    return relation
+
+
+def _check_degrees(name: str, stored: np.ndarray, counted: dict[str, np.ndarray], store: Path, group: str) -> None:
+    other = next(key for key in counted if key != name)
+    if stored.shape == counted[name].shape and np.array_equal(stored, counted[name]):
+        return
+    if stored.shape != counted[name].shape:
+        problem = f"has {stored.size} entries for the {counted[name].size} elements of 'linkmat'"
+    else:
+        k = int(np.flatnonzero(stored != counted[name])[0])
+        swapped = (" (it is the other degree: is 'linkmat' stored transposed? Zarr.jl stores Julia's "
+                   "linkmat[i, j] = 1, i linked to j, as numpy's [j, i])" if np.array_equal(stored, counted[other])
+                   else "")
+        problem = f"gives element {k + 1} {stored[k]:g} links where 'linkmat' has {counted[name][k]}{swapped}"
+    raise store_error(store, group, f"'{name}' {problem}; the stored degrees and links disagree")
 
 
 class NotAPartialOrder(UserError):

@@ -2,8 +2,8 @@
 
 A store is input like any other: a group whose ``adj`` declares 200,000 x 200,000 elements is a tiny folder (its
 chunks need never be written), yet reading it allocates 37 GiB and its features hours of products. So the shape each
-group's ``adj`` *declares* (its metadata file: ``.zarray`` in Zarr format 2, ``zarr.json`` in format 3) is read
-first, for every group, and checked against two limits before any chunk is read, any cache folder made or any run
+group's ``adj`` (or ``linkmat``) *declares* (its metadata file: ``.zarray`` in Zarr format 2, ``zarr.json`` in
+format 3) is read first, for every group, and checked against two limits before any chunk is read, any cache folder made or any run
 folder written:
 
 * ``max_elements``: the most elements a set may have (``data.kwargs.max_elements``);
@@ -31,25 +31,35 @@ DEFAULT_MAX_ELEMENTS = 32_768
 BYTES_PER_PAIR = 16
 GIB = 2**30
 _METADATA = ((".zarray", 2), ("zarr.json", 3))
+# The arrays a group may hold its relation in, the first found read: the causal matrix (produce_data's ``adj``, from
+# ``make_adj``) or its links alone (``linkmat``, the transitive reduction, which upstream's own notebooks read), both
+# N x N UInt8 in the same layout.
+RELATION_ARRAYS = ("adj", "linkmat")
 
 
-def declared_shape(store: Path, group: str) -> tuple[int, ...]:
-    """The shape the group's ``adj`` declares in its metadata file, read without zarr and without its chunks."""
-    folder = store / group / "adj"
-    for name, zarr_format in _METADATA:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            shape = json.loads(path.read_text()).get("shape")
-        except (OSError, ValueError, AttributeError) as err:
-            raise store_error(store, group, f"the metadata of 'adj' ({name}) cannot be read: {err}") from None
-        if not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape):
-            raise store_error(store, group, f"the metadata of 'adj' ({name}) declares the shape {shape!r}; expected a "
-                                         f"list of sizes (Zarr format {zarr_format})")
-        return tuple(shape)
-    raise store_error(store, group, "array 'adj' is missing (no .zarray or zarr.json in its folder); produce_data writes "
-                                 "adj, manifold_like, cset_type in every group")
+def relation_metadata(store: Path, group: str) -> tuple[str, Path, int]:
+    """The array the group holds its relation in (the first of ``RELATION_ARRAYS`` there), its metadata file and
+    Zarr format."""
+    for array in RELATION_ARRAYS:
+        for name, zarr_format in _METADATA:
+            if (store / group / array / name).is_file():
+                return array, store / group / array / name, zarr_format
+    raise store_error(store, group, "array 'adj' is missing (no .zarray or zarr.json in its folder), and no 'linkmat' "
+                                 "either; produce_data writes adj, manifold_like, cset_type in every group")
+
+
+def declared_shape(store: Path, group: str) -> tuple[str, tuple[int, ...]]:
+    """The group's relation array (``relation_metadata``) and the shape it declares in its metadata file, read
+    without zarr and without its chunks."""
+    array, path, zarr_format = relation_metadata(store, group)
+    try:
+        shape = json.loads(path.read_text()).get("shape")
+    except (OSError, ValueError, AttributeError) as err:
+        raise store_error(store, group, f"the metadata of '{array}' ({path.name}) cannot be read: {err}") from None
+    if not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape):
+        raise store_error(store, group, f"the metadata of '{array}' ({path.name}) declares the shape {shape!r}; "
+                                     f"expected a list of sizes (Zarr format {zarr_format})")
+    return array, tuple(shape)
 
 
 def usable_memory() -> int:
@@ -63,25 +73,26 @@ def usable_memory() -> int:
     return available if limit == "max" else min(available, max(int(limit) - used, 0))
 
 
-def checked_size(store: Path, group: str, max_elements: int, memory: int) -> int:
-    """N of the group's set, from its declared ``adj`` shape: one UserError naming store, group and shape if it is
-    not a non-empty square, has more than ``max_elements`` elements or needs more than ``memory`` bytes to read."""
-    shape = declared_shape(store, group)
+def checked_size(store: Path, group: str, max_elements: int, memory: int) -> tuple[str, int]:
+    """The group's relation array (``adj`` or ``linkmat``) and N of its set, from the shape the array declares: one
+    UserError naming store, group and shape if it is not a non-empty square, has more than ``max_elements`` elements
+    or needs more than ``memory`` bytes to read."""
+    array, shape = declared_shape(store, group)
     if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
-        raise store_error(store, group, f"'adj' declares the shape {shape}; expected a non-empty square N x N causal "
-                                     f"matrix")
+        raise store_error(store, group, f"'{array}' declares the shape {shape}; expected a non-empty square N x N "
+                                     f"{'causal' if array == 'adj' else 'link'} matrix")
     n = shape[0]
     if n > max_elements:
-        raise store_error(store, group, f"'adj' declares {n:,} x {n:,} elements, more than max_elements ({max_elements:,}, "
+        raise store_error(store, group, f"'{array}' declares {n:,} x {n:,} elements, more than max_elements ({max_elements:,}, "
                                      f"data.kwargs.max_elements); nothing was read. Leave the store out, or raise the "
                                      f"limit if sets of that size are meant")
     needed = BYTES_PER_PAIR * n * n
     if needed > memory:
-        raise store_error(store, group, f"'adj' declares {n:,} x {n:,} elements: reading it needs about "
+        raise store_error(store, group, f"'{array}' declares {n:,} x {n:,} elements: reading it needs about "
                                      f"{needed / GIB:,.1f} GiB, more than the {memory / GIB:,.1f} GiB this process may "
                                      f"use; nothing was read. Leave the store out, or read it on a machine with more "
                                      f"memory")
-    return n
+    return array, n
 
 
 def check_max_elements(value: object) -> int:

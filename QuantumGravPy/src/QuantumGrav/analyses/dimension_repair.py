@@ -38,10 +38,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..data.order_dimension import conjugate_order
+from ..data.order_dimension import conjugate_order, two_dimension_violation_parts
 from ..data.orders import transitive_reduction
-from ..data.relation_targets import candidate_pairs
-from .relation_rival import relation_of, violation_features
+from ..tasks.levels import candidate_pairs
 
 # The search's bound per set (see the module's docstring): sweeps over both orders.
 MAX_SWEEPS = 50
@@ -53,6 +52,34 @@ AGAINST_LABELLING = 1 << 40
 REPAIR_DESCRIPTION = ("2D repair: the 2D order (two light-cone orders) that explains the set with the fewest "
                       "toggles (its unexplained links added, its missing relations removed), fitted element by "
                       "element; marks where the two differ")
+
+
+def relation_of(item: Any) -> np.ndarray:
+    """The causal matrix an item's input describes: its related candidate pairs, in their natural labelling (every
+    relation from the lower index to the higher: ``data.relation_targets``)."""
+    n = int(item.num_nodes)
+    R = np.zeros((n, n), dtype=bool)
+    first, second = candidate_pairs(n).numpy()
+    R[first, second] = item.pair_relation.numpy() > 0
+    return R
+
+
+def violation_features(R: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """[pairs, 3] float32 for the pairs (first, second) of the causal matrix ``R``: how many of the pair's ends lie
+    on a violation of two-dimensionality, whether the pair is an edge of a violating cycle (its ends share a part
+    of L1 or of L2, ``data.order_dimension.two_dimension_violation_parts``), and the size of the smallest part they
+    share as a fraction of N (0 where none)."""
+    n = len(R)
+    on_violation = np.zeros(n, dtype=np.float32)
+    smallest = np.full(len(first), np.inf)
+    for part in two_dimension_violation_parts(R):
+        on_violation = np.maximum(on_violation, part >= 0)
+        shared = (part[first] >= 0) & (part[first] == part[second])
+        sizes = np.bincount(part[part >= 0], minlength=1)
+        smallest[shared] = np.minimum(smallest[shared], sizes[part[first[shared]]])
+    cycle = np.isfinite(smallest)
+    return np.stack([on_violation[first] + on_violation[second], cycle,
+                     np.where(cycle, smallest, 0.0) / max(n, 1)], axis=1).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -194,7 +221,7 @@ def repair(R: np.ndarray, max_sweeps: int = MAX_SWEEPS, max_restarts: int = MAX_
     needs, and the pairs where it differs from ``R`` (the module's docstring): the cheapest of the sweeps from the
     conjugate's orders and of the restarts from each costly element left out, then the one with fewest marks. Among
     fits with as many toggles, those whose changes lie on the exact test's violating cycles (where the changes are
-    when the test sees them: ``relation_rival.violation_features``) are cheaper."""
+    when the test sees them: ``violation_features``) are cheaper."""
     n = len(R)
     links = transitive_reduction(R)
     first, second = np.triu_indices(n, 1)
@@ -232,6 +259,6 @@ def predict_repair(item: Any) -> np.ndarray:
 
 
 def pair_marks(found: Repair) -> np.ndarray:
-    """A repair's changed pairs in the order of the candidate pairs (``data.relation_targets.candidate_pairs``)."""
+    """A repair's changed pairs in the order of the candidate pairs (``tasks.levels.candidate_pairs``)."""
     first, second = candidate_pairs(len(found.changed)).numpy()
     return found.changed[first, second]

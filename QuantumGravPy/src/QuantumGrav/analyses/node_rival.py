@@ -20,8 +20,10 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from ..callbacks.state import RunState
 from ..data.causal_sets import NODE_FEATURES
-from .tasks import NodeBinaryTask
+from ..tasks.node import NodeBinaryTask
+from .base import Analysis
 
 # Scores built from the node features beside the features themselves: links at the element (in and out), and the
 # elements related to it (its past and future cones).
@@ -140,3 +142,18 @@ def totals_metrics(totals: torch.Tensor, task: NodeBinaryTask) -> dict[str, floa
     """The task's metrics but the loss, from its totals."""
     scores = task.metrics(totals)
     return {name: scores[name] for name in task.metric_names if name != "loss"}
+
+
+class NodeRival(Analysis):
+    """After the test of a node task (rank 0, with ``testing.baselines``: the node task's declared rivals): the rivals
+    fitted on the training split and scored on the test split beside the model's ``test_<metric>``: the best simple
+    rule as ``rival_<metric>`` (the rule itself as ``rival_rule``), the strong rival, trees, as ``trees_<metric>``."""
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        train = [state.dataset[i] for i in state.split["train"]]
+        test = [state.dataset[i] for i in state.split["test"]]
+        rule = fit_rule(train)
+        for prefix, predict in (("rival", rule.predict), ("trees", fit_trees(train))):
+            scores = rival_metrics(predict, test, state.task)
+            result.update({f"{prefix}_{name}": value for name, value in scores.items()})
+        result.update(rival_rule=rule.describe(), trees_rival=TREES_DESCRIPTION)

@@ -1,6 +1,6 @@
-"""The relation task (``relation_binary``): for each candidate pair of elements of a causal set
-(``data.relation_targets``), was its relation toggled? Its loss, its totals and its metrics (``tasks`` says how every
-task's totals are exact under DDP)."""
+"""Was each pair's relation toggled? ``y`` is 0 or 1 per candidate pair of elements of a causal set (``levels``;
+``data.relation_targets`` reads it from the stores), the model returns one logit per pair
+(``configs/toggled_relations.yaml``): its loss, its totals and its metrics."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import math
 
 import torch
 
-from ..data.relation_targets import PAIR_STATES, num_pairs
-from .task_base import RowBinaryTask
+from .levels import PAIR, num_pairs
+from .rows import RowBinaryTask
 
 
+# A pair's state in the input (``pair_relation``, ``data.relation_targets``): what the model and the rivals see of it.
+PAIR_STATES: tuple[str, ...] = ("unrelated", "related", "link")
 # The relation task's totals, in this order: all but the loss sum are integer counts, so that adding them over
 # batches and ranks in any order gives the same bits (world size 2 reports what world size 1 does).
 RELATION_TOTALS = ("loss_sum", "pairs", "true_negatives", "false_positives", "false_negatives", "true_positives",
@@ -39,13 +41,15 @@ class RelationBinaryTask(RowBinaryTask):
     Under DDP the metrics are exact (integer sums); each rank's loss is the mean over its own batch's pairs, so the
     pairs of a rank whose sets are smaller weigh more, as for the node task."""
 
-    type = "relation_binary"
-    level = "pair"
+    summary = ("one 0/1 y per pair of elements: one logit per pair, its metrics per pair, and per set whether every "
+               "changed pair was found")
+    level = PAIR
+    reports = {"loss": "min", "f1": "max", "precision": "max", "recall": "max", "all_found": "max", "exact": "max"}
+    rivals = ("QuantumGrav.analyses.relation_rival.RelationRival",)
     num_totals = len(RELATION_TOTALS)
-    unit, min_rows = "pair", 1
 
     def shape_problem(self, y):
-        return (f"a relation_binary task needs one 0/1 label per pair of elements (y of shape [pairs]), got "
+        return (f"a {self.type} task needs one 0/1 label per pair of elements (y of shape [pairs]), got "
                 f"shape {list(y.shape)}")
 
     def item_problem(self, item):
@@ -59,12 +63,12 @@ class RelationBinaryTask(RowBinaryTask):
         states = getattr(item, "pair_relation", None)
         if not isinstance(states, torch.Tensor) or states.shape != (expected,):
             got = list(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
-            return (f"a relation_binary item needs pair_relation, one state per pair ({', '.join(PAIR_STATES)}) of "
+            return (f"a {self.type} item needs pair_relation, one state per pair ({', '.join(PAIR_STATES)}) of "
                     f"shape [{expected}], got {got}")
         parts = getattr(item, "violation_part", None)
         if not isinstance(parts, torch.Tensor) or parts.shape != (int(item.num_nodes), 2):
             got = list(parts.shape) if isinstance(parts, torch.Tensor) else type(parts).__name__
-            return (f"a relation_binary item needs violation_part, each element's violating part in the 2D test's "
+            return (f"a {self.type} item needs violation_part, each element's violating part in the 2D test's "
                     f"two tournaments (QuantumGrav.data.relation_targets.violation_part) of shape "
                     f"[{int(item.num_nodes)}, 2], got {got}")
         return None
@@ -96,6 +100,16 @@ class RelationBinaryTask(RowBinaryTask):
                 "unchanged_sets_marked": int(unchanged_marked), "count": int(sets), "pairs": int(pairs),
                 "confusion": [[tn, fp], [fn, tp]]}
 
-    def describe(self) -> str:
-        names = f" ({' / '.join(self.class_names)})" if self.class_names else ""
-        return f"relation_binary{names}: one logit per pair of elements, threshold {self.threshold}"
+    def undefined(self, metrics):
+        found = super().undefined(metrics)
+        if metrics.get("confusion") is not None:
+            for name, why in (("all_found", "no set has a changed pair (all_found is a share of those sets)"),
+                              ("exact", "no set was measured")):
+                if math.isnan(metrics.get(name, 0.0)):
+                    found[name] = why
+        return found
+
+    def test_extras(self, test):
+        return {**super().test_extras(test), "num_test_pairs": test["pairs"],
+                "num_test_changed_sets": test["changed_sets"],
+                "num_test_unchanged_sets_marked": test["unchanged_sets_marked"]}

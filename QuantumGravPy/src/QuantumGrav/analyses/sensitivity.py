@@ -7,7 +7,7 @@ Its threshold is chosen on null sets held out for it (the validation split's man
 above it (a set is *detected* when its score is strictly above the threshold). The rate realised on the test
 split's null sets is then measured, not assumed (``false_alarms``). Against the defect's exact size, each size is
 one point of the curve (``detection_curve``): its test sets, those detected, the detection rate and its Wilson
-interval, in the vocabulary of ``evaluation.kinds`` (a point is a bin whose edges are both its size, so
+interval, in the vocabulary of ``analyses.kind_breakdown`` (a point is a bin whose edges are both its size, so
 ``detection_threshold`` reads it); the smallest size detected at 90 % is where that curve crosses 0.9, with an
 interval: where the curves of the points' Wilson bounds cross it (the upper bounds give the low end, the lower
 bounds the high end). Counts come with every point, so seeds pool exactly (``pooled_curve``).
@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .kinds import DETECTION_RECALL, detection_threshold, share_with_interval, wilson_interval
+from ..evaluation.kinds import share_with_interval, wilson_interval
+from .kind_breakdown import DETECTION_RECALL, detection_threshold
 
 FALSE_ALARM_RATE = 0.05
 THRESHOLD_KEY = f"threshold_at_{round(100 * DETECTION_RECALL)}"

@@ -40,27 +40,20 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from ..data.order_dimension import two_dimension_violation_parts
+from ..callbacks.state import RunState
 from ..data.orders import _one_torch_thread
-from ..data.relation_targets import candidate_pairs, pair_graph_index
+from ..tasks.levels import candidate_pairs, pair_graph_index
+from ..tasks.relation import RelationBinaryTask
+from . import dimension_repair
+from .base import Analysis
+from .dimension_repair import relation_of, violation_features
 from .node_rival import best_threshold
-from .relation_task import RelationBinaryTask
 
 PAIR_FEATURES: tuple[str, ...] = ("related", "link", "interval", "past_first", "future_first", "past_second",
                                   "future_second", "common_past", "common_future", "nesting_defect", "nesting_share",
                                   "violation_ends", "violation_cycle", "violation_part")
 # Unchanged training pairs kept for fitting, over all training sets (every changed pair is kept).
 SAMPLED_NEGATIVES = 200_000
-
-
-def relation_of(item: Any) -> np.ndarray:
-    """The causal matrix an item's input describes: its related candidate pairs, in their natural labelling (every
-    relation from the lower index to the higher: ``data.relation_targets``)."""
-    n = int(item.num_nodes)
-    R = np.zeros((n, n), dtype=bool)
-    first, second = candidate_pairs(n).numpy()
-    R[first, second] = item.pair_relation.numpy() > 0
-    return R
 
 
 def pair_features(item: Any) -> np.ndarray:
@@ -86,24 +79,6 @@ def pair_features(item: Any) -> np.ndarray:
     features[:, :len(columns)] = torch.stack(columns, dim=1).numpy()
     features[:, len(columns):] = violation_features(R, first.numpy(), second.numpy())
     return features
-
-
-def violation_features(R: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """[pairs, 3] float32 for the pairs (first, second) of the causal matrix ``R``: how many of the pair's ends lie
-    on a violation of two-dimensionality, whether the pair is an edge of a violating cycle (its ends share a part
-    of L1 or of L2, ``data.order_dimension.two_dimension_violation_parts``), and the size of the smallest part they
-    share as a fraction of N (0 where none)."""
-    n = len(R)
-    on_violation = np.zeros(n, dtype=np.float32)
-    smallest = np.full(len(first), np.inf)
-    for part in two_dimension_violation_parts(R):
-        on_violation = np.maximum(on_violation, part >= 0)
-        shared = (part[first] >= 0) & (part[first] == part[second])
-        sizes = np.bincount(part[part >= 0], minlength=1)
-        smallest[shared] = np.minimum(smallest[shared], sizes[part[first[shared]]])
-    cycle = np.isfinite(smallest)
-    return np.stack([on_violation[first] + on_violation[second], cycle,
-                     np.where(cycle, smallest, 0.0) / max(n, 1)], axis=1).astype(np.float32)
 
 
 def training_rows(items: Sequence[Any], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -192,3 +167,60 @@ def rival_metrics(totals: Sequence[torch.Tensor], task: RelationBinaryTask) -> d
     """The task's metrics but the loss, from per-set totals (``rival_totals``)."""
     scores = task.metrics(sum(totals, task.zero_totals(torch.device("cpu"))))
     return {name: scores[name] for name in task.metric_names if name != "loss"}
+
+
+class RelationRival(Analysis):
+    """After the test of a relation task (rank 0, with ``testing.baselines``: the relation task's declared rivals): the
+    rivals fitted on the training split and scored on the test split beside the model's ``test_<metric>``: the best
+    single rule as ``rival_<metric>`` (the rule as ``rival_rule``), boosted trees on per-pair features as
+    ``trees_<metric>``, and on 2D sets the 2D repair (``dimension_repair``) as ``repair_<metric>`` (in d >= 3 no
+    sprinkling is a 2D order: no repair there); on data that describe their sets' ``changed_relations`` (exact k), the
+    model's and the rivals' metrics per k as ``result["by_changed_relations"]``."""
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        rows = training_rows([state.dataset[i] for i in state.split["train"]])
+        rule = fit_rule(rows)
+        test = [state.dataset[i] for i in state.test_order]  # in the order of the model's predictions
+        per_set = {"gnn": model_set_totals(state, test)}
+        rivals = [("rival", rule.predict), ("trees", fit_trees(rows))]
+        if sprinkled_in_two_dimensions(state.dataset):
+            rivals.append(("repair", dimension_repair.predict_repair))
+            result.update(repair_rival=dimension_repair.REPAIR_DESCRIPTION)
+        for prefix, predict in rivals:
+            per_set[prefix] = rival_totals(predict, test, state.task)
+            scores = rival_metrics(per_set[prefix], state.task)
+            result.update({f"{prefix}_{name}": value for name, value in scores.items()})
+        result.update(rival_rule=rule.describe(), trees_rival=TREES_DESCRIPTION)
+        if hasattr(state.dataset, "describe"):
+            sizes = [state.dataset.describe(i).get("changed_relations") for i in state.test_order]
+            result["by_changed_relations"] = by_changed_relations(sizes, per_set, state.task)
+
+
+def sprinkled_in_two_dimensions(dataset: Any) -> bool:
+    """Whether the data's manifold-like sets are 2D sprinklings, where the 2D repair applies: a generated
+    dataset says its dimension; QuantumGrav.jl's stores (produce_data.jl's default) are 2D."""
+    settings = getattr(dataset, "settings", None)
+    return not isinstance(settings, dict) or settings.get("dimension", 2) == 2
+
+
+def model_set_totals(state: RunState, test: list) -> list[torch.Tensor]:
+    """The task's totals of each test set from the model's test predictions (its marked and its changed pairs)."""
+    totals = []
+    for item, (marked, changed, _) in zip(test, state.test_predictions):
+        logits, truth = torch.full((item.y.numel(), 1), -np.inf), torch.zeros(item.y.numel())
+        logits[marked], truth[changed] = np.inf, 1.0
+        totals.append(state.task.batch_totals(logits, state.task.target(truth), torch.zeros(())))
+    return totals
+
+
+def by_changed_relations(sizes: list, per_set: dict[str, list[torch.Tensor]], task) -> dict[str, dict[str, Any]]:
+    """Per realised count of changed relations k (sets that record one), each predictor's pair F1, precision,
+    recall, share of sets with every change found, and the sets counted."""
+    found: dict[str, dict[str, Any]] = {}
+    for k in sorted({size for size in sizes if size is not None}):
+        sets = [position for position, size in enumerate(sizes) if size == k]
+        found[str(k)] = {"sets": len(sets)}
+        for name, totals in per_set.items():
+            metrics = task.metrics(sum((totals[p] for p in sets), task.zero_totals(torch.device("cpu"))))
+            found[str(k)][name] = {m: metrics[m] for m in ("f1", "precision", "recall", "all_found")}
+    return found

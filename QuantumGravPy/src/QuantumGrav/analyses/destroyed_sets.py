@@ -16,10 +16,14 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ..callbacks.state import RunState
+from ..tasks.classification import ClassificationTask
+from ..runs.records import MODEL_LABELS
+from .base import Analysis
+from .figures import plot_destroyed_by_flip_fraction
+
 
 NUM_BINS = 5
-MODEL_LABELS = {"gnn": "GNN", "simple_baseline": "simple baseline", "strong_baseline": "strong baseline",
-                "strongest_baseline": "strongest rival", "exact_test": "exact 2D-order test"}
 
 
 def flip_fractions(graphs: Iterable) -> np.ndarray:
@@ -62,10 +66,25 @@ def destroyed_curves(results: dict[str, tuple[np.ndarray, np.ndarray]],
                       for name, counts in recognised.items()}}
 
 
-def describe_curves(curves: dict[str, Any]) -> str:
-    """One log line: the share recognised per bin, for each model."""
-    edges = curves["bin_edges"]
-    shares = "; ".join(f"{MODEL_LABELS.get(name, name)} " + " ".join("-" if s is None else f"{s:.2f}" for s in row)
-                       for name, row in curves["share"].items())
-    return (f"destroyed test sets recognised per flip-fraction bin ({edges[0]:.2g}..{edges[-1]:.2g}, "
-            f"{len(edges) - 1} log-spaced bins, {curves['destroyed_sets']} sets): {shares}")
+class DestroyedSetCurves(Analysis):
+    """After the test of a classifier (rank 0): the curves of the model and, when they ran, the baselines
+    (``state.baseline_predictions``), as ``result["destroyed_by_flip_fraction"]``, and with ``training.figures``
+    ``figures/destroyed_by_flip_fraction.png``; nothing for data without varying flip fractions. Switched on where
+    the generator draws each destroyed set's flip fraction from a range (``data.destroy_fraction: [low, high]``)."""
+
+    def on_test_end(self, state: RunState, result: dict[str, Any]) -> None:
+        if not isinstance(state.task, ClassificationTask):
+            return
+        gnn = np.array(state.test_predictions, dtype=np.float64).reshape(-1, 3)  # prediction, truth, fraction
+        results = {"gnn": (gnn[:, 2], gnn[:, 0] == gnn[:, 1])}
+        if state.baseline_predictions:
+            test = [state.dataset[i] for i in state.split["test"]]
+            fractions, truth = flip_fractions(test), np.array([int(g.y.reshape(-1)[0]) for g in test])
+            results.update({f"{name}_baseline": (fractions, predicted == truth)
+                            for name, predicted in state.baseline_predictions.items()})
+        generated = getattr(state.dataset, "generation_params", None) or {}
+        span = generated.get("destroy_fraction") if isinstance(generated.get("destroy_fraction"), list) else ()
+        curves = destroyed_curves(results, span)
+        if curves:
+            result["destroyed_by_flip_fraction"] = curves
+            self.add_figure(state, "destroyed_by_flip_fraction", plot_destroyed_by_flip_fraction, curves, MODEL_LABELS)
