@@ -12,7 +12,7 @@ import QuantumGrav as QG
 from QuantumGrav.data.transforms import OrderStructure
 from QuantumGrav.data.invariants import NODE_FEATURES, order_invariants
 from QuantumGrav.data.orders import natural_order
-from QuantumGrav.evaluation.tasks import BinaryTask
+from QuantumGrav.tasks.binary import BinaryTask
 from QuantumGrav.models.gps import GPSNetwork
 from QuantumGrav.models.hybrid import SetFeatureGNN, SetFeatureMLP
 from QuantumGrav.models.pair_network import PairNetwork

@@ -10,6 +10,7 @@ from torch_geometric.data import Batch, Data
 from QuantumGrav.data import transforms
 from QuantumGrav.data.graph_observables import GRAPH_OBSERVABLE_NAMES
 from QuantumGrav.data.invariants import NODE_FEATURES, node_features
+from QuantumGrav.data.kinds.dataset import KindsDataset
 from QuantumGrav.data.transforms import OrderStructure, order_structure, set_feature_names, with_order_structure
 from QuantumGrav.data.orders import natural_order, transitive_reduction
 
@@ -79,10 +80,12 @@ def test_a_set_with_a_cycle_is_refused_in_one_line():
 
 
 def test_a_config_builds_the_nine_kinds_with_the_transform(tmp_path):
-    data = with_order_structure(path=tmp_path, num_per_kind=1, n_min=24, n_max=26, seed=3,
+    data = with_order_structure(dataset=KindsDataset, path=tmp_path, num_per_kind=1, n_min=24, n_max=26, seed=3,
                                 order_structure={"set_features": ["two_dimension", "graph_observables"]})
     item = data[0]
     assert type(data).__name__ == "KindsDataset" and data.describe(0)["kind"]
     assert item.set_features.shape == (1, 36) and item.relation_interval.numel() == item.relation_index.size(1)
     with pytest.raises(ValueError, match="transform: with_order_structure sets"):
-        with_order_structure(path=tmp_path, num_per_kind=1, n_min=24, n_max=26, transform=None)
+        with_order_structure(dataset=KindsDataset, path=tmp_path, num_per_kind=1, n_min=24, n_max=26, transform=None)
+    with pytest.raises(ValueError, match="dataset: with_order_structure needs the dataset class"):
+        with_order_structure(path=tmp_path, num_per_kind=1, n_min=24, n_max=26)

@@ -50,10 +50,11 @@ SIZES = (128, 512, 1024)
 
 def sets_of(n: int, count: int, order_structure: dict, data: Path):
     """``count`` polynomial sprinklings of exactly ``n`` elements, with the transform the order models read."""
+    from QuantumGrav.data.kinds.dataset import KindsDataset
     from QuantumGrav.data.transforms import with_order_structure
 
-    return with_order_structure(path=data, kinds=["polynomial"], num_per_kind=count, n_min=n, n_max=n, seed=7,
-                                order_structure=order_structure)
+    return with_order_structure(dataset=KindsDataset, path=data, kinds=["polynomial"], num_per_kind=count, n_min=n,
+                                n_max=n, seed=7, order_structure=order_structure)
 
 
 def prepare(row: str, n: int, sets: int, data: Path, out: Path) -> dict:

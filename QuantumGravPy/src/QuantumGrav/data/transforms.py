@@ -19,7 +19,8 @@ tell a link from a longer relation; the interval size |I(x, y)| is one product o
 An item whose edges have a cycle is no causal set: one ``ValueError`` names it. Each set is derived once per process
 and kept compactly (labels as int16/int32), keyed by its edges (a digest of ``edge_index``), so a dataset's
 ``transform`` gets it for every later epoch at the cost of a lookup: about 10 ms per set at N = 128 the first time.
-``with_order_structure`` builds a dataset class (``KindsDataset`` by default) with the transform, for ``data.type``.
+``with_order_structure`` builds the dataset class it is handed (``data.kwargs.dataset``, e.g. ``KindsDataset``) with the
+transform, for ``data.type``.
 """
 
 from __future__ import annotations
@@ -129,13 +130,13 @@ class OrderStructure(BaseTransform):
 def with_order_structure(dataset: type | None = None, order_structure: Mapping[str, Any] | None = None,
                          **kwargs: Any) -> Any:
     """``dataset(**kwargs, transform=OrderStructure(**order_structure))``: in a config, ``data.type: !pyobject
-    QuantumGrav.data.transforms.with_order_structure`` with ``data.kwargs`` those of the dataset (by default
-    ``QuantumGrav.data.kinds.KindsDataset``, the nine kinds; any dataset class taking a PyG ``transform``) and
-    ``order_structure: {set_features: [...], incomparable: ..., random_walk_steps: ...}``."""
+    QuantumGrav.data.transforms.with_order_structure`` with ``data.kwargs`` those of the dataset, the dataset class
+    itself (``dataset: !pyobject QuantumGrav.data.kinds.KindsDataset`` for the nine kinds; any dataset class taking a
+    PyG ``transform``) and ``order_structure: {set_features: [...], incomparable: ..., random_walk_steps: ...}``.
+    The class is named, not defaulted: the datasets stand above the transforms that they apply."""
     if dataset is None:
-        from .kinds.dataset import KindsDataset
-
-        dataset = KindsDataset
+        raise ValueError("dataset: with_order_structure needs the dataset class to wrap; add it to data.kwargs, "
+                         "e.g. dataset: !pyobject QuantumGrav.data.kinds.KindsDataset")
     if "transform" in kwargs:
         raise ValueError("transform: with_order_structure sets the dataset's transform (OrderStructure); leave "
                          "transform out of data.kwargs")
