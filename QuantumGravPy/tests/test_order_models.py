@@ -102,7 +102,7 @@ def broken(kind: str) -> Batch:
     return good
 
 
-@pytest.mark.parametrize("name", ["typed_relations", "pair_network", "gps"])
+@pytest.mark.parametrize("name", ["typed_relations", "typed_relations_transformer_topk", "pair_network", "gps"])
 @pytest.mark.parametrize("kind, message", [("backwards", "runs against the order"),
                                            ("cycle", "precede each other"),
                                            ("intransitive", "not transitive")])
@@ -162,6 +162,40 @@ def test_the_pair_realizer_realizes_a_2d_order_from_a_transitive_orientation_of_
     assert features[0, 1] > 0, "an orientation that is not transitive leaves pairs wrong"
 
 
+@pytest.mark.parametrize("level", ["pair", "element"])
+def test_the_realizer_refuses_wrong_shapes_and_a_relation_that_is_no_order(level):
+    R, _ = sprinkling(6, 9)
+    relation, mask = torch.tensor(R, dtype=torch.float32)[None], torch.ones(1, 6, dtype=torch.bool)
+    states = torch.zeros(1, 6, 6, 3) if level == "pair" else torch.zeros(1, 6, 3)
+    head = RealizerHead(3, dimension=2, level=level)
+    assert head(states, relation, mask)[0].shape == (1, 2)
+    with pytest.raises(ValueError, match=rf"realizer \({level}\): expected .* with C = 3, got .*states"):
+        head(states[..., :2], relation, mask)
+    with pytest.raises(ValueError, match="expected R"):
+        head(states, relation, mask[:, :5])
+    looped, both_ways = relation.clone(), relation.clone()
+    looped[0, 2, 2] = 1
+    i, j = (int(v) for v in relation[0].nonzero()[0])
+    both_ways[0, j, i] = 1
+    with pytest.raises(ValueError, match="an element precedes itself"):
+        head(states, looped, mask)
+    with pytest.raises(ValueError, match=f"in set 0, ({i} and {j}|{j} and {i}) precede each other"):
+        head(states, both_ways, mask)
+    with pytest.raises(ValueError, match="0 and 1 only"):
+        head(states, relation * 0.5, mask)
+
+
+def test_the_readout_refuses_states_of_the_wrong_width_or_sets():
+    graph = torch.arange(6) // 3
+    for kind in ("mean", "distribution", "topk"):
+        readout = GraphReadout(4, kind, width=2, k=2)
+        assert readout(torch.zeros(6, 4), graph, 2).shape == (2, readout.out_width)
+        with pytest.raises(ValueError, match=rf"readout \({kind}\): expected element states \[elements, 4\]"):
+            readout(torch.zeros(6, 3), graph, 2)
+        with pytest.raises(ValueError, match="got states \\[6, 4\\] and \\[5\\] set indices"):
+            readout(torch.zeros(6, 4), graph[:5], 2)
+
+
 def test_the_realizers_loss_joins_the_training_loss_and_nothing_else():
     outputs = torch.zeros(2, 1, requires_grad=True)
     extra = torch.tensor(3.0, requires_grad=True)
@@ -202,6 +236,11 @@ def test_the_hybrid_reads_the_rivals_features_and_the_head_alone_reads_no_graph(
     narrow.set_features = narrow.set_features[:, :30]
     with pytest.raises(ValueError, match="expected set_features of 36 columns per set"):
         hybrid(narrow)
+    bare = Batch.from_data_list([as_item(sprinkling(6, 3)[0])])  # no OrderStructure: the rival's features missing
+    bare.invariants = batch.invariants[:1]
+    for model in (hybrid, head):
+        with pytest.raises(ValueError, match=r"has no set_features .*OrderStructure"):
+            model(bare)
 
 
 CONFIGS = ["order_hybrid.yaml", "order_head_only.yaml", "order_typed_relations.yaml", "order_pair_network.yaml",

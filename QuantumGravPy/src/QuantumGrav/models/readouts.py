@@ -41,7 +41,7 @@ class GraphReadout(nn.Module):
             raise ValueError(f"readout: expected one of {', '.join(READOUTS)}, got {kind!r}")
         if width < 1 or k < 1:
             raise ValueError(f"readout: width and k must be >= 1, got width={width}, k={k}")
-        self.kind, self.k = kind, k
+        self.kind, self.k, self.channels = kind, k, channels
         if kind == "mean":
             self.out_width = channels
         elif kind == "distribution":
@@ -55,6 +55,9 @@ class GraphReadout(nn.Module):
             self.out_width = channels + width * k
 
     def forward(self, x: torch.Tensor, graph: torch.Tensor, num_graphs: int) -> torch.Tensor:
+        if x.dim() != 2 or x.size(1) != self.channels or graph.shape != (x.size(0),):
+            raise ValueError(f"readout ({self.kind}): expected element states [elements, {self.channels}] and a set "
+                             f"index per element, got states {list(x.shape)} and {list(graph.shape)} set indices")
         if self.kind == "mean":
             return global_mean_pool(x, graph, size=num_graphs)
         if self.kind == "distribution":

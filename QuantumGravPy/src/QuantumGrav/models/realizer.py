@@ -96,6 +96,7 @@ class RealizerHead(nn.Module):
         self.coordinates = nn.Linear(channels, dimension)
 
     def forward(self, states: torch.Tensor, R: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check(states, R, mask)
         sizes = mask.sum(1).clamp(min=1).to(R.dtype).view(-1, 1, 1)
         if self.level == "pair":
             a = self.coordinates(states)  # [G, n, n, d]
@@ -111,3 +112,25 @@ class RealizerHead(nn.Module):
         loss, wrong = soft_order(coordinates, R, mask, margin, temperature)
         features = torch.stack([torch.log(loss.detach() + 1e-3), wrong.detach()], dim=1)
         return features, loss.mean()
+
+    def _check(self, states: torch.Tensor, R: torch.Tensor, mask: torch.Tensor) -> None:
+        """One ValueError for states, relation or mask of the wrong shape, and for a relation that is no strict
+        order on its pairs (an entry other than 0 or 1, an element below itself, two elements below each other):
+        the loss would train the coordinates towards it. Transitivity is the models' check (``order_inputs``)."""
+        width = self.coordinates.in_features
+        expected = [*R.shape, width] if self.level == "pair" else [*R.shape[:2], width]
+        if R.dim() != 3 or R.size(1) != R.size(2) or list(states.shape) != expected or \
+                list(mask.shape) != list(R.shape[:2]):
+            raise ValueError(f"realizer ({self.level}): expected R [G, n, n], mask [G, n] and states "
+                             f"{'[G, n, n, C]' if self.level == 'pair' else '[G, n, C]'} with C = {width}, got "
+                             f"R {list(R.shape)}, mask {list(mask.shape)}, states {list(states.shape)}")
+        with torch.no_grad():
+            if not ((R == 0) | (R == 1)).all():
+                raise ValueError("realizer: the relation R must hold 0 and 1 only")
+            if R.diagonal(dim1=1, dim2=2).any():
+                raise ValueError("realizer: the relation is no partial order: an element precedes itself")
+            both = (R * R.transpose(1, 2)).nonzero()
+            if len(both):
+                g, i, j = (int(v) for v in both[0])
+                raise ValueError(f"realizer: the relation is no partial order: in set {g}, {i} and {j} precede "
+                                 "each other")
