@@ -177,9 +177,9 @@ def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
     dataset = config["data"]["type"](**config["data"]["kwargs"])
     train, _, test = split_indices(len(dataset), config["data"]["split"], config["data"]["split_seed"])
     features = config["testing"]["strong_baseline"]
-    baseline_test = predict_baselines(dataset, train, test, "classification", features, strongest=True)
+    baseline_test = predict_baselines(dataset, train, test, "classifier", features, strongest=True)
     truth, predictions = baseline_test.truth, dict(baseline_test.predictions)
-    scores = score_baselines("classification", truth, predictions, dataset.num_classes, features,
+    scores = score_baselines("classifier", truth, predictions, dataset.num_classes, features,
                              baseline_test.positive_scores)
     descriptions = [dataset.describe(i) for i in test]
     relations = [causal_matrix_of_edges(dataset[i].edge_index, int(dataset[i].num_nodes)) for i in test]
