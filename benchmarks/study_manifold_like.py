@@ -24,6 +24,12 @@ rate at the stop; read from the run's metrics.csv, and ``not recorded`` for rows
   is it the graph or the invariants?
 * ``upstream_gcn``: upstream QuantumGrav's model (``configs/upstream_gcn.yaml``);
 * ``upstream_gcn_balanced``: its class-balanced variant (``configs/upstream_gcn_balanced.yaml``);
+* ``order_gnn_hybrid`` and ``order_head_only_hybrid``: the controls of the order models, the default GNN with the
+  strongest rival's per-set features (exact test, observables) in its head and that head alone on the same features
+  (``configs/order_hybrid.yaml``, ``configs/order_head_only.yaml``; ``benchmarks/order_models/``);
+* the models made for orders, purely learned (``benchmarks/order_models/``): ``order_typed_relations`` (its readout
+  ``_mean`` instead of the distribution, or with an element-level ``_realizer``), ``order_pair_network`` (triangle
+  updates with a realizer head; ``_no_realizer`` without) and ``order_gps`` (upstream's next model);
 * ``simple_baseline``, ``strong_baseline`` and ``strongest_baseline``: ``QuantumGrav.evaluation.baselines`` fitted on
   the training split (the strong one on the invariants and the distribution of every per-element feature, as
   manifold_like.yaml's runs fit it; the strongest rival adds the exact 2D-order test and the graph observables);
@@ -66,6 +72,16 @@ MODELS = {  # run in this order: the cheap ones first
     # metric, so a run stopped after its 10 epochs of patience has been annealed at least twice (>= 11x lower).
     "gnn_plateau": ("configs/manifold_like.yaml", ["training.scheduler_type=!pyobject torch.optim.lr_scheduler.ReduceLROnPlateau",
                                                    "training.scheduler_kwargs={factor: 0.3, patience: 3}"]),
+    # The order models' controls and families (benchmarks/order_models/README.md): hybrids read the strongest rival's
+    # own per-set features (the exact test, the observables) and say so in their name.
+    "order_head_only_hybrid": ("configs/order_head_only.yaml", []),
+    "order_gnn_hybrid": ("configs/order_hybrid.yaml", []),
+    "order_typed_relations": ("configs/order_typed_relations.yaml", []),
+    "order_typed_relations_mean": ("configs/order_typed_relations.yaml", ["model.kwargs.readout=mean"]),
+    "order_typed_relations_realizer": ("configs/order_typed_relations.yaml", ["model.kwargs.realizer_dimension=2"]),
+    "order_pair_network": ("configs/order_pair_network.yaml", []),
+    "order_pair_network_no_realizer": ("configs/order_pair_network.yaml", ["model.kwargs.realizer_dimension=0"]),
+    "order_gps": ("configs/order_gps.yaml", []),
 }
 BASELINES = ("simple_baseline", "strong_baseline", "strongest_baseline", "exact_test")
 ROWS = (*BASELINES, *MODELS)
@@ -161,9 +177,9 @@ def baseline_rows(args: argparse.Namespace, seed: int) -> dict[str, dict]:
     dataset = config["data"]["type"](**config["data"]["kwargs"])
     train, _, test = split_indices(len(dataset), config["data"]["split"], config["data"]["split_seed"])
     features = config["testing"]["strong_baseline"]
-    baseline_test = predict_baselines(dataset, train, test, "classification", features, strongest=True)
+    baseline_test = predict_baselines(dataset, train, test, "classifier", features, strongest=True)
     truth, predictions = baseline_test.truth, dict(baseline_test.predictions)
-    scores = score_baselines("classification", truth, predictions, dataset.num_classes, features,
+    scores = score_baselines("classifier", truth, predictions, dataset.num_classes, features,
                              baseline_test.positive_scores)
     descriptions = [dataset.describe(i) for i in test]
     relations = [causal_matrix_of_edges(dataset[i].edge_index, int(dataset[i].num_nodes)) for i in test]

@@ -7,7 +7,7 @@ from torch_geometric.data import Data
 
 from QuantumGrav.data import causal_sets as cs
 from QuantumGrav.evaluation.baselines import (baseline_models, describe_baselines, evaluate_baselines, fit_and_predict,
-                                              flatten_baselines, infer_task, invariants_matrix, labels_vector,
+                                              flatten_baselines, infer_estimator, invariants_matrix, labels_vector,
                                               myrheim_meyer_estimates)
 from QuantumGrav.data.dataset import CausalSetDataset, split_indices
 from QuantumGrav.data.derived_invariants import OrderInvariants
@@ -28,9 +28,9 @@ def blobs(num_per_class: int, columns: list[int], seed: int) -> tuple[np.ndarray
 def test_both_baselines_separate_separated_classes_and_not_random_labels():
     X, y = blobs(100, SIMPLE, seed=0)
     X_test, y_test = blobs(50, SIMPLE, seed=1)
-    for name, predicted in fit_and_predict("classification", X, y, X_test).items():
+    for name, predicted in fit_and_predict("classifier", X, y, X_test).items():
         assert np.mean(predicted == y_test) > 0.95, name
-    shuffled = fit_and_predict("classification", X, np.random.default_rng(2).permutation(y), X_test)
+    shuffled = fit_and_predict("classifier", X, np.random.default_rng(2).permutation(y), X_test)
     for name, predicted in shuffled.items():
         assert np.mean(predicted == y_test) < 0.6, name
 
@@ -39,7 +39,7 @@ def test_only_the_strong_baseline_sees_the_extra_invariants():
     extra = [k for k in range(NUM_INVARIANTS) if k not in SIMPLE]
     X, y = blobs(100, extra, seed=3)
     X_test, y_test = blobs(50, extra, seed=4)
-    predicted = fit_and_predict("classification", X, y, X_test)
+    predicted = fit_and_predict("classifier", X, y, X_test)
     assert np.mean(predicted["strong"] == y_test) > 0.95
     assert np.mean(predicted["simple"] == y_test) < 0.6
 
@@ -48,10 +48,10 @@ def test_regression_baselines_fit_a_continuous_target():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(400, NUM_INVARIANTS))
     y = 2.0 * X[:, SIMPLE[0]] - X[:, SIMPLE[1]] + 0.1 * rng.normal(size=400)
-    predicted = fit_and_predict("regression", X[:300], y[:300], X[300:])
+    predicted = fit_and_predict("regressor", X[:300], y[:300], X[300:])
     for name, values in predicted.items():
         assert np.corrcoef(values, y[300:])[0, 1] > 0.95, name
-    assert "ridge" in baseline_models("regression")["simple"][2]
+    assert "ridge" in baseline_models("regressor")["simple"][2]
 
 
 def graphs(invariants: np.ndarray, targets: np.ndarray) -> list[Data]:
@@ -63,7 +63,7 @@ def test_evaluate_baselines_infers_regression_from_float_targets():
     rng = np.random.default_rng(6)
     X = rng.normal(size=(120, NUM_INVARIANTS))
     data = graphs(X, (3.0 * X[:, SIMPLE[0]]).astype(np.float32))
-    assert infer_task(labels_vector(data)) == "regression"
+    assert infer_estimator(labels_vector(data)) == "regressor"
     result = evaluate_baselines(data, list(range(90)), list(range(90, 120)))
     assert set(result) == {"simple", "strong"}
     assert result["simple"]["r2"] > 0.99 and result["strong"]["r2"] > 0.8 and result["simple"]["num_test"] == 30
@@ -76,7 +76,7 @@ def test_labels_vector_needs_one_target_per_graph():
     data = [Data(invariants=torch.zeros(1, NUM_INVARIANTS), y=torch.tensor([1.0, 2.0]))]
     with pytest.raises(ValueError, match="one target value per graph"):
         labels_vector(data)
-    with pytest.raises(ValueError, match="task"):
+    with pytest.raises(ValueError, match=r"estimator: expected one of \('classifier', 'regressor'\), got 'ranking'"):
         baseline_models("ranking")
 
 
@@ -166,7 +166,7 @@ def test_the_strongest_rival_sees_what_only_the_exact_test_sees():
     features = strongest_features(data[0])
     assert features.shape == (len(STRONGEST_FEATURE_NAMES),)
     assert features[STRONGEST_FEATURE_NAMES.index("is_two_dimensional")] == 1.0  # a polynomial sprinkling
-    result = evaluate_baselines(data, list(range(60)), list(range(60, 90)), "classification",
+    result = evaluate_baselines(data, list(range(60)), list(range(60, 90)), "classifier",
                                 "invariants_and_elements", strongest=True)
     assert set(result) == {"simple", "strong", "strongest"}
     # measured: strongest 0.90 (3 of the 15 destroyed test sets are still 2D orders), strong 0.50, simple 0.57

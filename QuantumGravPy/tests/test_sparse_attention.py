@@ -114,8 +114,8 @@ def test_the_default_shapes_skip_the_key_and_value_projections_and_fuse_both_dir
     ours_macs, their_macs = dense_products(ours, x, edges), dense_products(theirs, x, edges)
     # PyG: 4 projections of 16 -> 32 (16 for the root) per direction, forward and two products backward each
     assert their_macs == 3 * 4000 * 16 * (2 * 3 * 32 + 2 * 16)
-    # ours: x -> [A x + a, e.x + d] of every head (2 x 2 x 17) and [y_f, y_b, x] (4 x 17 + 16) -> 16
-    expected = 3 * 4000 * (16 * 2 * 2 * 17 + (4 * 17 + 16) * 16)
+    # ours: [x, 1] -> [A x + a, e.x + d] of every head (17 -> 2 x 2 x 17) and [y_f, y_b, x] (4 x 17 + 16) -> 16
+    expected = 3 * 4000 * (17 * 2 * 2 * 17 + (4 * 17 + 16) * 16)
     assert expected <= ours_macs < expected + 3 * 10**5  # + the [H, D, D] products of the weights
     assert ours_macs < 0.7 * their_macs  # 0.68 at 16 wide, 0.65 at the default 128
     torch.testing.assert_close(ours(x[:5], edge_index), theirs(x[:5], edge_index), **TOL)
@@ -193,6 +193,34 @@ def test_the_head_blocks_are_the_adjacency_once_per_head_on_the_diagonal():
         in_block_order = values.reshape(-1)[blocks.caller]
         torch.testing.assert_close(blocks.matrix(in_block_order).to_dense(), expected)
         torch.testing.assert_close(blocks.matrix(in_block_order, transposed=True).to_dense(), expected.T)
+
+
+@pytest.mark.parametrize("both_ways", [False, True])
+def test_the_shared_blocks_hold_each_layers_adjacency_per_head_against_one_operand(both_ways):
+    """SharedBlocks (every layer and head of the default shapes in one set of sparse products): row (l H + h) N + i
+    holds the edges j -> i of layer l (0: along the edges, 1: against them) for head h at column j; the transpose
+    and the caller order agree, and both matrices have sorted columns in every row (duplicate edges included)."""
+    generator = torch.Generator().manual_seed(4)
+    graph = random_graph(9, 40, generator, isolated=2)
+    edge_index = torch.cat([graph.edge_index, graph.edge_index[:, :3]], dim=1)  # duplicate edges stay distinct
+    adjacency = Adjacency.from_edge_index(edge_index, 9)
+    directions = (edge_index, edge_index.flip(0))[:2 if both_ways else 1]
+    for heads in (1, 2, 3):
+        blocks = adjacency.shared_blocks(heads, both_ways)
+        assert blocks is adjacency.shared_blocks(heads, both_ways)
+        values = torch.randn(len(directions), edge_index.size(1), heads, generator=generator)  # caller order
+        expected = torch.zeros(len(directions) * heads * 9, 9)
+        for layer, (source, target) in enumerate(directions):
+            for head in range(heads):
+                expected.index_put_(((layer * heads + head) * 9 + target, source), values[layer, :, head],
+                                    accumulate=True)
+        in_block_order = values.reshape(-1)[blocks.caller]
+        for transposed, dense in ((False, expected), (True, expected.T)):
+            matrix = blocks.matrix(in_block_order, transposed)
+            torch.testing.assert_close(matrix.to_dense(), dense)
+            rows = torch.repeat_interleave(torch.arange(matrix.size(0)), matrix.crow_indices().diff())
+            columns = matrix.col_indices()
+            assert torch.all((rows[1:] > rows[:-1]) | (columns[1:] >= columns[:-1])), "sorted columns per row"
 
 
 def test_layers_of_different_head_counts_share_one_adjacency_in_both_directions():

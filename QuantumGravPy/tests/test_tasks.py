@@ -16,8 +16,6 @@ from conftest import REPO
 
 LIBRARY = REPO / "QuantumGravPy" / "src" / "QuantumGrav"
 BUILT_IN = ("multiclass", "binary", "regression", "node_binary", "relation_binary")
-# Not a task's name: the baselines' kind of scikit-learn estimator (a regressor beside "classification").
-ESTIMATOR_KIND = {"evaluation/baselines.py": {"regression"}, "callbacks/results.py": {"regression"}}
 
 
 def modules_naming(names) -> dict[str, set[str]]:
@@ -26,7 +24,7 @@ def modules_naming(names) -> dict[str, set[str]]:
     for path in LIBRARY.rglob("*.py"):
         module = str(path.relative_to(LIBRARY))
         constants = {node.value for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant)}
-        named = (set(names) & constants) - ESTIMATOR_KIND.get(module, set())
+        named = set(names) & constants
         if named:
             found[module] = named
     return found

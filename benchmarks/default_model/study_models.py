@@ -126,7 +126,7 @@ def sweep_curves(trainer, args) -> dict:
         gnn = torch.cat([model(batch).argmax(-1) for batch in DataLoader(evaluation, batch_size=256)]).numpy()
     X, y = invariants_matrix(trainer.dataset), labels_vector(trainer.dataset)
     train = np.asarray(trainer.split["train"])
-    baselines = fit_and_predict("classification", X[train], y[train], invariants_matrix(evaluation))
+    baselines = fit_and_predict("classifier", X[train], y[train], invariants_matrix(evaluation))
     curves = {"gnn": recall_by_bin(gnn == destroyed, fractions)}
     curves.update({name: recall_by_bin(pred == destroyed, fractions) for name, pred in baselines.items()})
     return {"bins": SWEEP_BINS.tolist(), "curves": curves, "sets_per_bin": np.bincount(

@@ -169,7 +169,7 @@ def rival_rows(args: argparse.Namespace, n: int, dimension: int, seed: int) -> d
     X = baseline_features(items, "invariants_and_elements", strongest=True)
     features = clock.seconds()
     y = labels_vector(items).astype(np.int64)
-    estimator, columns, method = baseline_models("classification", "invariants_and_elements", True)["strongest"]
+    estimator, columns, method = baseline_models("classifier", "invariants_and_elements", True)["strongest"]
     clock = Clock()
     with threadpool_limits(limits=1):
         estimator.fit(X[train][:, columns], y[train])

@@ -28,8 +28,8 @@ class Baselines(Callback):
         classification = isinstance(state.task, ClassificationTask)
         features, strongest = state.config["testing"]["strong_baseline"], state.config["testing"]["strongest_baseline"]
         test = predict_baselines(state.dataset, state.split["train"], state.split["test"],
-                                 "classification" if classification else "regression", features, strongest)
-        baselines = score_baselines(test.task, test.truth, test.predictions,
+                                 "classifier" if classification else "regressor", features, strongest)
+        baselines = score_baselines(test.estimator, test.truth, test.predictions,
                                     state.task.num_classes if classification else None, features, test.positive_scores)
         result.update(**flatten_baselines(baselines), baselines=baselines)
         state.baseline_predictions = test.predictions

@@ -48,7 +48,9 @@ from ..data.causal_sets import (GRAPH_OBSERVABLE_NAMES, INVARIANT_NAMES, NODE_FE
 from ..data.derived_invariants import NotACausalSet, causal_matrix_of_edges
 from .scores import classification_metrics
 
-TASKS = ("classification", "regression")
+# The kind of scikit-learn estimator the baselines are (scikit-learn's own words): what a target is, not a task of
+# QuantumGrav.tasks (a binary and a multiclass task both take classifiers).
+ESTIMATORS = ("classifier", "regressor")
 
 
 def invariants_matrix(graphs: Iterable) -> np.ndarray:
@@ -142,7 +144,7 @@ def _columns(strong_features: str, strongest: bool) -> dict[str, list[int] | Non
     return columns
 
 
-def baseline_models(task: str, strong_features: str = "invariants",
+def baseline_models(estimator: str, strong_features: str = "invariants",
                     strongest: bool = False) -> dict[str, tuple[Any, list[int] | None, str]]:
     """The (unfitted estimator, columns of ``baseline_features`` (None: all), description) of the simple and
     strong baseline, and (``strongest``) of the strongest rival."""
@@ -153,14 +155,14 @@ def baseline_models(task: str, strong_features: str = "invariants",
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    if task not in TASKS:
-        raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator: expected one of {ESTIMATORS}, got {estimator!r}")
     columns = _columns(strong_features, strongest)
     strong_inputs = f"all {len(INVARIANT_NAMES)} order invariants (+ interval abundances, Benincasa-Dowker actions, ...)"
     if strong_features == "invariants_and_elements":
         strong_inputs = (f"the {len(INVARIANT_NAMES)} order invariants and the distribution over the elements of "
                          f"each of the {len(NODE_FEATURES)} per-element features, and the layer widths")
-    if task == "classification":
+    if estimator == "classifier":
         linear, linear_name = LogisticRegression(max_iter=5000), "logistic regression"
         trees = HistGradientBoostingClassifier
     else:
@@ -178,27 +180,27 @@ def baseline_models(task: str, strong_features: str = "invariants",
     return models
 
 
-def _metrics(task: str, truth: np.ndarray, predicted: np.ndarray, num_classes: int | None,
+def _metrics(estimator: str, truth: np.ndarray, predicted: np.ndarray, num_classes: int | None,
              positive_score: np.ndarray | None = None) -> dict[str, Any]:
     from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
 
-    if task == "regression":
+    if estimator == "regressor":
         return {"mse": float(mean_squared_error(truth, predicted)), "mae": float(mean_absolute_error(truth, predicted)),
                 "r2": float(r2_score(truth, predicted))}
     return classification_metrics(truth, predicted, num_classes, positive_score)
 
 
 class BaselineTest(NamedTuple):
-    """The baselines' test: the task, the test targets, each baseline's predictions and, for a binary classifier,
-    each one's probability of class 1 per test set (for the ROC-AUC)."""
+    """The baselines' test: their kind of estimator, the test targets, each baseline's predictions and, for a
+    binary classifier, each one's probability of class 1 per test set (for the ROC-AUC)."""
 
-    task: str
+    estimator: str
     truth: np.ndarray
     predictions: dict[str, np.ndarray]
     positive_scores: dict[str, np.ndarray]
 
 
-def fit_baselines(task: str, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray,
+def fit_baselines(estimator: str, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray,
                   strong_features: str = "invariants",
                   strongest: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Test-set predictions of the baselines fitted on (X_train, y_train), and for two classes each one's
@@ -209,30 +211,31 @@ def fit_baselines(task: str, X_train: np.ndarray, y_train: np.ndarray, X_test: n
     """
     predictions, positive_scores = {}, {}
     with threadpool_limits(limits=1):
-        for name, (estimator, columns, _) in baseline_models(task, strong_features, strongest).items():
+        for name, (model, columns, _) in baseline_models(estimator, strong_features, strongest).items():
             columns = slice(None) if columns is None else columns
-            estimator.fit(X_train[:, columns], y_train)
-            predictions[name] = estimator.predict(X_test[:, columns])
-            if task == "classification" and len(estimator.classes_) == 2:
-                positive_scores[name] = estimator.predict_proba(X_test[:, columns])[:, 1]
+            model.fit(X_train[:, columns], y_train)
+            predictions[name] = model.predict(X_test[:, columns])
+            if estimator == "classifier" and len(model.classes_) == 2:
+                positive_scores[name] = model.predict_proba(X_test[:, columns])[:, 1]
     return predictions, positive_scores
 
 
-def fit_and_predict(task: str, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray,
+def fit_and_predict(estimator: str, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray,
                     strong_features: str = "invariants", strongest: bool = False) -> dict[str, np.ndarray]:
     """Test-set predictions of the baselines fitted on (X_train, y_train) (``fit_baselines`` without the scores)."""
-    return fit_baselines(task, X_train, y_train, X_test, strong_features, strongest)[0]
+    return fit_baselines(estimator, X_train, y_train, X_test, strong_features, strongest)[0]
 
 
-def infer_task(targets: np.ndarray) -> str:
-    """'regression' for floating-point targets, 'classification' for integer class indices."""
-    return "regression" if np.issubdtype(targets.dtype, np.floating) else "classification"
+def infer_estimator(targets: np.ndarray) -> str:
+    """'regressor' for floating-point targets, 'classifier' for integer class indices."""
+    return "regressor" if np.issubdtype(targets.dtype, np.floating) else "classifier"
 
 
-def predict_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int], task: str | None = None,
-                      strong_features: str = "invariants", strongest: bool = False) -> BaselineTest:
+def predict_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int],
+                      estimator: str | None = None, strong_features: str = "invariants",
+                      strongest: bool = False) -> BaselineTest:
     """Fit the baselines on the train sets and predict the test sets (``BaselineTest``: predictions of each,
-    ``{"simple": ..., "strong": ...}`` and with ``strongest`` the strongest rival's). ``task`` defaults to the one
+    ``{"simple": ..., "strong": ...}`` and with ``strongest`` the strongest rival's). ``estimator`` defaults to the one
     the targets imply; ``strong_features`` chooses the strong baseline's input (``STRONG_FEATURES``). Features are
     computed for the train and test sets only."""
     if len(train_idx) == 0 or len(test_idx) == 0:
@@ -241,33 +244,35 @@ def predict_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int]
     train, test = [dataset[int(i)] for i in train_idx], [dataset[int(i)] for i in test_idx]
     X_train, X_test = (baseline_features(items, strong_features, strongest) for items in (train, test))
     y_train, y_test = labels_vector(train), labels_vector(test)
-    task = task or infer_task(y_train)
-    if task == "classification":
+    estimator = estimator or infer_estimator(y_train)
+    if estimator == "classifier":
         y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)  # binary 0/1 targets may be floats
-    return BaselineTest(task, y_test, *fit_baselines(task, X_train, y_train, X_test, strong_features, strongest))
+    return BaselineTest(estimator, y_test,
+                        *fit_baselines(estimator, X_train, y_train, X_test, strong_features, strongest))
 
 
-def score_baselines(task: str, truth: np.ndarray, predictions: dict[str, np.ndarray],
+def score_baselines(estimator: str, truth: np.ndarray, predictions: dict[str, np.ndarray],
                     num_classes: int | None = None, strong_features: str = "invariants",
                     positive_scores: dict[str, np.ndarray] | None = None) -> dict[str, dict[str, Any]]:
     """One entry per baseline in ``predictions`` (``{"simple": {...}, "strong": {...}, ...}``), each with
-    ``method``, ``num_test`` and the metrics of the task: ``classification_metrics`` (accuracy, balanced accuracy,
-    weighted F1, per-class F1 and recall, and ROC-AUC where ``positive_scores`` has the baseline's) for
-    classification, ``mse``, ``mae`` and ``r2`` for regression."""
-    methods = baseline_models(task, strong_features, strongest="strongest" in predictions)
+    ``method``, ``num_test`` and the metrics of the estimator's kind: ``classification_metrics`` (accuracy,
+    balanced accuracy, weighted F1, per-class F1 and recall, and ROC-AUC where ``positive_scores`` has the
+    baseline's) for a classifier, ``mse``, ``mae`` and ``r2`` for a regressor."""
+    methods = baseline_models(estimator, strong_features, strongest="strongest" in predictions)
     positive_scores = positive_scores or {}
     return {name: {"method": methods[name][2], "num_test": int(len(truth)),
-                   **_metrics(task, truth, predicted, num_classes, positive_scores.get(name))}
+                   **_metrics(estimator, truth, predicted, num_classes, positive_scores.get(name))}
             for name, predicted in predictions.items()}
 
 
-def evaluate_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int], task: str | None = None,
-                       strong_features: str = "invariants", strongest: bool = False) -> dict[str, dict[str, Any]]:
+def evaluate_baselines(dataset, train_idx: Sequence[int], test_idx: Sequence[int],
+                       estimator: str | None = None, strong_features: str = "invariants",
+                       strongest: bool = False) -> dict[str, dict[str, Any]]:
     """Fit the baselines on the train sets, score them on the test sets (``predict_baselines``, then
     ``score_baselines``)."""
-    test = predict_baselines(dataset, train_idx, test_idx, task, strong_features, strongest)
-    num_classes = getattr(dataset, "num_classes", None) if test.task == "classification" else None
-    return score_baselines(test.task, test.truth, test.predictions, num_classes, strong_features,
+    test = predict_baselines(dataset, train_idx, test_idx, estimator, strong_features, strongest)
+    num_classes = getattr(dataset, "num_classes", None) if test.estimator == "classifier" else None
+    return score_baselines(test.estimator, test.truth, test.predictions, num_classes, strong_features,
                            test.positive_scores)
 
 

@@ -61,8 +61,7 @@ class BidirectionalConv(nn.Module):
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor | Adjacency) -> torch.Tensor:
         convs = (self.forward_conv, self.backward_conv)
         if shares_projections(convs):
-            adjacency = as_adjacency(edge_index, x.size(0))
-            return summed_attention(convs, x, (adjacency, adjacency.flip()))[0]
+            return summed_attention(convs, x, as_adjacency(edge_index, x.size(0)))[0]
         return self.forward_conv(x, edge_index) + self.backward_conv(x, reverse_edges(edge_index))
 
 

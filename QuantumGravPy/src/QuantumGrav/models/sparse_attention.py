@@ -16,6 +16,9 @@ default model's), the keys and values are never projected: the scores are the in
 back through the keys' weights, and the values' projection runs after the aggregation, on the aggregated input.
 All dense products of a layer before the sparse ones are one GEMM, and all after them another, for both
 directions of ``BidirectionalConv`` together. Same function, same parameters; about a third fewer multiply-adds.
+There, every head and both directions read the same right operand (the input with a column of ones), so their
+sparse products are one SDDMM, one softmax and one SpMM over ``SharedBlocks`` (rows per direction, head and node,
+columns per node): no per-head copy of the operand, no per-direction products.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ class Adjacency:
     order_t: Tensor         # [E] caller's edge index of each transposed CSR position
     edge_index: Tensor      # the caller's [2, E] (source, target), for return_attention_weights
     # built on first use and kept, so that every layer of a model shares them for its batch: the HeadBlocks per
-    # head count, and the flipped Adjacency (only here: the flipped one does not point back, no reference cycle)
+    # head count, the SharedBlocks per head count and directions, and the flipped Adjacency (only here: the
+    # flipped one does not point back, no reference cycle)
     _derived: dict = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
@@ -94,6 +98,15 @@ class Adjacency:
             self._derived[heads] = HeadBlocks.from_adjacency(self, heads)
         return self._derived[heads]
 
+    @torch.compiler.disable
+    def shared_blocks(self, heads: int, both_ways: bool) -> SharedBlocks:
+        """The adjacency of ``heads`` heads against one shared operand, along the edges or along and against them
+        (``both_ways``: this adjacency's layer, then its flip's), built once per kind."""
+        key = ("shared", heads, both_ways)
+        if key not in self._derived:
+            self._derived[key] = SharedBlocks.from_adjacencies((self, self.flip()) if both_ways else (self,), heads)
+        return self._derived[key]
+
 
 @dataclass(frozen=True)
 class HeadBlocks:
@@ -126,8 +139,60 @@ class HeadBlocks:
     def matrix(self, values: Tensor, transposed: bool = False) -> Tensor:
         """The [N * H, N * H] CSR matrix with ``values`` (block order) at the edges, or its transpose."""
         if transposed:
-            return _csr(self.rowptr_t, self.col_t, values[self.to_t], self.num_rows)
-        return _csr(self.rowptr, self.col, values, self.num_rows)
+            return _csr(self.rowptr_t, self.col_t, values[self.to_t], (self.num_rows, self.num_rows))
+        return _csr(self.rowptr, self.col, values, (self.num_rows, self.num_rows))
+
+
+@dataclass(frozen=True)
+class SharedBlocks:
+    """The adjacencies of one or two layers (a layer, or both directions of ``BidirectionalConv``), each repeated
+    once per head, against one dense operand of a row per node: an [L H N, N] CSR matrix whose row
+    (l H + h) N + i holds the edges j -> i of layer l's adjacency for head h, at column j. Its dense operand
+    [N, C] is the same for every layer and head (never repeated), and its rows are those of an [L, H, N, C] tensor
+    viewed as [L H N, C]. Its L H E values (one per layer, head and edge, in that order: "block order") are the
+    scores and attention weights of every layer and head at once; each row is one softmax group.
+    """
+
+    shape: tuple[int, int]  # (L H N, N)
+    heads: int
+    rowptr: Tensor          # [L H N + 1]
+    col: Tensor             # [L H E] the source node of each entry
+    rowptr_t: Tensor        # [N + 1] the transpose: row j holds the edges out of j, of each (layer, head) in turn
+    col_t: Tensor           # [L H E] the block row of each transposed entry
+    to_t: Tensor            # [L H E] block position of each transposed position
+    caller: Tensor          # [L H E] flat index into the caller's [L, E, H] (edge order) of each block position
+
+    @staticmethod
+    def from_adjacencies(adjacencies: Sequence[Adjacency], heads: int) -> SharedBlocks:
+        num_nodes, edges = adjacencies[0].num_nodes, adjacencies[0].col.numel()
+        groups = [(layer, head) for layer in range(len(adjacencies)) for head in range(heads)]
+        # block (l, h) is layer l's CSR as it is, its positions shifted by (l H + h) E: no reordering
+        rowptr = torch.cat([adjacencies[layer].rowptr[:-1] + (layer * heads + head) * edges for layer, head in groups]
+                           + [adjacencies[0].rowptr.new_full((1,), len(groups) * edges)])
+        col = torch.cat([adjacencies[layer].col for layer, _ in groups])
+        caller = torch.cat([(layer * edges + adjacencies[layer].order) * heads + head for layer, head in groups])
+        # transposed row j: the edges out of j of block (0, 0), then of (0, 1), ...: sorted by block row
+        degrees = torch.stack([adjacency.rowptr_t[1:] - adjacency.rowptr_t[:-1] for adjacency in adjacencies])
+        rowptr_t = degrees.new_zeros(num_nodes + 1)
+        rowptr_t[1:] = degrees.sum(0).cumsum(0) * heads
+        before_layer = (degrees.cumsum(0) - degrees) * heads  # [L, N]: entries of row j in the layers before
+        col_t, to_t = torch.empty_like(col), torch.empty_like(col)
+        for layer, adjacency in enumerate(adjacencies):
+            row = torch.repeat_interleave(torch.arange(num_nodes, device=col.device), degrees[layer],
+                                          output_size=edges)
+            start = rowptr_t[row] + before_layer[layer, row] + torch.arange(edges, device=col.device) \
+                - adjacency.rowptr_t[row]
+            for head in range(heads):
+                at = start + head * degrees[layer, row]
+                col_t[at] = (layer * heads + head) * num_nodes + adjacency.col_t
+                to_t[at] = (layer * heads + head) * edges + adjacency.to_t
+        return SharedBlocks((len(groups) * num_nodes, num_nodes), heads, rowptr, col, rowptr_t, col_t, to_t, caller)
+
+    def matrix(self, values: Tensor, transposed: bool = False) -> Tensor:
+        """The [L H N, N] CSR matrix with ``values`` (block order) at the edges, or its [N, L H N] transpose."""
+        if transposed:
+            return _csr(self.rowptr_t, self.col_t, values[self.to_t], (self.shape[1], self.shape[0]))
+        return _csr(self.rowptr, self.col, values, self.shape)
 
 
 def _blocks_of(rowptr: Tensor, col: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -156,25 +221,31 @@ def _rowptr(rows: Tensor, num_nodes: int) -> Tensor:
     return rowptr
 
 
-def _csr(rowptr: Tensor, col: Tensor, values: Tensor, num_nodes: int) -> Tensor:
-    return torch.sparse_csr_tensor(rowptr, col, values, (num_nodes, num_nodes), check_invariants=False)
+def _csr(rowptr: Tensor, col: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    return torch.sparse_csr_tensor(rowptr, col, values, shape, check_invariants=False)
 
 
-def _sddmm(blocks: HeadBlocks, left: Tensor, right: Tensor) -> Tensor:
-    """[E * H] in block order: <left[i, h], right[j, h]> for every edge j -> i and head h, without [E, H, C]."""
+Blocks = HeadBlocks | SharedBlocks
+
+
+def _sddmm(blocks: Blocks, left: Tensor, right: Tensor) -> Tensor:
+    """The values in block order: <left[row], right[column]> at every entry of ``blocks`` (``left``: one row per
+    block row, ``right``: one per block column; [N, H, C] as [N * H, C]), without [E, H, C]."""
     mask = blocks.matrix(left.new_zeros(blocks.col.numel()))
     with _in_float32(left):
         return torch.sparse.sampled_addmm(mask, _stacked(left), _stacked(right).T, beta=0.0).values()
 
 
-def _spmm(blocks: HeadBlocks, weights: Tensor, dense: Tensor, transposed: bool = False) -> Tensor:
-    """[N, H, C]: the block matrix of ``weights`` [E * H] (or its transpose) times ``dense`` [N, H, C]."""
-    stacked = _stacked(dense)
+def _spmm(blocks: Blocks, weights: Tensor, dense: Tensor, transposed: bool = False) -> Tensor:
+    """The block matrix of ``weights`` (block order), or its transpose, times ``dense``: [rows, C], viewed as
+    ``dense``'s shape where the matrix is square (HeadBlocks' [N, H, C])."""
+    stacked, matrix = _stacked(dense), blocks.matrix(weights, transposed)
     # addmm into its own output with beta 0 (torch.addmm: the input is then ignored, NaN included): ``A @ B``
     # would fill a zero matrix and copy it into a second one first: 29% of its time in a CPU profile
-    out = torch.empty_like(stacked)
+    out = stacked.new_empty(matrix.size(0), stacked.size(1))
     with _in_float32(dense):
-        return torch.addmm(out, blocks.matrix(weights, transposed), stacked, beta=0.0, out=out).view(dense.shape)
+        out = torch.addmm(out, matrix, stacked, beta=0.0, out=out)
+    return out.view(dense.shape) if out.shape == stacked.shape else out
 
 
 def _stacked(tensor: Tensor) -> Tensor:
@@ -193,10 +264,11 @@ def _at_least_float32(tensor: Tensor) -> Tensor:
 
 
 class _SampledDot(torch.autograd.Function):
-    """scores = <query[i, h], key[j, h]> for the edges j -> i and heads h (block order)."""
+    """scores = <query[i, h], key[j, h]> for the edges j -> i and heads h (block order; key[j] with
+    SharedBlocks)."""
 
     @staticmethod
-    def forward(ctx, query: Tensor, key: Tensor, adjacency: HeadBlocks) -> Tensor:
+    def forward(ctx, query: Tensor, key: Tensor, adjacency: Blocks) -> Tensor:
         ctx.adjacency = adjacency
         ctx.save_for_backward(query, key)
         return _sddmm(adjacency, query, key)
@@ -211,10 +283,11 @@ class _SampledDot(torch.autograd.Function):
 
 
 class _Aggregate(torch.autograd.Function):
-    """out[i, h] = sum over the edges j -> i of weights[j -> i, h] * value[j, h] (weights in block order)."""
+    """out[i, h] = sum over the edges j -> i of weights[j -> i, h] * value[j, h] (weights in block order;
+    value[j] with SharedBlocks)."""
 
     @staticmethod
-    def forward(ctx, weights: Tensor, value: Tensor, adjacency: HeadBlocks) -> Tensor:
+    def forward(ctx, weights: Tensor, value: Tensor, adjacency: Blocks) -> Tensor:
         ctx.adjacency = adjacency
         ctx.save_for_backward(weights, value)
         return _spmm(adjacency, weights, value)
@@ -255,21 +328,28 @@ class SparseTransformerConv(TransformerConv):
         if edge_attr is not None:
             raise ValueError("SparseTransformerConv: edge_attr is not supported (no edge_dim)")
         adjacency = as_adjacency(edge_index, x.size(0))
-        out, (alpha,) = summed_attention((self,), x, (adjacency,))
         if isinstance(return_attention_weights, bool):
-            blocks = adjacency.blocks(self.heads)
-            alpha_in_caller_order = torch.empty_like(alpha)
-            alpha_in_caller_order[blocks.caller] = alpha
-            return out, (adjacency.edge_index, alpha_in_caller_order.view(-1, self.heads))
-        return out
+            out, (alpha,) = summed_attention((self,), x, adjacency, attention_weights=True)
+            return out, (adjacency.edge_index, alpha)
+        return summed_attention((self,), x, adjacency)[0]
 
-    def _dropout_in_caller_order(self, alpha: Tensor, blocks: HeadBlocks) -> Tensor:
-        """Dropout on the attention weights with the mask PyG would draw (it draws over [E, H] in edge order),
-        so that a seeded run matches PyG's class in training mode too."""
-        if not self.training or self.dropout == 0.0:
-            return alpha
-        keep = F.dropout(alpha.new_ones(alpha.numel() // blocks.heads, blocks.heads), p=self.dropout, training=True)
-        return alpha * keep.view(-1)[blocks.caller]
+
+def _in_caller_order(alpha: Tensor, blocks: Blocks, layers: int) -> list[Tensor]:
+    """The attention weights of ``layers`` layers (block order) as [E, H] per layer in the caller's edge order."""
+    in_caller_order = torch.empty_like(alpha)
+    in_caller_order[blocks.caller] = alpha
+    return list(in_caller_order.view(layers, -1, blocks.heads).unbind(0))
+
+
+def _dropout_in_caller_order(convs: Sequence[SparseTransformerConv], alpha: Tensor, blocks: Blocks) -> Tensor:
+    """Dropout on the attention weights of each layer with the mask PyG would draw (it draws over [E, H] in edge
+    order, layer after layer), so that a seeded run matches PyG's class in training mode too."""
+    if not any(conv.training and conv.dropout > 0.0 for conv in convs):
+        return alpha
+    shape = (alpha.numel() // (len(convs) * blocks.heads), blocks.heads)
+    keep = torch.cat([F.dropout(alpha.new_ones(shape), p=conv.dropout, training=True).view(-1)
+                      if conv.training and conv.dropout > 0.0 else alpha.new_ones(shape).view(-1) for conv in convs])
+    return alpha * keep[blocks.caller]
 
 
 def as_adjacency(edge_index: Tensor | Adjacency, num_nodes: int) -> Adjacency:
@@ -286,20 +366,26 @@ def shares_projections(convs: Sequence[nn.Module]) -> bool:
                for conv in convs)
 
 
-def summed_attention(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencies: Sequence[Adjacency]
-                     ) -> tuple[Tensor, list[Tensor]]:
-    """The sum over ``convs`` of each layer on ``x`` over its adjacency (one layer, or the layers of
-    ``shares_projections``), and each layer's attention weights (block order).
+def summed_attention(convs: Sequence[SparseTransformerConv], x: Tensor, adjacency: Adjacency,
+                     attention_weights: bool = False) -> tuple[Tensor, list[Tensor] | None]:
+    """The sum over ``convs`` of each layer on ``x``: one layer along ``adjacency``, or the two layers of
+    ``shares_projections`` along it and against it (``BidirectionalConv``); and, with ``attention_weights``, each
+    layer's attention weights, [E, H] in the caller's edge order (else None).
 
     Every dense product of all the layers before the sparse ones is one GEMM, and so is every one after them: the
     root weights of all the layers are one projection (their sum). Which products run is chosen by shape:
     ``_aggregate_first`` where a layer is no wider in than out (the default model: 10 -> 128, then 128 -> 128), which
-    never projects the keys, ``_project_first`` (PyG's order) otherwise.
+    never projects the keys and runs the sparse products of every layer and head as one, ``_project_first`` (PyG's
+    order) otherwise.
     """
     first = convs[0]
     if first.lin_beta is None and (not first.concat or first.heads == 1) and x.size(1) <= first.out_channels:
-        return _aggregate_first(convs, x, adjacencies)
-    return _project_first(convs, x, adjacencies)
+        out, attention = _aggregate_first(convs, x, adjacency)
+    else:
+        out, attention = _project_first(convs, x, adjacency)
+    if not attention_weights:
+        return out, None
+    return out, [alpha for weights, blocks, layers in attention for alpha in _in_caller_order(weights, blocks, layers)]
 
 
 def _bias(linear: nn.Module) -> Tensor:
@@ -307,16 +393,17 @@ def _bias(linear: nn.Module) -> Tensor:
 
 
 @torch.compiler.disable  # CSR tensors: torch.compile's graphs cannot hold them; the dense products around compile
-def _attend(conv: SparseTransformerConv, left: Tensor, right: Tensor, values: Tensor, blocks: HeadBlocks
-            ) -> tuple[Tensor, Tensor]:
-    """softmax over each node's incoming edges of <left_i, right_j> (per head), dropout, times values_j: the
-    aggregate [N, H, width of values] and the attention weights (block order)."""
-    alpha = softmax(_SampledDot.apply(left, right, blocks), ptr=blocks.rowptr)  # per block row: one node, one head
-    return _Aggregate.apply(conv._dropout_in_caller_order(alpha, blocks), values, blocks), alpha
+def _attend(convs: Sequence[SparseTransformerConv], left: Tensor, right: Tensor, values: Tensor, blocks: Blocks
+            ) -> tuple[Tensor, tuple[Tensor, Blocks, int]]:
+    """softmax over each block row (a node's incoming edges, per layer and head) of <left_row, right_column>,
+    dropout, times values_column: the aggregate (as ``_spmm`` returns it) and the attention weights of the layers
+    (block order, with their blocks and number of layers)."""
+    alpha = softmax(_SampledDot.apply(left, right, blocks), ptr=blocks.rowptr)
+    return _Aggregate.apply(_dropout_in_caller_order(convs, alpha, blocks), values, blocks), (alpha, blocks, len(convs))
 
 
-def _project_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencies: Sequence[Adjacency]
-                   ) -> tuple[Tensor, list[Tensor]]:
+def _project_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacency: Adjacency
+                   ) -> tuple[Tensor, list[tuple[Tensor, Blocks, int]]]:
     """PyG's order: query, key and value of every layer and the summed root weight, one GEMM; the scores of the
     projections; the aggregation of the values."""
     first = convs[0]
@@ -334,10 +421,11 @@ def _project_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencie
     # (cuSPARSE's SDDMM has no bfloat16), and the scores' softmax wants it anyway
     projected = F.linear(x, torch.cat(weights), torch.cat(biases))
     out, alphas = 0, []
-    for index, (conv, adjacency) in enumerate(zip(convs, adjacencies)):
+    for index, conv in enumerate(convs):
         query, key, value = (_at_least_float32(projected[:, (3 * index + part) * width:(3 * index + part + 1) * width]
                                                .reshape(-1, heads, channels)) for part in range(3))
-        aggregated, alpha = _attend(conv, query, key, value, adjacency.blocks(heads))
+        direction = adjacency if index == 0 else adjacency.flip()
+        aggregated, alpha = _attend((conv,), query, key, value, direction.blocks(heads))
         out = out + (aggregated.reshape(-1, width) if first.concat else aggregated.mean(dim=1))
         alphas.append(alpha)
     if first.root_weight:
@@ -350,47 +438,45 @@ def _project_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencie
     return out, alphas
 
 
-def _aggregate_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacencies: Sequence[Adjacency]
-                     ) -> tuple[Tensor, list[Tensor]]:
+def _aggregate_first(convs: Sequence[SparseTransformerConv], x: Tensor, adjacency: Adjacency
+                     ) -> tuple[Tensor, list[tuple[Tensor, Blocks, int]]]:
     """The same function with fewer products where the layer is no wider in (D) than out (C): keys and values are
-    never projected.
+    never projected, and the sparse products of every layer and head are one.
 
-    Scores: <q_i, k_j> = <(W_q x_i + b_q) / sqrt(C), W_k x_j + b_k> = <[A x_i + a, e.x_i + d], [x_j, 1]> per
-    head, with A = W_k^T W_q / sqrt(C) ([D, D]), a = W_k^T b_q / sqrt(C), e = W_q^T b_k / sqrt(C) and d = <b_q,
-    b_k> / sqrt(C), built from the weights at each call: one GEMM gives the left operands of every head and
-    layer, and the right operand is the input itself. Messages: sum_j w_ij (W_v x_j + b_v) = [W_v, b_v] y_i with
-    y_i = sum_j w_ij [x_j, 1], the attention weights w applied to the input, so one GEMM after the aggregation
-    gives every layer's mean over heads and the summed root weight. Per node and head that is D (D + 1) + (D + 1) C
-    multiply-adds instead of 3 D C, and sparse products D + 1 wide instead of C.
+    Scores: <q_i, k_j> = <(W_q x_i + b_q) / sqrt(C), W_k x_j + b_k> = <M [x_i, 1], [x_j, 1]> per head, with
+    M = [[A, a], [e, d]] ([D + 1, D + 1]), A = W_k^T W_q / sqrt(C), a = W_k^T b_q / sqrt(C), e = b_k^T W_q / sqrt(C)
+    and d = <b_q, b_k> / sqrt(C), built from the weights at each call: one batched GEMM gives the left operands of
+    every layer and head, and the right operand is the input with a column of ones, [x_j, 1], the same for every
+    layer and head (``SharedBlocks``: one SDDMM gives every score, one softmax and one SpMM aggregate them all).
+    Messages: sum_j w_ij (W_v x_j + b_v) = [W_v, b_v] y_i with y_i = sum_j w_ij [x_j, 1], the attention weights w
+    applied to that operand, so one GEMM after the aggregation gives every layer's mean over heads and the summed
+    root weight. Per node and head that is (D + 1)^2 + (D + 1) C multiply-adds instead of 3 D C, and sparse
+    products D + 1 wide instead of C.
     """
     first = convs[0]
-    heads, channels, width = first.heads, first.out_channels, x.size(1)
+    layers, heads, channels, width = len(convs), first.heads, first.out_channels, x.size(1)
     scale = 1.0 / math.sqrt(channels)
-    lefts, left_biases, after = [], [], []
+    operators, after = [], []
     for conv in convs:
         w_q = conv.lin_query.weight.view(heads, channels, width) * scale
         b_q = _bias(conv.lin_query).view(heads, channels, 1) * scale
         w_k, b_k = conv.lin_key.weight.view(heads, channels, width), _bias(conv.lin_key).view(heads, channels, 1)
         w_kt = w_k.transpose(1, 2)
-        lefts.append(torch.cat([w_kt @ w_q, (w_q.transpose(1, 2) @ b_k).transpose(1, 2)], dim=1))  # [H, D + 1, D]
-        left_biases.append(torch.cat([w_kt @ b_q, (b_q * b_k).sum(1, keepdim=True)], dim=1))      # [H, D + 1, 1]
+        operators.append(torch.cat([torch.cat([w_kt @ w_q, w_kt @ b_q], dim=2),                          # [H, D, D + 1]
+                                    torch.cat([b_k.transpose(1, 2) @ w_q, (b_q * b_k).sum(1, keepdim=True)], dim=2)],
+                                   dim=1).transpose(1, 2))  # M^T of every head: [H, D + 1, D + 1]
         w_v, b_v = conv.lin_value.weight.view(heads, channels, width), _bias(conv.lin_value).view(heads, channels, 1)
         after.append(torch.cat([w_v, b_v], dim=2).transpose(0, 1).reshape(channels, -1) / heads)  # mean over heads
-    # [layers, N, H (D + 1)]: one batched GEMM whose per-layer results are contiguous, so that the sparse products
-    # take them as they are (unbind, not slices: a slice's backward fills a zero gradient of the whole first)
-    lefts = torch.stack(lefts).view(len(convs), heads * (width + 1), width).transpose(1, 2)
-    left = torch.baddbmm(torch.stack(left_biases).view(len(convs), 1, -1), x.expand(len(convs), -1, -1), lefts)
-    right = _at_least_float32(torch.cat([x, x.new_ones(x.size(0), 1)], dim=1))
-    right = right.unsqueeze(1).expand(-1, heads, -1).contiguous()  # [N, H, D + 1]: every head's operand, one copy
-    aggregated, alphas = [], []
-    for conv, adjacency, left_of_conv in zip(convs, adjacencies, _at_least_float32(left).unbind(0)):
-        y, alpha = _attend(conv, left_of_conv.view(-1, heads, width + 1), right, right, adjacency.blocks(heads))
-        aggregated.append(y.reshape(-1, heads * (width + 1)))
-        alphas.append(alpha)
+    right = _at_least_float32(torch.cat([x, x.new_ones(x.size(0), 1)], dim=1))  # [N, D + 1]
+    # [L H, N, D + 1]: one batched GEMM, its rows those of the blocks (layer, head, node): the sparse products
+    # take it as it is
+    left = _at_least_float32(torch.bmm(right.expand(layers * heads, -1, -1), torch.cat(operators)))
+    blocks = adjacency.shared_blocks(heads, both_ways=layers == 2)
+    y, attention = _attend(convs, left.view(-1, width + 1), right, right, blocks)
+    aggregated = list(y.view(layers * heads, -1, width + 1).unbind(0))  # [N, D + 1] per layer and head
     bias = None
     if first.root_weight:
         aggregated.append(x)
         after.append(sum(conv.lin_skip.weight for conv in convs))
         bias = sum(_bias(conv.lin_skip) for conv in convs)
-    return F.linear(torch.cat(aggregated, dim=1), torch.cat(after, dim=1), bias), alphas
-
+    return F.linear(torch.cat(aggregated, dim=1), torch.cat(after, dim=1), bias), [attention]
