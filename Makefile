@@ -1,5 +1,5 @@
-# The two commands of the README: `make train` (the main job) and `make test` (the suite).
-# Both create .venv first when needed (scripts/setup_venv.sh). Options for the run go in ARGS:
+# The commands of the README: `make lab` (the notebooks in JupyterLab), `make train` (the main job) and `make test`
+# (the suite). Each creates .venv first when needed (scripts/setup_venv.sh). Options for the run go in ARGS:
 #   make train ARGS="--set training.num_epochs=3"
 PY := .venv/bin/python
 # Test files run in parallel, each file whole in one worker (a notebook's cells in order, a module's fixtures
@@ -11,9 +11,15 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 # a process; in __pycache__/, which git ignores). pytest caches its rewritten test modules the same way.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup train test test-fast docs
+.PHONY: setup lab train test test-fast docs
 setup:
 	@bash scripts/setup_venv.sh
+
+# JupyterLab on the repository (its file browser, and the links of the notebooks to ../docs) with notebook 01 open; the kernel "Python 3 (ipykernel)" is .venv's Python, and each
+# notebook runs in notebooks/. Options for JupyterLab go in LAB_ARGS, e.g. LAB_ARGS="--no-browser --port=8899".
+# As root (a container, a cloud machine) JupyterLab refuses to start without --allow-root: it is added there.
+lab: setup
+	$(PY) -m jupyter lab --ServerApp.root_dir=. notebooks/01_causal_sets.ipynb $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 train: setup
 	$(PY) -m QuantumGrav train --config configs/train.yaml $(ARGS)

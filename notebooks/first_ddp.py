@@ -1,7 +1,7 @@
 """A first DDP script: a small GNN trained on the library's causal sets, checkpointed and loaded back.
 
-    torchrun --nproc_per_node=2 notebooks/first_ddp.py   # 2 processes (on GPUs: one per GPU)
-    python notebooks/first_ddp.py                        # 1 process, the same code path
+    torchrun --standalone --nproc_per_node=2 notebooks/first_ddp.py   # 2 processes (on GPUs: one per GPU)
+    python notebooks/first_ddp.py                                     # 1 process, the same code path
 """
 import gc
 import os

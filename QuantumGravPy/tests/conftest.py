@@ -44,7 +44,7 @@ ALL_RESULTS = {"training.figures": True, "testing.baselines": True}
 # last would keep one worker busy while the others idle. Files not named here follow, in their own order.
 LONGEST_FIRST = ("test_slurm.py", "test_restarts.py", "test_docs.py", "test_launchers.py", "test_lifeline.py",
                  "06_fault_tolerance.ipynb", "test_tune.py", "test_ddp.py", "test_notebooks.py", "test_site.py",
-                 "03_ddp_by_hand.ipynb", "test_your_own_data.py", "test_teardown.py",
+                 "03_ddp_by_hand.ipynb", "test_standalone_example.py", "test_your_own_data.py", "test_teardown.py",
                  "test_fault_tolerance.py")
 
 

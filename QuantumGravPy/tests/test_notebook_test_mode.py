@@ -77,8 +77,8 @@ def test_the_header_says_the_size_and_marks_a_test_mode_run(monkeypatch, capsys)
     assert capsys.readouterr().out.splitlines() == [
         "this run: 2,000 causal sets of 64-128 elements, up to 40 epochs, 2 processes",
         "this run: 2,000 causal sets, 1 process",
-        f"this run: 40 causal sets of 8-12 elements, up to 1 epoch, 1 process (test mode: {SMOKE_TEST_ENV}=1; "
-        "unset it for real results)"]
+        f"this run: 40 causal sets of 8-12 elements, up to 1 epoch, 1 process (test mode: {SMOKE_TEST_ENV}=1: the "
+        "numbers below say nothing at this size and the text describes the full-size run; unset it for real results)"]
 
 
 def _executed_notebook(path: Path, header: str) -> Path:
@@ -107,7 +107,8 @@ def test_the_stamp_puts_the_minutes_of_this_run_in_the_header_and_the_record(tmp
 
 
 @pytest.mark.parametrize(("header", "message"), [
-    ("this run: 40 causal sets, 1 process (test mode: QUANTUMGRAV_SMOKE_TEST=1; unset it for real results)",
+    ("this run: 40 causal sets, 1 process (test mode: QUANTUMGRAV_SMOKE_TEST=1: the numbers below say nothing at "
+     "this size and the text describes the full-size run; unset it for real results)",
      "ran in test mode"),
     ("stored outputs: 2,000 causal sets, 1 process, 5.9 min on 2 CPU cores", "its first output is not the line"),
 ])

@@ -194,8 +194,10 @@ def _source(cell: dict) -> str:
 
 
 def _statements(cell: dict) -> list[ast.stmt]:
-    """The cell's top-level statements (IPython's %magics read as comments)."""
-    code = "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line for line in _source(cell).splitlines())
+    """The cell's top-level statements (IPython's %magics, !commands and `name = !command` captures read as
+    comments)."""
+    code = "\n".join("#" + line if line.lstrip().startswith(("%", "!")) or re.match(r"\s*[\w.]+\s*=\s*!", line)
+                      else line for line in _source(cell).splitlines())
     return ast.parse(code).body
 
 

@@ -90,6 +90,8 @@ def print_run_header(data: str, epochs: int | None, processes: int) -> None:
     parts = [data] + ([f"up to {epochs} epoch{'s' * (epochs != 1)}"] if epochs is not None else [])
     line = "this run: " + ", ".join(parts + [f"{processes} process{'es' * (processes != 1)}"])
     if smoke_test_enabled():
-        line += f" (test mode: {SMOKE_TEST_ENV}=1; unset it for real results)"
+        # The notebooks' prose describes their full-size runs: say so where a test-mode run's numbers contradict it.
+        line += (f" (test mode: {SMOKE_TEST_ENV}=1: the numbers below say nothing at this size and the text "
+                 "describes the full-size run; unset it for real results)")
     print(line)
 

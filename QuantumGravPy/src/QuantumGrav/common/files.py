@@ -29,3 +29,14 @@ def atomic_replace(path: Path, write: Callable[[str], None]) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_replace(Path(path), lambda tmp: Path(tmp).write_text(text))
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """A path as a log line or summary shows it: relative to the working directory when it lies inside it
+    (``runs/run-...``, as ``training.path: runs`` asked; a notebook's ``_runs/...``), else absolute. So the
+    output of a run (a notebook's stored outputs included) does not carry the machine's folders."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):  # outside the working directory, or no working directory any more
+        return str(path)

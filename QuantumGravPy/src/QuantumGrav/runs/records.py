@@ -10,7 +10,7 @@ from typing import Any
 from ..evaluation.baselines import describe_baselines
 from ..config.yaml_io import dump_config
 from ..common.logging_utils import get_logger
-from ..common.files import atomic_write_text
+from ..common.files import atomic_write_text, shown_path
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
 RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "checkpoints/", "figures/", "logs/")
@@ -34,7 +34,7 @@ def summarise_run(result: dict[str, Any]) -> str:
     lines = [
         "",
         "=== QuantumGrav run summary ===",
-        f"run directory   {summary.get('run_dir')}",
+        f"run directory   {shown_path(str(summary.get('run_dir')))}",
         f"stopped         epoch {summary.get('stopped_at_epoch')}: {summary.get('stop_reason')}",
         f"best epoch      {summary.get('best_epoch')}",
     ]

@@ -21,6 +21,7 @@ from typing import Any
 from ..config.sections.wandb import WANDB_DEFAULTS, WANDB_MODES
 from ..distributed.environment import is_main_process
 from ..common.logging_utils import get_logger
+from ..common.files import shown_path
 from .artifacts import MetricsCSV
 from .wandb_files import epochs_on_disk, wait_for_exit_record
 
@@ -116,7 +117,7 @@ class WandbLogger:
                 self._first_epoch_missing = 1 + max(epochs_on_disk(self.run_dir, resume_id), default=-1)
             except ValueError as err:  # a damaged file: what it lacks is unknown, so nothing is logged twice
                 logger.warning(f"W&B: cannot read the earlier offline runs ({err}); epochs they lack stay missing")
-        where = f"{self.run_dir / 'wandb'}; upload later with `wandb sync`" if offline else self._run.url
+        where = f"{shown_path(self.run_dir / 'wandb')}; upload later with `wandb sync`" if offline else self._run.url
         logger.info(f"W&B run {self._run_id} ({self.mode}{', resumed' if resume_id else ''}): {where}")
 
     def _disable(self, what_failed: str) -> None:

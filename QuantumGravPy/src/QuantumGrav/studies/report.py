@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from ..config.yaml_io import apply_overrides, dump_config
 from ..config.schema import validate_config
-from ..common.files import atomic_replace, atomic_write_text
+from ..common.files import atomic_replace, atomic_write_text, shown_path
 from .search_space import short_text
 from .config import StudySettings
 from .storage import HEARTBEAT_GRACE_S, retried_as
@@ -156,13 +156,16 @@ def summarise_study(summary: dict[str, Any]) -> str:
     if best is None:
         lines.append("best            no trial completed (pruned or failed): no best.yaml")
     else:
-        lines.append(f"best            trial {best['number']}: {summary['metric']} {best['value']:.4g}  ({best['run_dir']})")
+        lines.append(f"best            trial {best['number']}: {summary['metric']} {best['value']:.4g}  "
+                     f"({shown_path(best['run_dir'])})")
         width = max(len(name) for name in best["params"]) if best["params"] else 0
         lines += [f"  {name:<{width}}  {_value_text(value)}" for name, value in best["params"].items()]
-        lines.append(f"retrain         python -m QuantumGrav train --config {summary['files']['best_yaml']}")
+        lines.append(f"retrain         python -m QuantumGrav train --config "
+                     f"{shown_path(summary['files']['best_yaml'])}")
     figures = ", ".join(Path(f).stem for f in summary["files"]["figures"]) or "none"
-    lines += [f"files           {summary['folder']}/: trials.csv{', best.yaml' if best else ''}, figures/ ({figures})",
-              f"live view       optuna-dashboard {summary['storage']}"]
+    lines += [f"files           {shown_path(summary['folder'])}/: trials.csv{', best.yaml' if best else ''}, "
+              f"figures/ ({figures})",
+              f"live view       optuna-dashboard {shown_path(summary['storage'])}"]
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from .memory import MemoryMonitor
 from .optimization import Optimization
 from ..data.batching import BatchBudget
 from ..common.logging_utils import PACKAGE_LOGGER, get_logger
+from ..common.files import shown_path
 from ..models.gnn import count_parameters
 
 logger = get_logger("training")  # the run's own lines, in one channel whatever module writes them
@@ -43,7 +44,7 @@ class Progress:
         d, rt, s = optimization.derived, self.runtime, self.sections
         sizes = {name: len(idx) for name, idx in run.split.items()}
         lines = [
-            f"run directory     {run.run_dir}",
+            f"run directory     {shown_path(run.run_dir)}",
             f"processes         world_size={rt.world_size}  backend={rt.backend or 'none (single process)'}"
             f"  device={rt.device}",
             self._batch_line(d, train_batches),

@@ -14,6 +14,7 @@ from ..callbacks.state import RunState
 from ..config.schema import load_config
 from ..config.yaml_io import load_yaml_text
 from ..common.errors import ConfigError
+from ..common.files import shown_path
 from ..common.logging_utils import get_logger, rank_zero_warn
 from ..runs.artifacts import CHECKPOINT_DIR, records_before
 from ..runs.checkpoint_files import load_checkpoint, load_resume_checkpoint
@@ -89,7 +90,7 @@ def restore(run: RunState, optimization: Optimization, callbacks: CallbackList, 
     # until it is superseded.
     summary, run.history[:] = records_before(run.run_dir, point.start_epoch, prune=run.runtime.is_main)
     run.summary.update({**summary, **run.summary})
-    logger.info(f"resuming {run.run_dir} at epoch {point.start_epoch}"
+    logger.info(f"resuming {shown_path(run.run_dir)} at epoch {point.start_epoch}"
                 + (f", batch {point.completed_batches}" if point.completed_batches else ""))
     return point
 

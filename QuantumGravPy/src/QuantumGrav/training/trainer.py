@@ -28,6 +28,7 @@ from ..distributed.environment import resolve_device
 from ..distributed.preemption import sigterm_requests_a_stop
 from ..distributed.runtime import Runtime, names_stalled_ranks
 from ..common.errors import Preempted
+from ..common.files import shown_path
 from ..evaluation.evaluator import Evaluator
 from ..common.logging_utils import close_run_log, get_logger
 from ..runs.records import write_resolved_config
@@ -308,7 +309,7 @@ class Trainer:
             reason = self.runtime.decide(self._interrupt_votes).reason  # every rank learns why, once
             logger.warning(f"{reason}: checkpointed epoch {epoch} after {completed_batches} batches; stopping")
             raise Preempted(f"{reason} after checkpointing epoch {epoch} (batch {completed_batches}) in "
-                            f"{self.run_dir}; the same job started again (a requeue) continues from there")
+                            f"{shown_path(self.run_dir)}; the same job started again (a requeue) continues from there")
 
     def evaluate(self, loader: DataLoader) -> dict[str, Any] | None:
         """Exact metrics of the current model on ``loader`` (``evaluation.evaluator``); None on ranks > 0 in rank0 mode."""
@@ -334,8 +335,8 @@ class Trainer:
         self.state.history.append(record)
         decision = self.runtime.decide(votes)  # one all-gather of every rank's votes: all stop here, or none
         if decision.resumable:  # an interruption at the epoch's end: its checkpoint is written
-            raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in {self.run_dir}; "
-                            "the same job started again (a requeue) continues from there")
+            raise Preempted(f"{decision.reason} after checkpointing epoch {record['epoch']} in "
+                            f"{shown_path(self.run_dir)}; the same job started again (a requeue) continues from there")
         return decision
 
     # ------------------------------------------------------------------ test and teardown
