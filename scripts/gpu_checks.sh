@@ -37,7 +37,7 @@ step() {  # step NAME SECONDS COMMAND...: runs it under a limit, its output to t
 step environment 60 bash -c "nvidia-smi -L; $py -c 'import torch, torch_geometric; print(torch.__version__, torch_geometric.__version__, torch.cuda.get_device_name(0))'; $py -m QuantumGrav doctor --nproc 1"
 step tests 240 "$py" -m pytest -q -p no:cacheprovider QuantumGravPy/tests/test_cuda.py QuantumGravPy/tests/test_sparse_attention.py
 tests=$?
-step bench_scale 270 "$py" benchmarks/bench_scale.py --tables peak scale --device cuda \
+step bench_scale 270 "$py" benchmarks/scale/bench_scale.py --tables peak scale --device cuda \
     --before-batch '{"128": 32, "512": 32, "1024": 32, "2048": 32}' --json "$out/results_bench_scale_cuda.json"
 step default_job 300 "$py" -m QuantumGrav train --config configs/train.yaml --set "training.path=$work/runs" \
     --set "data.root=$work/data"

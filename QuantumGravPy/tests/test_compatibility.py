@@ -106,7 +106,7 @@ def test_what_shipped_configs_and_stored_runs_name_imports_and_the_moved_paths_a
     (its config.yaml, its checkpoints' pickles and configs) needs resolves in this package as it is, with no import
     hook; so the hook for the moved paths, which none of them names, is gone, and those paths import no more."""
     repo = RELEASE_RUN.parents[3]
-    texts = [*repo.glob("configs/*.yaml"), *repo.glob("docs/**/*.md"), *repo.glob("benchmarks/*.json"),
+    texts = [*repo.glob("configs/*.yaml"), *repo.glob("docs/**/*.md"), *repo.glob("benchmarks/**/*.json"),
              RELEASE_RUN / "config.yaml"]
     needed = {name for path in texts for name in PYOBJECT.findall(path.read_text(encoding="utf-8"))}
     needed |= {name for checkpoint in RELEASE_RUN.glob("checkpoints/*.pt") for name in

@@ -22,7 +22,7 @@ from QuantumGrav.models.sparse_attention import Adjacency
 from conftest import REPO
 from test_sparse_attention import TOL, bidirectional_pair, graphs_of_different_sizes, outputs_and_gradients, pair
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "fault_tolerance"))
 import stress_teardown  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

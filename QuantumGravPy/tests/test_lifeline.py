@@ -4,7 +4,7 @@ it started end too, and the run stays continuable.
 The launching process is killed alone with SIGKILL once rank 0 has logged its first epoch (as the
 out-of-memory killer kills a script or a notebook kernel), or Jupyter restarts the kernel; every process
 it had started (fork server, workers, resource tracker) must be gone within a bounded, polled wait. The
-same kills, repeated, are in benchmarks/stress_teardown.py --kill (a race is a distribution).
+same kills, repeated, are in benchmarks/fault_tolerance/stress_teardown.py --kill (a race is a distribution).
 """
 
 import subprocess
@@ -15,7 +15,7 @@ import pytest
 import QuantumGrav as QG
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "fault_tolerance"))
 import stress_teardown  # noqa: E402
 
 LIBRARY = REPO / "QuantumGravPy" / "src"
@@ -98,7 +98,7 @@ def test_a_kernel_running_a_study_killed_alone_leaves_no_trial_worker(tmp_path, 
 def test_a_torchrun_study_job_killed_with_its_process_group_leaves_no_rank(tmp_path, job_config, moment):
     """``torchrun -m QuantumGrav tune`` killed as a lost node kills it (SIGKILL to its process group): its ranks,
     in sessions of their own, stop by themselves wherever the kill finds them. The same kills at random moments,
-    repeated, are ``benchmarks/stress_teardown.py --kill torchrun_tune_random``."""
+    repeated, are ``benchmarks/fault_tolerance/stress_teardown.py --kill torchrun_tune_random``."""
     pytest.importorskip("optuna")
     study = tmp_path / "study.yaml"
     study.write_text(job_config.read_text() + "\ntune:\n  study: killed\n  trials: 2\n  space:\n"

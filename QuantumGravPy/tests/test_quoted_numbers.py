@@ -1,7 +1,7 @@
 """Every measurement quoted in the documents and the notebooks' prose agrees with the stored result it comes from.
 
 A writer who quotes a number (an accuracy, graphs/s, MB, minutes, a speed-up) ties it in the document's registry,
-``docs/quotes/<name>.yaml``: the quoted text, the source file (a ``benchmarks/results_*.json``, a config, a
+``docs/quotes/<name>.yaml``: the quoted text, the source file (a ``benchmarks/<study>/results_*.json``, a config, a
 notebook's stored outputs) and one expression per number; the number must be the value rounded at the precision
 written. A measured-looking number in prose that no registry ties (or lists under ``not_measured`` with its
 reason) fails, and so does a quote whose value changed in the source, or whose text changed in the document.

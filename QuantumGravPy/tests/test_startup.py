@@ -1,5 +1,5 @@
 """Importing QuantumGrav pauses the garbage collector and freezes the start-up state (QuantumGrav/__init__.py;
-benchmarks/bench_startup.py measures what it saves): the collector is left as the caller had it, even when the
+benchmarks/startup/bench_startup.py measures what it saves): the collector is left as the caller had it, even when the
 import fails, and what the program makes afterwards is collected as usual."""
 
 import gc

@@ -11,7 +11,7 @@ import torch
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "located_blocks"))
 import study_located_blocks  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "sensitivity"))
 import study_sensitivity  # noqa: E402
 
 CHANGES = [2, 8]

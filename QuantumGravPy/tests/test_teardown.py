@@ -5,7 +5,7 @@ reference to the gloo group, the group's destructor ran with the GIL held and wa
 worker threads, one of which needed the GIL to free a finished collective's tensors. It struck a
 run in five, so besides the deterministic check of the order (which fails on the old code every time),
 the users' scripts run here a few times (twice the torchrun script at world size 3, where it hung, once
-the mp.spawn one) and benchmarks/stress_teardown.py runs the same check 40 times per case and prints
+the mp.spawn one) and benchmarks/fault_tolerance/stress_teardown.py runs the same check 40 times per case and prints
 the table.
 """
 
@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 import QuantumGrav as QG
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "fault_tolerance"))
 import stress_teardown  # noqa: E402
 
 

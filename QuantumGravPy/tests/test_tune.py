@@ -28,7 +28,7 @@ from QuantumGrav.studies.storage import HEARTBEAT_GRACE_S  # noqa: E402
 from QuantumGrav.runs.wandb_files import read_offline_runs  # noqa: E402
 from conftest import REPO, TINY  # noqa: E402
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "fault_tolerance"))
 import stress_teardown  # noqa: E402  (its kill helpers)
 
 HERE = Path(__file__).resolve().parent

@@ -91,7 +91,7 @@ def main() -> None:
         return
     if args.before_src is None or not (args.before_src / "QuantumGrav" / "__init__.py").is_file():
         parser.error(f"--before-src must hold QuantumGrav/ (got {args.before_src})")
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "benchmarks" / "training_loop")]  # study_results, bench_training
     import study_results  # benchmarks/study_results.py: written whole or not at all
     from bench_training import cpu_model
 

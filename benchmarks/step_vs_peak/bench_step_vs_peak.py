@@ -207,7 +207,7 @@ def main() -> None:
             parser.error(f"--before-src must hold QuantumGrav/ (got {args.before_src}); make one with `git archive "
                          f"<rev> QuantumGravPy/src | tar -x -C /tmp/qg_before`")
         trees = {"before": args.before_src, **trees}
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "benchmarks" / "training_loop")]  # study_results, bench_training
     import study_results  # benchmarks/study_results.py: written whole or not at all
     from bench_training import cpu_model
 

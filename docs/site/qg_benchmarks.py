@@ -1,5 +1,6 @@
-"""The ``benchmark-results`` directive: every ``benchmarks/results_*.json`` rendered as tables, one section per
-file, with the script that writes it. New result files appear without an edit of the page.
+"""The ``benchmark-results`` directive: every ``benchmarks/**/results_*.json`` (the study folders' and the top
+level's) rendered as tables, one section per file headed by its path under benchmarks/, with the scripts of its
+folder that write it. New result files appear without an edit of the page.
 
 A list of records becomes one table (a column whose value is the same in every record is said once above
 it); a mapping becomes a key/value table, its nested lists and mappings sections of their own.
@@ -70,7 +71,7 @@ def render(value, depth: int) -> list[str]:
 
 
 def writers(result: Path) -> list[Path]:
-    """The benchmark scripts that name this result file."""
+    """The benchmark scripts beside this result file (its study's folder) that name it."""
     return [script for script in sorted(result.parent.glob("*.py")) if result.name in script.read_text()]
 
 
@@ -84,28 +85,33 @@ class BenchmarkResults(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         results = result_files(self.env)
-        self.env.qg_benchmark_results = [result.name for result in results]
+        self.env.qg_benchmark_results = [result_name(self.env, result) for result in results]
         lines: list[str] = []
         for result in results:
             self.env.note_dependency(str(result))
-            lines += [f"## {result.name}", ""]
+            lines += [f"## {result_name(self.env, result)}", ""]
             for script in writers(result):
                 self.env.note_dependency(str(script))
-                lines += [f"Written by `benchmarks/{script.name}`: {summary(script)}", ""]
+                lines += [f"Written by `{script.relative_to(self.env.srcdir).as_posix()}`: {summary(script)}", ""]
             lines += render(json.loads(result.read_text()), depth=2)
         container = nodes.container()
-        self.state.nested_parse(StringList(lines, source="benchmarks/results_*.json"), 0, container, match_titles=True)
+        self.state.nested_parse(StringList(lines, source="benchmarks/**/results_*.json"), 0, container, match_titles=True)
         return container.children
 
 
 def result_files(env) -> list[Path]:
-    return sorted((Path(env.srcdir) / "benchmarks").glob("results_*.json"))
+    return sorted((Path(env.srcdir) / "benchmarks").rglob("results_*.json"))
+
+
+def result_name(env, result: Path) -> str:
+    """The file's path under benchmarks/: two studies may each keep a file of the same name."""
+    return result.relative_to(Path(env.srcdir) / "benchmarks").as_posix()
 
 
 def pages_of_new_results(app, env, added, changed, removed) -> list[str]:
     """A results file added or removed since the last build changes the page, though no file that the page
     read has changed (Sphinx rebuilds a page for its dependencies' changes only): read the page again then."""
-    if getattr(env, "qg_benchmark_results", None) == [result.name for result in result_files(env)]:
+    if getattr(env, "qg_benchmark_results", None) == [result_name(env, result) for result in result_files(env)]:
         return []
     return sorted(page for page in env.found_docs if "{benchmark-results}" in Path(env.doc2path(page)).read_text())
 

@@ -4,7 +4,7 @@
 
 The import freezes the objects that exist once it is done (``gc.freeze``: the cyclic garbage collector skips
 them from then on; torch's, PyG's and this package's modules are most of them), which saves each fresh
-process about a third of its start-up and exit (``benchmarks/bench_startup.py``). Objects made afterwards
+process about a third of its start-up and exit (``benchmarks/startup/bench_startup.py``). Objects made afterwards
 are collected as usual; call ``gc.unfreeze()`` after the import to undo it.
 """
 
@@ -12,7 +12,7 @@ import gc as _gc
 
 # Importing torch and PyG makes about half a million objects that live as long as the process; the cyclic
 # collector would traverse them in every full collection and at exit, about a third of a fresh process's
-# start-up and exit (benchmarks/bench_startup.py), paid by every worker, CLI command and kernel. So the
+# start-up and exit (benchmarks/startup/bench_startup.py), paid by every worker, CLI command and kernel. So the
 # collector pauses during the import and gc.freeze moves what exists to a generation that collections skip.
 _gc_was_enabled = _gc.isenabled()
 _gc.disable()

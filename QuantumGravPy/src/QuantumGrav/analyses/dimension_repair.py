@@ -23,7 +23,7 @@ back at its cheapest place, the sweeps again. The search prices a toggle on a pa
 cycles a little higher (``toggle_prices``), so that among fits with as many toggles it takes one whose changes lie
 where the test sees them; a relation against the natural labelling (every relation from the lower index to the
 higher) costs more than any fit. The cheapest fit wins, then the fewest marked pairs. At N = 256 a set takes about
-0.3 s on one core (``benchmarks/study_toggled_relations.py``).
+0.3 s on one core (``benchmarks/toggled_relations/study_toggled_relations.py``).
 
 **Ceiling.** The least cost is not always the truth: a 2D order needing fewer toggles than the sprinkling's own (or
 as few) exists for some sets, and no method that picks the simplest explanation finds their changes. The study

@@ -31,7 +31,7 @@ on CausalSetDataset defaults, split [0.7, 0.15, 0.15] with split_seed 42, 300 te
 2000: logistic regression on the five simple invariants 0.843 (seed 1234), gradient boosting on
 all ``INVARIANT_NAMES`` 0.967 (seed 1234), the default model of ``configs/train.yaml`` 0.963 (seed
 1234, ``make train``). Over 11 seeds drawn with the generator's previous random streams (the same
-distributions): 0.846 +- 0.017, 0.951 +- 0.011 and 0.967 +- 0.008 (``benchmarks/study_models.py``);
+distributions): 0.846 +- 0.017, 0.951 +- 0.011 and 0.967 +- 0.008 (``benchmarks/default_model/study_models.py``);
 over seeds 1234, 1 and 2 of today's generator: 0.856 +- 0.021, 0.958 +- 0.008 and 0.964 +- 0.007.
 Almost all remaining errors are destroyed sets taken for sprinklings: with few flipped pairs they
 are sprinklings (see the flip-fraction sweep there).

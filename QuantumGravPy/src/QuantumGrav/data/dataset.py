@@ -87,7 +87,7 @@ def cache_directory(root: str | os.PathLike, params: dict[str, Any]) -> Path:
 # (its fork server imports the package) takes seconds, more than a small data set takes to generate.
 POOL_WORTH_SECONDS = 10.0
 # One process generates about 1,670 sets/s at N = 128 and the time per set grows about like N^2 up to
-# N = 512 (benchmarks/bench_generation.py): the basis of the estimate above.
+# N = 512 (benchmarks/generation/bench_generation.py): the basis of the estimate above.
 SECONDS_PER_SET_AT_128 = 1 / 1670
 
 

@@ -18,7 +18,7 @@ stores (``zarr_store``, in its feature cache) carry them; a dataset of one's own
   cycle, and the keys to turn off.
 * **Cost and cache.** One item costs a few matrix products O(N^3) (the closure by repeated squaring, in an
   order where the edges go forward so that only the tiles above the diagonal are multiplied, then
-  ``order_invariants``); ``benchmarks/bench_derived_invariants.py`` measures it. Each item is derived
+  ``order_invariants``); ``benchmarks/features/bench_derived_invariants.py`` measures it. Each item is derived
   once per process, when it is first read, and kept in that process's ``OrderInvariants`` (15 floats per
   item). Under DDP every rank derives the items it reads; a DataLoader worker keeps its own cache.
   Nothing is shared between processes, so nothing needs a lock.

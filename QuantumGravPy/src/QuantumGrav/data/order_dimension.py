@@ -22,7 +22,7 @@ partitioning (McConnell and Spinrad, "Modular decomposition and transitive orien
   is oriented on its own (Gallai): its components in G, or in the complement, in any order, else from its own source.
 
 Each pivot costs O(N) numpy work, so a set costs about O(N^2): 4 ms of CPU at N = 128, 20 ms at 512 and 0.2 s at
-2,048 on one core (``benchmarks/bench_order_dimension.py``, ``results_order_dimension.json``). The answer is certified: "yes" only when L1 and L2 are verified linear
+2,048 on one core (``benchmarks/features/bench_order_dimension.py``, ``results_order_dimension.json``). The answer is certified: "yes" only when L1 and L2 are verified linear
 orders (a tournament is transitive iff its out-degrees are all different), and then R = L1 & L2 is transitive too.
 "No" rests on the partitioning being complete, which the tests check against Golumbic's implication classes.
 

@@ -29,7 +29,7 @@ convergence checks, deterministic with a fixed ``random_state``). Both are fitte
 train split and scored on the test split; the ``Baselines`` callback does so on rank 0 after
 the test. On the default 1400 training sets both fit in 1.2 s (on one core). The
 invariants themselves are computed once, at generation: 0.8 ms per set at N = 128 and 156 ms per
-set at N = 1024 (``benchmarks/bench_generation.py --num 640 --n 128`` and ``--num 20 --n 1024``,
+set at N = 1024 (``benchmarks/generation/bench_generation.py --num 640 --n 128`` and ``--num 20 --n 1024``,
 on a shared 2-core machine).
 """
 

@@ -3,7 +3,7 @@
 Why: batch norm's running statistics average the last ten or so training batches (momentum 0.1). The default
 job's batches of 32 sets mix five classes and sizes 64 to 128, so those averages swing from batch to batch:
 the validation loss of the same weights jumped from 0.08 to 0.70 between epochs, and early stopping kept a
-lucky low (benchmarks/diagnose_training.py measures it; docs/stable_training.md). The exact
+lucky low (benchmarks/stable_training/diagnose_training.py measures it; docs/stable_training.md). The exact
 statistics of the whole training set at the current weights remove the swing; training itself, which
 normalises each batch by its own statistics, is unchanged.
 

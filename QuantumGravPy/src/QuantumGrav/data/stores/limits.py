@@ -26,7 +26,7 @@ from ...common.errors import UserError
 DEFAULT_MAX_ELEMENTS = 32_768
 # Peak memory of reading one set and deriving its features, per pair of elements (the growth of the peak resident
 # memory of a process reading a 2D sprinkling, over N^2): 13.0 bytes at N = 2,048 and 12.4 at N = 4,096
-# (benchmarks/bench_store_read_memory.py, results_store_read_memory.json; 20.7 at N = 1,024, where a few MB that do
+# (benchmarks/stores/bench_store_read_memory.py, results_store_read_memory.json; 20.7 at N = 1,024, where a few MB that do
 # not grow with N weigh most), rounded up: the check matters for large N.
 BYTES_PER_PAIR = 16
 GIB = 2**30
