@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .levels import SET, OutputLevel
 
@@ -126,6 +127,33 @@ class Task(ABC):
         if y.numel() != 1:
             return f"y must hold one value per graph, got shape {list(y.shape)}"
         return None
+
+
+class OneLogitThresholded:
+    """What a task with one logit per output row, thresholded after the sigmoid, shares (the binary task on sets,
+    the node and relation tasks on rows): its threshold from the config or the checkpoint, the float 0/1 target,
+    the prediction, the binary cross-entropy and the scored rows. Listed before the task's base class."""
+
+    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
+    threshold: float
+    class_names: list[str]
+
+    @classmethod
+    def for_data(cls, threshold: float, class_names: Sequence[str], dataset: Any):
+        return cls(threshold, class_names)
+
+    @classmethod
+    def from_model_io(cls, record: dict[str, Any], threshold: float):
+        return cls(threshold, record["class_names"])
+
+    def target(self, y):
+        return y.view(-1, 1).float()
+
+    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
+        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
+
+    def scored_rows(self, outputs, targets):
+        return scored_by_probability(self, outputs, targets)
 
 
 def positive_class_undefined(task: Task, confusion: list[list[int]]) -> dict[str, str]:

@@ -2,41 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
-from .base import positive_class_undefined, scored_by_probability
+from .base import OneLogitThresholded, positive_class_undefined
 from .classification import ClassificationTask
 
 
-class BinaryTask(ClassificationTask):
+class BinaryTask(OneLogitThresholded, ClassificationTask):
     """Outputs one logit per graph ``[graphs, 1]``; target: 0.0 / 1.0 ``[graphs, 1]`` (float); ``BCEWithLogits``;
     accuracy, precision, recall and F1 of the prediction ``sigmoid(logit) >= threshold``, and the weighted F1 of both
     classes."""
 
     summary = "one of two classes per graph: y 0 or 1, one logit, binary_cross_entropy_with_logits"
     reports = {"loss": "min", "accuracy": "max", "precision": "max", "recall": "max", "f1": "max", "weighted_f1": "max"}
-    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
-
     def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
         super().__init__(2, 1, class_names)
         self.threshold = threshold
-
-    @classmethod
-    def for_data(cls, threshold: float, class_names: Sequence[str], dataset: Any) -> "BinaryTask":
-        return cls(threshold, class_names)
-
-    @classmethod
-    def from_model_io(cls, record: dict[str, Any], threshold: float) -> "BinaryTask":
-        return cls(threshold, record["class_names"])
-
-    def target(self, y):
-        return y.view(-1, 1).float()
-
-    def predict(self, outputs):
-        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
 
     def positive_scores(self, outputs):
         return torch.sigmoid(outputs.view(-1))
@@ -58,9 +41,6 @@ class BinaryTask(ClassificationTask):
     def undefined(self, metrics):
         confusion = metrics.get("confusion")
         return {**positive_class_undefined(self, confusion), **super().undefined(metrics)} if confusion else {}
-
-    def scored_rows(self, outputs, targets):
-        return scored_by_probability(self, outputs, targets)
 
     def describe(self) -> str:
         return f"binary ({' / '.join(self.class_names)}), threshold {self.threshold}"

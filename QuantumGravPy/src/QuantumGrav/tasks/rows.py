@@ -7,38 +7,22 @@ from abc import abstractmethod
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 
-from .base import Task, positive_class_undefined, scored_by_probability
+from .base import OneLogitThresholded, Task, positive_class_undefined
 
 
-class RowBinaryTask(Task):
+class RowBinaryTask(OneLogitThresholded, Task):
     """The common part of the node and the relation task (``min_rows`` is the fewest rows a set's ``y`` may hold).
 
     Its rivals are the row tasks' own (``analyses.node_rival``, ``analyses.relation_rival``): the baselines of the sets'
     invariants answer nothing about an element or a pair."""
 
-    default_loss = staticmethod(F.binary_cross_entropy_with_logits)
     rivals = ()
     min_rows = 1
 
     def __init__(self, threshold: float = 0.5, class_names: Sequence[str] = ()):
         super().__init__(1, class_names)
         self.threshold = threshold
-
-    @classmethod
-    def for_data(cls, threshold: float, class_names: Sequence[str], dataset: Any) -> "RowBinaryTask":
-        return cls(threshold, class_names)
-
-    @classmethod
-    def from_model_io(cls, record: dict[str, Any], threshold: float) -> "RowBinaryTask":
-        return cls(threshold, record["class_names"])
-
-    def target(self, y):
-        return y.view(-1, 1).float()
-
-    def predict(self, outputs: torch.Tensor) -> torch.Tensor:
-        return (torch.sigmoid(outputs.float().view(-1)) >= self.threshold).long()
 
     def target_problem(self, y):
         if not isinstance(y, torch.Tensor):
@@ -58,9 +42,6 @@ class RowBinaryTask(Task):
     def undefined(self, metrics: dict[str, Any]) -> dict[str, str]:
         confusion = metrics.get("confusion")
         return positive_class_undefined(self, confusion) if confusion is not None else {}
-
-    def scored_rows(self, outputs, targets):
-        return scored_by_probability(self, outputs, targets)
 
     def test_extras(self, test: dict[str, Any]) -> dict[str, Any]:
         return {"confusion_matrix": test["confusion"], "class_names": self.class_names}
